@@ -1,0 +1,3 @@
+from bankrail.cli import main
+
+main()

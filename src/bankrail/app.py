@@ -1,0 +1,137 @@
+"""Assembly of the Bankrail application: routers, error handling, and the process lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from bankrail import __version__
+from bankrail.config import Settings
+from bankrail.context import AppContext
+from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
+from bankrail.db.migrations import migrate
+from bankrail.db.pool import create_pool
+from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
+from bankrail.jobs.runner import BackgroundLoop, Listener
+from bankrail.ledger.routes import router as ledger_router
+from bankrail.merchants.admin_routes import router as merchant_admin_router
+from bankrail.merchants.routes import router as merchant_router
+from bankrail.rails.admin_routes import router as rails_admin_router
+from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.security.routes import router as auth_router
+from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
+from bankrail.security.tokens import TokenIssuer
+from bankrail.web.middleware import ServiceMiddleware
+from bankrail.web.pages import router as pages_router
+from bankrail.web.problems import install_problem_handlers
+
+log = logging.getLogger(__name__)
+
+
+def register_jobs(queue: JobQueue, context: AppContext) -> None:
+    """Give the queue a handler for every kind of job the areas schedule."""
+    del queue, context  # areas register their job kinds here as they gain them
+
+
+def create_app(settings: Settings, dsn: str) -> FastAPI:
+    """The ASGI application for one process, connected to the database at `dsn`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_pool(
+            dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size
+        )
+        clock = ServiceClock()
+        async with pool.acquire() as conn:
+            await migrate(conn)
+            access_key, resource_key = await ensure_token_keys(conn)
+            admin_hash, generated = await ensure_admin_token(
+                conn, settings.admin_token, settings.data_dir
+            )
+            await clock.refresh(conn)
+        if generated:
+            log.warning(
+                "generated an operator token; it is in %s", settings.data_dir / "admin-token"
+            )
+        context = AppContext(
+            settings=settings,
+            pool=pool,
+            clock=clock,
+            tokens=TokenIssuer(access_key, resource_key),
+            admin_token_hash=admin_hash,
+        )
+        app.state.context = context
+        queue = JobQueue(pool, clock)
+        register_jobs(queue, context)
+        app.state.jobs = queue
+        loops: list[BackgroundLoop] = []
+        if settings.run_workers:
+            loops.append(
+                BackgroundLoop(
+                    "jobs",
+                    [queue.run_due],
+                    poll_interval=settings.worker_poll_interval,
+                    concurrency=2,
+                )
+            )
+        app.state.loops = loops
+
+        def wake_all() -> None:
+            for loop in loops:
+                loop.wake()
+
+        async def on_clock() -> None:
+            async with pool.acquire() as conn:
+                await clock.refresh(conn)
+            wake_all()
+
+        pending: set[asyncio.Task[None]] = set()
+
+        def on_clock_notify() -> None:
+            task = asyncio.create_task(on_clock())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+        listener = Listener(dsn, {CLOCK_CHANNEL: on_clock_notify, JOBS_CHANNEL: wake_all})
+        listener.start()
+        for loop in loops:
+            loop.start()
+        try:
+            yield
+        finally:
+            for loop in loops:
+                await loop.stop()
+            await listener.stop()
+            await pool.close()
+
+    app = FastAPI(
+        title="Bankrail",
+        version=__version__,
+        summary="Payments API v3 and payouts API v1, with a stateful sandbox.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.public_url = settings.public_url
+    install_problem_handlers(app)
+    for router in (
+        auth_router,
+        merchant_router,
+        merchant_admin_router,
+        rails_admin_router,
+        ledger_router,
+        pages_router,
+    ):
+        app.include_router(router)
+    if settings.sandbox:
+        app.include_router(sandbox_router)
+    app.add_middleware(
+        ServiceMiddleware,
+        public_url=settings.public_url,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    return app

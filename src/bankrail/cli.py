@@ -1,0 +1,278 @@
+"""The `bankrail` command: serve, worker and init."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bankrail.config import Settings, settings_from_env
+
+cli = typer.Typer(
+    name="bankrail",
+    help="Bankrail: a self-hostable payments and payouts service with a stateful sandbox.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Where the embedded database and local files live.",
+        envvar="BANKRAIL_DATA_DIR",
+    ),
+]
+DEMO_CREDENTIALS = "demo-credentials.json"
+DEMO_KEY = "demo-signing-key.pem"
+
+
+def _settings(data_dir: Path | None, **overrides: Any) -> Settings:
+    return settings_from_env().with_overrides(data_dir=data_dir, **overrides)
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@cli.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Listen address.", envvar="BANKRAIL_HOST")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port.", envvar="BANKRAIL_PORT")] = None,
+    data_dir: DataDir = None,
+    workers: Annotated[int, typer.Option(help="API processes sharing the port.", min=1)] = 1,
+) -> None:
+    """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
+    DATABASE_URL is set)."""
+    _configure_logging()
+    settings = _settings(data_dir, host=host, port=port)
+    from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
+
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        try:
+            dsn = embedded.start()
+        except EmbeddedPostgresError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    try:
+        _run_http(settings, dsn, workers)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+def _run_http(settings: Settings, dsn: str, workers: int) -> None:
+    import uvicorn
+
+    from bankrail.app import create_app
+
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_graceful_shutdown": 30,
+        "server_header": False,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings, dsn), **common)
+        return
+    os.environ["DATABASE_URL"] = dsn
+    os.environ["BANKRAIL_DATA_DIR"] = str(settings.data_dir)
+    worker = _spawn_worker_process()
+    try:
+        uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+
+
+def _spawn_worker_process() -> Any:
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "bankrail", "worker"])
+
+
+def api_only_app() -> Any:
+    """An API process of `serve --workers N`: HTTP only, background work is elsewhere."""
+    from bankrail.app import create_app
+
+    settings = settings_from_env().with_overrides(run_workers=False)
+    dsn = settings.database_url
+    assert dsn is not None
+    return create_app(settings, dsn)
+
+
+@cli.command()
+def worker(data_dir: DataDir = None) -> None:
+    """Run background work only (jobs, rail steps, webhook delivery); needs DATABASE_URL or a
+    running `serve` on the same data directory."""
+    _configure_logging()
+    settings = _settings(data_dir)
+    from bankrail.app import create_app
+    from bankrail.db.embedded import EmbeddedPostgres
+
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = embedded.start(join_running=True)
+    app = create_app(settings, dsn)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with app.router.lifespan_context(app):
+            await stop.wait()
+
+    try:
+        asyncio.run(run())
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@cli.command()
+def init(
+    data_dir: DataDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Create a new demo merchant even if one exists.")
+    ] = False,
+) -> None:
+    """Create a demo merchant with client credentials, a signing key pair and GBP and EUR
+    accounts, and print what a developer needs. Running it again prints the same demo."""
+    logging.basicConfig(level=logging.WARNING)
+    settings = _settings(data_dir)
+    from bankrail.db.embedded import EmbeddedPostgres
+
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = embedded.start(join_running=True)
+    try:
+        demo = asyncio.run(_create_demo(settings, dsn, force))
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    if as_json:
+        typer.echo(json.dumps(demo, indent=2))
+    else:
+        typer.echo(_describe(demo))
+
+
+async def _create_demo(settings: Settings, dsn: str, force: bool) -> dict[str, Any]:
+    from bankrail.db.migrations import migrate
+    from bankrail.db.pool import create_pool
+    from bankrail.merchants import service
+    from bankrail.security import signing
+    from bankrail.security.service_keys import ADMIN_TOKEN_FILE, ensure_admin_token
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    saved = settings.data_dir / DEMO_CREDENTIALS
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn)
+            _, generated = await ensure_admin_token(conn, settings.admin_token, settings.data_dir)
+            if saved.exists() and not force:
+                demo: dict[str, Any] = json.loads(saved.read_text())
+                if await service.merchant_exists(conn, uuid.UUID(demo["merchant_id"])):
+                    return demo
+            from datetime import UTC, datetime
+
+            now = datetime.now(UTC)
+            async with conn.transaction():
+                merchant_id = await service.create_merchant(conn, "Demo Merchant", now)
+                client_id, secret = await service.create_client(
+                    conn, merchant_id, ["payments"], now
+                )
+                key = signing.generate_private_key()
+                kid = await service.register_signing_key(
+                    conn, merchant_id, signing.public_key_pem(key.public_key()), None, now
+                )
+                accounts = [
+                    await service.create_merchant_account(conn, merchant_id, c, None, now)
+                    for c in ("GBP", "EUR")
+                ]
+    finally:
+        await pool.close()
+    key_path = settings.data_dir / DEMO_KEY
+    key_path.write_text(signing.private_key_pem(key))
+    key_path.chmod(0o600)
+    admin_file = settings.data_dir / ADMIN_TOKEN_FILE
+    admin_token = settings.admin_token or (
+        admin_file.read_text().strip() if admin_file.exists() else generated
+    )
+    demo = {
+        "base_url": settings.public_url,
+        "merchant_id": str(merchant_id),
+        "client_id": client_id,
+        "client_secret": secret,
+        "signing_key_id": kid,
+        "private_key_path": str(key_path.resolve()),
+        "admin_token": admin_token,
+        "merchant_accounts": [
+            {
+                "id": str(a.id),
+                "currency": a.currency,
+                "account_identifiers": a.identifiers.as_list(),
+            }
+            for a in accounts
+        ],
+    }
+    saved.write_text(json.dumps(demo, indent=2) + "\n")
+    saved.chmod(0o600)
+    return demo
+
+
+def _describe(demo: dict[str, Any]) -> str:
+    accounts = "\n".join(
+        f"    {a['currency']}  {a['id']}  "
+        + ", ".join(
+            i.get("iban") or f"{i['sort_code']} {i['account_number']}"
+            for i in a["account_identifiers"]
+        )
+        for a in demo["merchant_accounts"]
+    )
+    base = demo["base_url"]
+    return f"""Bankrail demo merchant
+  base URL          {base}
+  client_id         {demo["client_id"]}
+  client_secret     {demo["client_secret"]}
+  signing key id    {demo["signing_key_id"]}
+  private key (PEM) {demo["private_key_path"]}
+  operator token    {demo["admin_token"] or "(set by BANKRAIL_ADMIN_TOKEN or in admin-token)"}
+  merchant accounts
+{accounts}
+
+Get a token and list the accounts:
+  TOKEN=$(curl -s {base}/connect/token -d grant_type=client_credentials \\
+      -d client_id={demo["client_id"]} -d client_secret={demo["client_secret"]} \\
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  curl -s {base}/v3/merchant-accounts -H "Authorization: Bearer $TOKEN"
+"""
+
+
+def main() -> None:
+    """Entry point of the `bankrail` console script."""
+    cli()

@@ -1,0 +1,71 @@
+"""Runtime configuration read from the environment and CLI flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+Mode = Literal["sandbox", "production"]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a Bankrail process needs to know about its surroundings."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Path(".bankrail")
+    database_url: str | None = None
+    public_url_override: str | None = None
+    admin_token: str | None = None
+    mode: Mode = "sandbox"
+    run_workers: bool = True
+    pool_min_size: int = 2
+    pool_max_size: int = 20
+    idempotency_ttl_seconds: int = 6 * 3600
+    access_token_ttl_seconds: int = 3600
+    max_body_bytes: int = 1024 * 1024
+    worker_poll_interval: float = 0.2
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def public_url(self) -> str:
+        """The base URL used in every link the service hands out."""
+        if self.public_url_override:
+            return self.public_url_override.rstrip("/")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def sandbox(self) -> bool:
+        """True when sandbox routes, clock control and the mock bank are enabled."""
+        return self.mode == "sandbox"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        """Return a copy with the given fields replaced (None values are ignored)."""
+        kept = {k: v for k, v in changes.items() if v is not None}
+        return replace(self, **kept)  # type: ignore[arg-type]
+
+
+def settings_from_env() -> Settings:
+    """Build settings from `BANKRAIL_*` variables and `DATABASE_URL`."""
+    mode = os.environ.get("BANKRAIL_MODE", "sandbox")
+    if mode not in ("sandbox", "production"):
+        raise ValueError(f"BANKRAIL_MODE must be sandbox or production, not {mode!r}")
+    return Settings(
+        host=os.environ.get("BANKRAIL_HOST", "127.0.0.1"),
+        port=_env_int("BANKRAIL_PORT", 8080),
+        data_dir=Path(os.environ.get("BANKRAIL_DATA_DIR", ".bankrail")),
+        database_url=os.environ.get("DATABASE_URL") or None,
+        public_url_override=os.environ.get("BANKRAIL_PUBLIC_URL") or None,
+        admin_token=os.environ.get("BANKRAIL_ADMIN_TOKEN") or None,
+        mode=mode,  # type: ignore[arg-type]
+        pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
+        idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
+    )

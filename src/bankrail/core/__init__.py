@@ -1,0 +1,1 @@
+"""Cross-cutting building blocks: clock, problems, time formats, JSON, money."""

@@ -1,0 +1,196 @@
+"""Domain and transport errors, rendered everywhere as RFC 9457 problem+json.
+
+Domain code raises `ProblemError` subclasses; `bankrail.web.errors` turns them (and the
+framework's own 404/405/validation errors) into responses. The catalogue below is also the
+content of the human-readable `/errors` page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProblemType:
+    """One documented kind of error: its anchor on `/errors`, HTTP status and title."""
+
+    anchor: str
+    status: int
+    title: str
+    explanation: str
+
+
+INVALID_PARAMETERS = ProblemType(
+    "invalid-parameters",
+    400,
+    "Invalid Parameters",
+    "The request was malformed or a field failed validation. `errors` maps each offending "
+    "JSON path to its messages. Fix the request; retrying it unchanged will fail again.",
+)
+UNAUTHENTICATED = ProblemType(
+    "unauthenticated",
+    401,
+    "Unauthenticated",
+    "The access token is missing, expired or invalid, or the request signature could not be "
+    "verified (unknown kid, bad signature, or a mandatory header such as Idempotency-Key "
+    "missing from the signed `tl_headers`). Obtain a new token or fix the signature.",
+)
+FORBIDDEN = ProblemType(
+    "forbidden",
+    403,
+    "Forbidden",
+    "The token is valid but lacks what the route needs. For the payments and payouts APIs "
+    "the token must carry the `payments` scope; otherwise the detail names InvalidAudience.",
+)
+NOT_FOUND = ProblemType(
+    "not-found",
+    404,
+    "Not Found",
+    "No such resource exists for this merchant. Resources of other merchants are reported "
+    "as not found too.",
+)
+METHOD_NOT_ALLOWED = ProblemType(
+    "method-not-allowed",
+    405,
+    "Method Not Allowed",
+    "The path exists but does not accept this HTTP method.",
+)
+CONFLICT = ProblemType(
+    "conflict",
+    409,
+    "Conflict",
+    "The request conflicts with the current state of the resource, for example an action "
+    "on a payment that has already finished, or a v1 `transaction_id` reused with a "
+    "different body.",
+)
+IDEMPOTENCY_CONCURRENCY = ProblemType(
+    "idempotency-key-concurrency-conflict",
+    409,
+    "Idempotency-Key Concurrency Conflict",
+    "Another request with the same Idempotency-Key is still being processed. Wait until it "
+    "completes, then repeat the same request with the same key: the identical response is "
+    "returned.",
+)
+PAYLOAD_TOO_LARGE = ProblemType(
+    "payload-too-large",
+    413,
+    "Payload Too Large",
+    "The request body exceeds the size limit (1 MiB by default).",
+)
+UNSUPPORTED_MEDIA_TYPE = ProblemType(
+    "unsupported-media-type",
+    415,
+    "Unsupported Media Type",
+    "The body must be JSON, sent with `Content-Type: application/json`.",
+)
+IDEMPOTENCY_REUSE = ProblemType(
+    "idempotency-key-reuse",
+    422,
+    "Idempotency-Key Reuse",
+    "The Idempotency-Key was already used with a different request (method, path or body). "
+    "Do not retry; keep the body identical on retries, or use a new key for a new request.",
+)
+RATE_LIMITED = ProblemType(
+    "rate-limit-exceeded",
+    429,
+    "Rate Limit Exceeded",
+    "Too many requests from this client. Wait for the number of seconds in `Retry-After`.",
+)
+UNKNOWN_ERROR = ProblemType(
+    "unknown-error",
+    500,
+    "Unknown Error",
+    "Something went wrong on our side. Nothing was stored for the Idempotency-Key, so the "
+    "same request may be retried safely. Quote the `trace_id` when reporting it.",
+)
+SERVICE_UNAVAILABLE = ProblemType(
+    "service-unavailable",
+    503,
+    "Service Unavailable",
+    "The service cannot reach its database right now. Retry after `Retry-After` seconds.",
+)
+
+CATALOGUE: tuple[ProblemType, ...] = (
+    INVALID_PARAMETERS,
+    UNAUTHENTICATED,
+    FORBIDDEN,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    CONFLICT,
+    IDEMPOTENCY_CONCURRENCY,
+    PAYLOAD_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    IDEMPOTENCY_REUSE,
+    RATE_LIMITED,
+    UNKNOWN_ERROR,
+    SERVICE_UNAVAILABLE,
+)
+
+_BY_STATUS: dict[int, ProblemType] = {}
+for _problem in CATALOGUE:
+    _BY_STATUS.setdefault(_problem.status, _problem)
+
+
+def problem_type_for_status(status: int) -> ProblemType:
+    """The default problem type for an HTTP status (used for framework errors)."""
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    return UNKNOWN_ERROR if status >= 500 else INVALID_PARAMETERS
+
+
+class ProblemError(Exception):
+    """An error the API answers with a problem+json body."""
+
+    def __init__(
+        self,
+        problem: ProblemType,
+        detail: str,
+        *,
+        errors: dict[str, list[str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.problem = problem
+        self.detail = detail
+        self.errors = errors
+        self.headers = headers or {}
+
+
+class InvalidParameters(ProblemError):
+    """Bad input: 400 with `errors` naming the fields."""
+
+    def __init__(self, detail: str, errors: dict[str, list[str]] | None = None) -> None:
+        super().__init__(INVALID_PARAMETERS, detail, errors=errors)
+
+
+def invalid_field(path: str, message: str) -> InvalidParameters:
+    """A 400 problem naming one field."""
+    return InvalidParameters(f"{path}: {message}", {path: [message]})
+
+
+class Unauthenticated(ProblemError):
+    """Missing or invalid credentials or signature: 401."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(UNAUTHENTICATED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(ProblemError):
+    """Authenticated but not allowed: 403."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(FORBIDDEN, detail)
+
+
+class NotFound(ProblemError):
+    """No such resource for this caller: 404."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(NOT_FOUND, detail)
+
+
+class Conflict(ProblemError):
+    """The request conflicts with the resource's state: 409."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(CONFLICT, detail)

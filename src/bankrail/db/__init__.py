@@ -1,0 +1,1 @@
+"""Storage: the embedded PostgreSQL server, the connection pool and migrations."""

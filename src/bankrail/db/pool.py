@@ -1,0 +1,33 @@
+"""The asyncpg connection pool, with JSON codecs."""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import asyncpg
+import orjson
+from asyncpg.pool import PoolConnectionProxy
+
+Pool = asyncpg.Pool
+# What repository functions accept: a plain connection or one borrowed from the pool.
+Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
+
+
+def _encode_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name, encoder=_encode_json, decoder=orjson.loads, schema="pg_catalog"
+        )
+
+
+async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
+    """Open a pool whose connections decode json/jsonb to Python values."""
+    pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+    )
+    assert pool is not None
+    return pool

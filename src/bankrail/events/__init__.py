@@ -1,0 +1,1 @@
+"""Events: the transactional outbox, webhook delivery, and balance notifications."""

@@ -1,0 +1,1 @@
+"""Background jobs kept in PostgreSQL and claimed with FOR UPDATE SKIP LOCKED."""

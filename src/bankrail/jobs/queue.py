@@ -1,0 +1,87 @@
+"""A durable job queue: jobs survive restarts, and each runs in the transaction that deletes it,
+so a job's database effects happen exactly once even when workers crash or race."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from bankrail.core.clock import ServiceClock
+from bankrail.db.pool import Connection
+
+log = logging.getLogger(__name__)
+
+JOBS_CHANNEL = "bankrail_jobs"
+
+JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
+
+
+async def enqueue(conn: Connection, kind: str, payload: dict[str, Any], run_at: datetime) -> None:
+    """Schedule a job at `run_at` (service time), in the caller's transaction."""
+    await conn.execute(
+        "INSERT INTO jobs (kind, payload, run_at) VALUES ($1, $2, $3)", kind, payload, run_at
+    )
+    await conn.execute(f"NOTIFY {JOBS_CHANNEL}")
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """How long a failed job waits before its next try: 1 s doubling, at most 5 minutes."""
+    return timedelta(seconds=min(300, 2 ** max(0, attempts - 1)))
+
+
+class JobQueue:
+    """Runs due jobs with the handlers registered for their kinds."""
+
+    def __init__(self, pool: asyncpg.Pool, clock: ServiceClock) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._handlers: dict[str, JobHandler] = {}
+
+    def register(self, kind: str, handler: JobHandler) -> None:
+        """Use `handler` for jobs of this kind."""
+        self._handlers[kind] = handler
+
+    async def run_one(self) -> bool:
+        """Run one due job, if any; returns False when none is due."""
+        now = self._clock.now()
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
+                " ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                now,
+            )
+            if row is None:
+                return False
+            handler = self._handlers.get(row["kind"])
+            try:
+                if handler is None:
+                    raise LookupError(f"no handler for job kind {row['kind']!r}")
+                async with conn.transaction():
+                    await handler(conn, row["payload"], now)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("job %s (%s) failed", row["id"], row["kind"])
+                attempts = row["attempts"] + 1
+                await conn.execute(
+                    "UPDATE jobs SET attempts = $2, run_at = $3, last_error = $4 WHERE id = $1",
+                    row["id"],
+                    attempts,
+                    now + retry_delay(attempts),
+                    f"{type(exc).__name__}: {exc}"[:2000],
+                )
+                return True
+            await conn.execute("DELETE FROM jobs WHERE id = $1", row["id"])
+            return True
+
+    async def run_due(self, limit: int = 1000) -> int:
+        """Run due jobs until none is left (or `limit` ran); returns how many ran."""
+        ran = 0
+        while ran < limit and await self.run_one():
+            ran += 1
+        return ran

@@ -1,0 +1,138 @@
+"""The background loop of a Bankrail process: wakes on NOTIFY or a short poll, runs due work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
+from bankrail.db.pool import Connection
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[], Awaitable[int]]
+
+
+class BackgroundLoop:
+    """Runs `steps` repeatedly; sleeps when all of them found nothing to do."""
+
+    def __init__(
+        self,
+        name: str,
+        steps: list[Step],
+        *,
+        poll_interval: float,
+        concurrency: int = 1,
+    ) -> None:
+        self.name = name
+        self._steps = steps
+        self._poll_interval = poll_interval
+        self._concurrency = concurrency
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the loop's tasks."""
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"{self.name}-{i}")
+            for i in range(self._concurrency)
+        ]
+
+    async def stop(self) -> None:
+        """Let in-flight work finish, then stop."""
+        self._stopping = True
+        self._wake.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            did = 0
+            for step in self._steps:
+                if self._stopping:
+                    return
+                try:
+                    did += await step()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("background step of %s failed", self.name)
+                    await asyncio.sleep(self._poll_interval)
+            if did == 0 and not self._stopping:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_interval)
+
+
+class Listener:
+    """A dedicated connection that LISTENs and dispatches notifications; reconnects on loss."""
+
+    def __init__(self, dsn: str, handlers: dict[str, Callable[[], None]]) -> None:
+        self._dsn = dsn
+        self._handlers = handlers
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Connection | None = None
+
+    def start(self) -> None:
+        """Begin listening in the background."""
+        self._task = asyncio.create_task(self._run(), name="listener")
+
+    async def stop(self) -> None:
+        """Stop listening and close the connection."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                lost = asyncio.Event()
+                self._conn = await asyncpg.connect(self._dsn)
+                self._conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                for channel in self._handlers:
+                    await self._conn.add_listener(channel, self._dispatch)
+                for handler in self._handlers.values():
+                    handler()  # anything missed while disconnected is picked up now
+                await lost.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("notification listener lost its connection; reconnecting")
+            await asyncio.sleep(1)
+
+    def _dispatch(self, _conn: object, _pid: int, channel: str, _payload: object) -> None:
+        handler = self._handlers.get(channel)
+        if handler is not None:
+            handler()
+
+
+def clock_refresher(pool: asyncpg.Pool, clock: ServiceClock) -> Callable[[], None]:
+    """A notification handler that re-reads the shared clock offset."""
+    pending: set[asyncio.Task[None]] = set()
+
+    async def refresh() -> None:
+        async with pool.acquire() as conn:
+            await clock.refresh(conn)
+
+    def on_notify() -> None:
+        task = asyncio.create_task(refresh())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    return on_notify
+
+
+__all__ = ["CLOCK_CHANNEL", "BackgroundLoop", "Listener", "clock_refresher"]

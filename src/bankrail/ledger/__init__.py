@@ -1,0 +1,1 @@
+"""Double-entry ledger: accounts, transactions of balanced postings, and the invariant check."""

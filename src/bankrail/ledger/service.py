@@ -1,0 +1,131 @@
+"""Writing and checking the ledger in PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from bankrail.db.pool import Connection
+from bankrail.ledger.models import InsufficientFunds, Posting, validate_postings
+
+__all__ = ["check_ledger", "ensure_account", "post"]
+
+
+async def ensure_account(
+    conn: Connection, code: str, currency: str, *, allow_negative: bool
+) -> int:
+    """The id of the ledger account with this code, created if it does not exist."""
+    account_id = await conn.fetchval(
+        "INSERT INTO ledger_accounts (code, currency, allow_negative) VALUES ($1, $2, $3)"
+        " ON CONFLICT (code) DO NOTHING RETURNING id",
+        code,
+        currency,
+        allow_negative,
+    )
+    if account_id is None:
+        account_id = await conn.fetchval("SELECT id FROM ledger_accounts WHERE code = $1", code)
+    assert isinstance(account_id, int)
+    return account_id
+
+
+async def post(
+    conn: Connection,
+    *,
+    kind: str,
+    reference_id: uuid.UUID | None,
+    postings: Sequence[Posting],
+    now: datetime,
+) -> uuid.UUID:
+    """Record one balanced transaction and update the balances it touches.
+
+    Must run inside the caller's transaction, so the movement commits together with the
+    change that causes it. Raises InsufficientFunds (and writes nothing) when an account
+    that may not go negative would; the caller's transaction is then unusable unless the
+    call was wrapped in a savepoint.
+    """
+    validate_postings(postings)
+    transaction_id = uuid.uuid4()
+    await conn.execute(
+        "INSERT INTO ledger_transactions (id, kind, reference_id, created_at)"
+        " VALUES ($1, $2, $3, $4)",
+        transaction_id,
+        kind,
+        reference_id,
+        now,
+    )
+    # Lock and update accounts in id order so that concurrent transactions cannot deadlock.
+    ordered = sorted(postings, key=lambda p: p.account_id)
+    try:
+        await conn.execute(
+            "WITH p AS (SELECT unnest($1::bigint[]) AS account_id, unnest($2::bigint[]) AS amount),"
+            " agg AS (SELECT account_id, sum(amount) AS amount FROM p GROUP BY account_id)"
+            " UPDATE ledger_accounts a SET balance = a.balance + agg.amount"
+            " FROM agg WHERE a.id = agg.account_id",
+            [p.account_id for p in ordered],
+            [p.amount for p in ordered],
+        )
+    except asyncpg.CheckViolationError as exc:
+        raise InsufficientFunds(str(exc)) from exc
+    await conn.execute(
+        "INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)"
+        " SELECT $1, unnest($2::bigint[]), unnest($3::bigint[]), $4",
+        transaction_id,
+        [p.account_id for p in ordered],
+        [p.amount for p in ordered],
+        now,
+    )
+    return transaction_id
+
+
+async def check_ledger(conn: Connection) -> list[dict[str, Any]]:
+    """Every violation of the ledger invariants (DESIGN §3); empty when the books are clean."""
+    violations: list[dict[str, Any]] = []
+    for row in await conn.fetch(
+        "SELECT transaction_id, sum(amount) AS total FROM ledger_postings"
+        " GROUP BY transaction_id HAVING sum(amount) <> 0"
+    ):
+        violations.append(
+            {
+                "rule": "transaction_postings_sum_to_zero",
+                "transaction_id": str(row["transaction_id"]),
+                "sum": int(row["total"]),
+            }
+        )
+    for row in await conn.fetch(
+        "SELECT t.id FROM ledger_transactions t"
+        " WHERE (SELECT count(*) FROM ledger_postings p WHERE p.transaction_id = t.id) < 2"
+    ):
+        violations.append({"rule": "transaction_has_postings", "transaction_id": str(row["id"])})
+    for row in await conn.fetch(
+        "SELECT a.code, a.balance, coalesce(s.total, 0) AS total FROM ledger_accounts a"
+        " LEFT JOIN (SELECT account_id, sum(amount) AS total FROM ledger_postings"
+        " GROUP BY account_id) s ON s.account_id = a.id"
+        " WHERE a.balance <> coalesce(s.total, 0)"
+    ):
+        violations.append(
+            {
+                "rule": "balance_equals_sum_of_postings",
+                "account": row["code"],
+                "balance": int(row["balance"]),
+                "sum_of_postings": int(row["total"]),
+            }
+        )
+    for row in await conn.fetch(
+        "SELECT code, balance FROM ledger_accounts WHERE NOT allow_negative AND balance < 0"
+    ):
+        violations.append(
+            {"rule": "available_never_negative", "account": row["code"], "balance": row["balance"]}
+        )
+    for row in await conn.fetch(
+        "SELECT p.transaction_id FROM ledger_postings p JOIN ledger_accounts a"
+        " ON a.id = p.account_id GROUP BY p.transaction_id"
+        " HAVING count(DISTINCT a.currency) > 1"
+    ):
+        violations.append(
+            {"rule": "single_currency_transaction", "transaction_id": str(row["transaction_id"])}
+        )
+    return violations

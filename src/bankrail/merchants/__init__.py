@@ -1,0 +1,1 @@
+"""Merchants, their API clients and signing keys, and their currency accounts."""

@@ -1,0 +1,135 @@
+"""Operator routes (DESIGN §8) for merchants, clients, keys, webhooks, accounts and thresholds."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Response
+
+from bankrail.context import Context
+from bankrail.core.jsonbody import json_response
+from bankrail.core.problems import invalid_field
+from bankrail.merchants import service
+from bankrail.merchants.balances import reevaluate_notifications
+from bankrail.merchants.schemas import (
+    BalanceThreshold,
+    ClientCredentials,
+    MerchantAccountOut,
+    MerchantOut,
+    NewClient,
+    NewMerchant,
+    NewMerchantAccount,
+    NewSigningKey,
+    SigningKeyOut,
+    WebhookSettings,
+    WebhookSettingsOut,
+)
+from bankrail.security.auth import Admin
+from bankrail.web.openapi import ERRORS_ADMIN
+
+router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
+
+
+@router.post("/merchants", status_code=201, response_model=MerchantOut)
+async def create_merchant(body: NewMerchant, context: Context, _: Admin) -> Response:
+    """Create a merchant (with no accounts)."""
+    async with context.pool.acquire() as conn:
+        merchant_id = await service.create_merchant(conn, body.name, context.clock.now())
+    return json_response(201, {"id": str(merchant_id), "name": body.name})
+
+
+@router.post("/merchants/{merchant_id}/clients", status_code=201, response_model=ClientCredentials)
+async def create_client(
+    merchant_id: uuid.UUID, body: NewClient, context: Context, _: Admin
+) -> Response:
+    """Issue client credentials (default scopes: `payments`)."""
+    scopes = body.scopes if body.scopes is not None else ["payments"]
+    async with context.pool.acquire() as conn:
+        client_id, secret = await service.create_client(
+            conn, merchant_id, scopes, context.clock.now()
+        )
+    return json_response(
+        201, {"client_id": client_id, "client_secret": secret, "scopes": sorted(set(scopes))}
+    )
+
+
+@router.post("/merchants/{merchant_id}/signing-keys", status_code=201, response_model=SigningKeyOut)
+async def register_signing_key(
+    merchant_id: uuid.UUID, body: NewSigningKey, context: Context, _: Admin
+) -> Response:
+    """Register an ES512 (P-521) public key the merchant signs requests with."""
+    async with context.pool.acquire() as conn:
+        kid = await service.register_signing_key(
+            conn, merchant_id, body.public_key_pem, body.kid, context.clock.now()
+        )
+    return json_response(201, {"kid": kid})
+
+
+def _check_webhook_uri(field: str, uri: str, production: bool) -> None:
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise invalid_field(field, "must be an absolute http(s) URI")
+    if production and parts.scheme != "https":
+        raise invalid_field(field, "must use https in production mode")
+
+
+@router.put("/merchants/{merchant_id}/webhooks", response_model=WebhookSettingsOut)
+async def set_webhooks(
+    merchant_id: uuid.UUID, body: WebhookSettings, context: Context, _: Admin
+) -> Response:
+    """Set the payments (v3) and payouts (v1) webhook URIs; an explicit null clears one."""
+    given = body.model_fields_set
+    for field in ("payments_uri", "payouts_uri"):
+        value = getattr(body, field)
+        if value is not None:
+            _check_webhook_uri(field, value, not context.settings.sandbox)
+    async with context.pool.acquire() as conn:
+        result = await service.set_webhooks(
+            conn,
+            merchant_id,
+            body.payments_uri,
+            body.payouts_uri,
+            clear_payments="payments_uri" in given and body.payments_uri is None,
+            clear_payouts="payouts_uri" in given and body.payouts_uri is None,
+        )
+    return json_response(200, result)
+
+
+@router.post(
+    "/merchants/{merchant_id}/merchant-accounts",
+    status_code=201,
+    response_model=MerchantAccountOut,
+)
+async def create_merchant_account(
+    merchant_id: uuid.UUID, body: NewMerchantAccount, context: Context, _: Admin
+) -> Response:
+    """Open a GBP or EUR merchant account with fresh identifiers."""
+    async with context.pool.acquire() as conn, conn.transaction():
+        account = await service.create_merchant_account(
+            conn, merchant_id, body.currency, body.account_holder_name, context.clock.now()
+        )
+    return json_response(201, account.to_v3())
+
+
+@router.put(
+    "/merchant-accounts/{merchant_account_id}/balance-threshold",
+    response_model=MerchantAccountOut,
+)
+async def set_balance_threshold(
+    merchant_account_id: uuid.UUID, body: BalanceThreshold, context: Context, _: Admin
+) -> Response:
+    """Set (or clear with null) the low-balance threshold; the state is evaluated at once."""
+    now = context.clock.now()
+    async with context.pool.acquire() as conn, conn.transaction():
+        await service.set_balance_threshold(conn, merchant_account_id, body.threshold_in_minor)
+        await reevaluate_notifications(conn, merchant_account_id, now)
+        account = await service.require_account(conn, merchant_account_id)
+    return json_response(200, account.to_v3())
+
+
+@router.get("/merchants", response_model=list[MerchantOut])
+async def list_merchants(context: Context, _: Admin) -> Response:
+    """Every merchant, oldest first."""
+    rows = await context.pool.fetch("SELECT id, name FROM merchants ORDER BY created_at, id")
+    return json_response(200, [{"id": str(r["id"]), "name": r["name"]} for r in rows])

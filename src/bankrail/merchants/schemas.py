@@ -1,0 +1,164 @@
+"""Request and response bodies of the merchant-account and operator routes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+
+class StrictModel(BaseModel):
+    """Request bodies: exact JSON types, no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AccountIdentifier(BaseModel):
+    """An account identifier (spec 2.4.1)."""
+
+    type: Literal["sort_code_account_number", "iban"]
+    sort_code: str | None = None
+    account_number: str | None = None
+    iban: str | None = None
+
+
+class MerchantAccountOut(BaseModel):
+    """A merchant account with its balances."""
+
+    id: str
+    currency: str
+    account_identifiers: list[AccountIdentifier]
+    account_holder_name: str
+    current_balance_in_minor: int
+    available_balance_in_minor: int
+    balance_threshold_in_minor: int | None = None
+
+
+class MerchantAccountList(BaseModel):
+    """`GET /v3/merchant-accounts`."""
+
+    items: list[MerchantAccountOut]
+
+
+class BalanceEntry(BaseModel):
+    """A v1 balance entry (spec 2.1)."""
+
+    currency: str
+    iban: str
+    status: str
+    current_balance_in_minor: int
+    available_balance_in_minor: int
+
+
+class BalanceList(BaseModel):
+    """`GET /v1/balances`."""
+
+    results: list[BalanceEntry]
+
+
+class AccountTransaction(BaseModel):
+    """One movement on a merchant account."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["payment", "payout", "topup"]
+    amount_in_minor: int
+    currency: str
+    status: str
+    created_at: str
+
+
+class Pagination(BaseModel):
+    """Where the next page starts (absent when this is the last page)."""
+
+    next_cursor: str | None = None
+
+
+class AccountTransactionList(BaseModel):
+    """`GET /v3/merchant-accounts/{id}/transactions`."""
+
+    items: list[AccountTransaction]
+    pagination: Pagination
+
+
+Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class NewMerchant(StrictModel):
+    """`POST /admin/merchants`."""
+
+    name: Name
+
+
+class MerchantOut(BaseModel):
+    """A merchant."""
+
+    id: str
+    name: str
+
+
+class NewClient(StrictModel):
+    """`POST /admin/merchants/{id}/clients`."""
+
+    scopes: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = None
+
+
+class ClientCredentials(BaseModel):
+    """New client credentials; the secret is shown only once."""
+
+    client_id: str
+    client_secret: str
+    scopes: list[str]
+
+
+class NewSigningKey(StrictModel):
+    """`POST /admin/merchants/{id}/signing-keys`."""
+
+    public_key_pem: Annotated[StrictStr, Field(min_length=1, max_length=10_000)]
+    kid: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+
+
+class SigningKeyOut(BaseModel):
+    """A registered key's id."""
+
+    kid: str
+
+
+class WebhookSettings(StrictModel):
+    """`PUT /admin/merchants/{id}/webhooks`: a field given as null clears that URI."""
+
+    payments_uri: Annotated[StrictStr, Field(max_length=2000)] | None = None
+    payouts_uri: Annotated[StrictStr, Field(max_length=2000)] | None = None
+
+
+class WebhookSettingsOut(BaseModel):
+    """The webhook URIs now configured."""
+
+    payments_uri: str | None
+    payouts_uri: str | None
+
+
+class NewMerchantAccount(StrictModel):
+    """`POST /admin/merchants/{id}/merchant-accounts`."""
+
+    currency: Literal["GBP", "EUR"]
+    account_holder_name: Name | None = None
+
+
+class BalanceThreshold(StrictModel):
+    """`PUT /admin/merchant-accounts/{id}/balance-threshold` (null clears)."""
+
+    threshold_in_minor: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None
+
+
+class ScreeningList(StrictModel):
+    """`POST /admin/screening-list`: the names that AML screening rejects."""
+
+    names: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]]
+
+
+class ScreeningListOut(BaseModel):
+    """The screening list now in force."""
+
+    names: list[str]

@@ -1,0 +1,1 @@
+"""Simulated bank rails: incoming transfers, payout schemes, AML screening."""

@@ -1,0 +1,1 @@
+"""Sandbox-only routes: simulated incoming transfers and control of the service clock."""

@@ -1,0 +1,122 @@
+"""`/sandbox/...`: incoming bank transfers and the service clock (DESIGN §8)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr, model_validator
+
+from bankrail.context import Context
+from bankrail.core.jsonbody import json_response
+from bankrail.core.money import ACCOUNT_CURRENCIES, MAX_AMOUNT_IN_MINOR
+from bankrail.core.problems import invalid_field
+from bankrail.core.timefmt import iso_utc
+from bankrail.merchants.schemas import StrictModel
+from bankrail.rails.incoming import IncomingTransfer, receive_transfer
+from bankrail.security.auth import Admin
+from bankrail.web.idempotent import respond_once
+from bankrail.web.openapi import ERRORS_ADMIN
+from bankrail.web.validation import normalise_iban
+
+router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
+
+Text = Annotated[StrictStr, Field(min_length=1, max_length=140)]
+
+
+class BankTransfer(StrictModel):
+    """An incoming transfer to an IBAN, or to a sort code and account number."""
+
+    iban: Annotated[StrictStr, Field(max_length=64)] | None = None
+    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")] | None = None
+    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")] | None = None
+    amount_in_minor: Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_IN_MINOR)]
+    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
+    remitter_name: Text
+    remitter_iban: Annotated[StrictStr, Field(max_length=64)] | None = None
+    reference: Annotated[StrictStr, Field(min_length=0, max_length=140)]
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> BankTransfer:
+        by_iban = self.iban is not None
+        by_scan = self.sort_code is not None or self.account_number is not None
+        if by_iban == by_scan:
+            raise ValueError("give either iban, or sort_code and account_number")
+        if by_scan and (self.sort_code is None or self.account_number is None):
+            raise ValueError("sort_code and account_number go together")
+        return self
+
+
+class BankTransferOut(BaseModel):
+    """The recorded transfer and the account it credited."""
+
+    id: str
+    merchant_account_id: str | None
+
+
+class ClockAdvance(StrictModel):
+    """How far to move the service clock."""
+
+    seconds: Annotated[StrictInt | StrictFloat, Field(ge=0, le=10 * 365 * 86400)]
+
+
+class ClockOut(BaseModel):
+    """The service time."""
+
+    now: str
+
+
+@router.post("/bank-transfers", status_code=201, response_model=BankTransferOut)
+async def simulate_bank_transfer(
+    body: BankTransfer,
+    request: Request,
+    context: Context,
+    _: Admin,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Response:
+    """Simulate a transfer arriving over the rail; credits the account before answering."""
+    if body.currency not in ACCOUNT_CURRENCIES:
+        raise invalid_field("currency", "merchant accounts are held in GBP or EUR")
+    transfer = IncomingTransfer(
+        amount_in_minor=body.amount_in_minor,
+        currency=body.currency,
+        remitter_name=body.remitter_name,
+        reference=body.reference,
+        iban=normalise_iban(body.iban, "iban") if body.iban else None,
+        sort_code=body.sort_code,
+        account_number=body.account_number,
+        remitter_iban=normalise_iban(body.remitter_iban, "remitter_iban")
+        if body.remitter_iban
+        else None,
+    )
+
+    async def effect(conn: object) -> tuple[int, object]:
+        transfer_id, account_id = await receive_transfer(
+            conn,  # type: ignore[arg-type]
+            transfer,
+            context.clock.now(),
+        )
+        return 201, {"id": str(transfer_id), "merchant_account_id": str(account_id)}
+
+    return await respond_once(
+        context,
+        request,
+        scope="sandbox:bank-transfers",
+        key=idempotency_key,
+        body=await request.body(),
+        effect=effect,
+    )
+
+
+@router.post("/clock/advance", response_model=ClockOut)
+async def advance_clock(body: ClockAdvance, context: Context, _: Admin) -> Response:
+    """Move the service clock forward; due retries, expiries and rail steps then happen."""
+    async with context.pool.acquire() as conn:
+        now = await context.clock.advance(conn, float(body.seconds))
+    return json_response(200, {"now": iso_utc(now)})
+
+
+@router.get("/clock", response_model=ClockOut)
+async def read_clock(context: Context, _: Admin) -> Response:
+    """The service time."""
+    return json_response(200, {"now": iso_utc(context.clock.now())})

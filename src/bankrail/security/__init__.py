@@ -1,0 +1,1 @@
+"""Authentication: access tokens, request signatures and idempotency."""

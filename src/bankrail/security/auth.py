@@ -1,0 +1,126 @@
+"""FastAPI dependencies that authenticate callers and verify request signatures (DESIGN §4)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from bankrail.context import Context
+from bankrail.core.problems import Forbidden, Unauthenticated
+from bankrail.security.signing import SignatureError, parse_signature, verify_request
+from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
+
+__all__ = [
+    "Admin",
+    "AuthenticatedClient",
+    "Merchant",
+    "SignedBody",
+    "bearer_token",
+    "signed_body",
+]
+
+PAYMENTS_SCOPE = "payments"
+
+
+def bearer_token(request: Request) -> str | None:
+    """The bearer token of the Authorization header, if any."""
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+async def _access_claims(request: Request, context: Context) -> AccessClaims:
+    token = bearer_token(request)
+    if token is None:
+        raise Unauthenticated("Missing bearer access token.")
+    try:
+        claims = context.tokens.read_access_token(token, context.clock.now())
+    except TokenError as exc:
+        raise Unauthenticated(f"Invalid access token: {exc}.") from exc
+    request.state.client_id = claims.client_id
+    return claims
+
+
+AuthenticatedClient = Annotated[AccessClaims, Depends(_access_claims)]
+
+
+async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
+    if PAYMENTS_SCOPE not in claims.audiences:
+        raise Forbidden(
+            "InvalidAudience: the access token's audience does not include this API; "
+            "request a token with the `payments` scope."
+        )
+    return claims
+
+
+Merchant = Annotated[AccessClaims, Depends(_payments_client)]
+
+
+async def _admin(request: Request, context: Context) -> None:
+    token = bearer_token(request)
+    if token is None:
+        raise Unauthenticated("Missing operator bearer token.")
+    expected = context.admin_token_hash
+    if expected is None or not hmac.compare_digest(hash_secret(token), expected):
+        raise Unauthenticated("Invalid operator token.")
+
+
+Admin = Annotated[None, Depends(_admin)]
+
+
+def signed_body(
+    *,
+    header: str = "Svc-Signature",
+    require_idempotency_key: bool = True,
+    allow_body_only: bool = False,
+) -> Callable[..., Awaitable[bytes]]:
+    """A dependency that verifies the request signature and returns the raw body.
+
+    Any of `Svc-Signature` / `X-SVC-Signature` is read (the named one first). A missing or
+    unparsable signature, an unknown kid, a mismatch, or a mandatory Idempotency-Key that is
+    absent from the request or from `tl_headers` is 401 "Invalid request signature".
+    """
+    names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
+    required = ("Idempotency-Key",) if require_idempotency_key else ()
+
+    async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
+        body = await request.body()
+        value = next((request.headers[n] for n in names if n in request.headers), None)
+        if value is None:
+            raise Unauthenticated(f"Invalid request signature: the {header} header is missing.")
+        if require_idempotency_key and not request.headers.get("idempotency-key"):
+            raise Unauthenticated(
+                "Invalid request signature: the Idempotency-Key header is missing."
+            )
+        try:
+            parsed = parse_signature(value)
+            key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
+            if key is None:
+                raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
+            raw_path = request.scope.get("raw_path")
+            path = raw_path.decode("latin-1") if raw_path else request.url.path
+            verify_request(
+                key,
+                parsed,
+                method=request.method,
+                path=path,
+                headers={k.lower(): v for k, v in request.headers.items()},
+                body=body,
+                required_headers=required,
+                allow_body_only=allow_body_only,
+            )
+        except SignatureError as exc:
+            raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+        return body
+
+    return dependency
+
+
+SignedBody = Annotated[bytes, Depends(signed_body())]

@@ -1,0 +1,136 @@
+"""Idempotent request execution (DESIGN §5).
+
+The stored answer is written in the same database transaction as the request's effect, and a
+transaction-scoped advisory lock marks the key as in flight: a request that dies before commit
+releases the key at once, and a retry then performs the request exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+
+from bankrail.core.problems import (
+    IDEMPOTENCY_CONCURRENCY,
+    IDEMPOTENCY_REUSE,
+    ProblemError,
+    ProblemType,
+)
+from bankrail.db.pool import Connection
+
+__all__ = ["Decision", "StoredAnswer", "decide", "fingerprint", "run_idempotent"]
+
+
+def fingerprint(method: str, path: str, body: bytes) -> bytes:
+    """What makes two requests "the same": method, path and the SHA-256 of the body."""
+    digest = hashlib.sha256()
+    digest.update(method.upper().encode())
+    digest.update(b" ")
+    digest.update(path.rstrip("/").encode())
+    digest.update(b"\n")
+    digest.update(hashlib.sha256(body).digest())
+    return digest.digest()
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """A finished request's answer as kept for replay."""
+
+    fingerprint: bytes
+    status_code: int
+    body: bytes
+    created_at: datetime
+
+
+class Decision(Enum):
+    """What to do with a request carrying an already-seen key."""
+
+    PROCEED = "proceed"
+    REPLAY = "replay"
+    REUSE = "reuse"
+
+
+def decide(
+    stored: StoredAnswer | None, request_fingerprint: bytes, now: datetime, ttl: timedelta
+) -> Decision:
+    """Replay a valid identical answer, refuse a valid different one, else proceed."""
+    if stored is None or now - stored.created_at >= ttl:
+        return Decision.PROCEED
+    if stored.fingerprint == request_fingerprint:
+        return Decision.REPLAY
+    return Decision.REUSE
+
+
+def _lock_key(scope: str, key: str) -> int:
+    digest = hashlib.sha256(f"{scope}\0{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+Handler = Callable[[Connection], Awaitable[tuple[int, bytes]]]
+ProblemRenderer = Callable[[ProblemError], bytes]
+
+
+async def run_idempotent(
+    conn: Connection,
+    *,
+    scope: str,
+    key: str,
+    request_fingerprint: bytes,
+    now: datetime,
+    ttl: timedelta,
+    handler: Handler,
+    render_problem: ProblemRenderer,
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+) -> tuple[int, bytes]:
+    """Run `handler` at most once per (scope, key) and return its (status, body).
+
+    The handler runs inside the caller's transaction on `conn`. Its 4xx problems are stored
+    and replayed like successes (its partial writes are rolled back to a savepoint first);
+    anything else it raises propagates, and nothing is stored.
+    """
+    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _lock_key(scope, key))
+    if not locked:
+        raise ProblemError(
+            IDEMPOTENCY_CONCURRENCY,
+            "A request with this Idempotency-Key is still in flight; retry when it completes.",
+        )
+    row = await conn.fetchrow(
+        "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
+        " WHERE scope = $1 AND key = $2",
+        scope,
+        key,
+    )
+    stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
+    decision = decide(stored, request_fingerprint, now, ttl)
+    if decision is Decision.REPLAY:
+        assert stored is not None
+        return stored.status_code, stored.body
+    if decision is Decision.REUSE:
+        raise ProblemError(
+            reuse_problem,
+            "This key was already used with a different request; use a new key.",
+        )
+    try:
+        async with conn.transaction():  # a savepoint: a 4xx leaves no partial effect
+            status, body = await handler(conn)
+    except ProblemError as problem:
+        if problem.problem.status >= 500:
+            raise
+        status, body = problem.problem.status, render_problem(problem)
+    await conn.execute(
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6)"
+        " ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+        " status_code = EXCLUDED.status_code, body = EXCLUDED.body,"
+        " created_at = EXCLUDED.created_at",
+        scope,
+        key,
+        request_fingerprint,
+        status,
+        body,
+        now,
+    )
+    return status, body

@@ -1,0 +1,42 @@
+"""Merchant public keys, parsed once and cached per process."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from bankrail.security.signing import load_public_key
+
+
+class PublicKeyCache:
+    """Looks up a merchant's registered signing key by kid, parsing each PEM only once.
+
+    Keys are never changed once registered, so a cached key stays right; a miss is not
+    cached, so a key registered by another process is found on its first use here.
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._keys: dict[tuple[uuid.UUID, str], ec.EllipticCurvePublicKey] = {}
+        self._max_entries = max_entries
+
+    async def get(
+        self, pool: asyncpg.Pool, merchant_id: uuid.UUID, kid: str
+    ) -> ec.EllipticCurvePublicKey | None:
+        """The merchant's key with this kid, or None if none is registered."""
+        cached = self._keys.get((merchant_id, kid))
+        if cached is not None:
+            return cached
+        pem = await pool.fetchval(
+            "SELECT public_key_pem FROM signing_keys WHERE merchant_id = $1 AND kid = $2",
+            merchant_id,
+            kid,
+        )
+        if pem is None:
+            return None
+        key = load_public_key(pem)
+        if len(self._keys) >= self._max_entries:
+            self._keys.clear()
+        self._keys[(merchant_id, kid)] = key
+        return key

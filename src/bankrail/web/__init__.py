@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by every area, and the human-facing pages."""

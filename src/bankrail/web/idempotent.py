@@ -1,0 +1,58 @@
+"""Answering a request idempotently: the route-level face of `security.idempotency`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from fastapi import Request, Response
+
+from bankrail.context import AppContext
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE, dumps
+from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
+from bankrail.db.pool import Connection
+from bankrail.security.idempotency import fingerprint, run_idempotent
+from bankrail.web.problems import render_problem_bytes
+
+Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
+
+
+async def respond_once(
+    context: AppContext,
+    request: Request,
+    *,
+    scope: str,
+    key: str | None,
+    body: bytes,
+    effect: Effect,
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+) -> Response:
+    """Run `effect` in one transaction and answer its (status, JSON value).
+
+    With a key, the answer is stored with the effect and replayed byte for byte to a repeat
+    of the same request within the validity window (DESIGN §5).
+    """
+    now = context.clock.now()
+
+    async def handler(conn: Connection) -> tuple[int, bytes]:
+        status, value = await effect(conn)
+        return status, dumps(value)
+
+    async with context.pool.acquire() as conn, conn.transaction():
+        if key is None:
+            status, payload = await handler(conn)
+        else:
+            status, payload = await run_idempotent(
+                conn,
+                scope=scope,
+                key=key,
+                request_fingerprint=fingerprint(request.method, request.url.path, body),
+                now=now,
+                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+                handler=handler,
+                render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
+                reuse_problem=reuse_problem,
+            )
+    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
+    return Response(payload, status_code=status, media_type=media_type)

@@ -1,0 +1,132 @@
+"""ASGI middleware: trace ids, body-size limit, and the last-resort error answer."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+import asyncpg
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
+from bankrail.core.problems import (
+    PAYLOAD_TOO_LARGE,
+    SERVICE_UNAVAILABLE,
+    UNKNOWN_ERROR,
+    ProblemType,
+)
+from bankrail.web.problems import problem_document, trace_id_var
+
+log = logging.getLogger(__name__)
+
+TRACE_HEADER = b"svc-trace-id"
+
+_DATABASE_DOWN = (
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.InterfaceError,
+    ConnectionError,
+    OSError,
+)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class ServiceMiddleware:
+    """Adds `Svc-Trace-Id` to every response, caps request bodies, and answers problem+json
+    for anything that escapes the routes (503 when the database is unreachable)."""
+
+    def __init__(self, app: ASGIApp, *, public_url: str, max_body_bytes: int) -> None:
+        self.app = app
+        self.public_url = public_url
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        trace_id = secrets.token_hex(16)
+        token = trace_id_var.set(trace_id)
+        started = False
+
+        async def send_with_trace(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", []))
+                headers.append((TRACE_HEADER, trace_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            declared = _content_length(scope)
+            if declared is not None and declared > self.max_body_bytes:
+                await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+                return
+            await self.app(scope, self._limited(receive), send_with_trace)
+        except _BodyTooLarge:
+            if not started:
+                await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+        except _DATABASE_DOWN:
+            log.warning("database unavailable for %s %s", scope["method"], scope["path"])
+            if not started:
+                await self._problem(
+                    send_with_trace,
+                    SERVICE_UNAVAILABLE,
+                    "The database is unreachable; retry shortly.",
+                    {"retry-after": "1"},
+                )
+        except Exception:
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            if not started:
+                await self._problem(send_with_trace, UNKNOWN_ERROR, "An unexpected error occurred.")
+        finally:
+            trace_id_var.reset(token)
+
+    def _too_large(self) -> str:
+        return f"The request body exceeds {self.max_body_bytes} bytes."
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+        limit = self.max_body_bytes
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge
+            return message
+
+        return limited_receive
+
+    async def _problem(
+        self,
+        send: Send,
+        problem: ProblemType,
+        detail: str,
+        extra_headers: dict[str, str] | None = None,
+    ) -> None:
+        body = dumps(problem_document(problem, detail, self.public_url))
+        headers = [
+            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+        await send({"type": "http.response.start", "status": problem.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

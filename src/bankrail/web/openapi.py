@@ -1,0 +1,47 @@
+"""OpenAPI documentation of the error answers each route can give (DESIGN §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    trace_id: str
+    errors: dict[str, list[str]] | None = None
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "model": Problem,
+        "description": description,
+        "content": {"application/problem+json": {}},
+    }
+
+
+Responses = dict[int | str, dict[str, Any]]
+
+_400: Responses = {400: _problem("Invalid Parameters")}
+_401: Responses = {401: _problem("Unauthenticated")}
+_403: Responses = {403: _problem("Forbidden (InvalidAudience: token lacks the payments scope)")}
+_404: Responses = {404: _problem("Not Found")}
+_409: Responses = {409: _problem("Conflict, or Idempotency-Key Concurrency Conflict")}
+_413: Responses = {413: _problem("Payload Too Large")}
+_422: Responses = {422: _problem("Idempotency-Key Reuse")}
+
+ERRORS_AUTH: Responses = {**_400, **_401, **_403}
+ERRORS_AUTH_NOT_FOUND: Responses = {**ERRORS_AUTH, **_404}
+ERRORS_SIGNED_POST: Responses = {
+    **ERRORS_AUTH_NOT_FOUND,
+    **_409,
+    **_413,
+    **_422,
+}
+ERRORS_ADMIN: Responses = {**_400, **_401, **_404, **_409, **_413}

@@ -1,0 +1,145 @@
+"""The one place that turns errors into problem+json responses (DESIGN §6)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
+from bankrail.core.problems import (
+    INVALID_PARAMETERS,
+    UNKNOWN_ERROR,
+    ProblemError,
+    ProblemType,
+    problem_type_for_status,
+)
+
+log = logging.getLogger(__name__)
+
+trace_id_var: ContextVar[str] = ContextVar("trace_id", default="")
+
+
+def problem_document(
+    problem: ProblemType,
+    detail: str,
+    public_url: str,
+    errors: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The problem+json body for an error, carrying the current trace id."""
+    body: dict[str, Any] = {
+        "type": f"{public_url}/errors#{problem.anchor}",
+        "title": problem.title,
+        "status": problem.status,
+        "detail": detail,
+        "trace_id": trace_id_var.get(),
+    }
+    if errors:
+        body["errors"] = errors
+    return body
+
+
+def render_problem_bytes(error: ProblemError, public_url: str) -> bytes:
+    """Serialised problem body for a ProblemError (used for idempotent storage too)."""
+    return dumps(problem_document(error.problem, error.detail, public_url, error.errors))
+
+
+def problem_response(
+    problem: ProblemType,
+    detail: str,
+    public_url: str,
+    *,
+    errors: dict[str, list[str]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """A problem+json response."""
+    body = dumps(problem_document(problem, detail, public_url, errors))
+    return Response(body, problem.status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _json_path(location: Sequence[int | str]) -> str:
+    parts = list(location)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "body"
+
+
+def validation_errors(exc: RequestValidationError) -> dict[str, list[str]]:
+    """Map each failing field's JSON path to its messages."""
+    errors: dict[str, list[str]] = {}
+    for item in exc.errors():
+        location = item.get("loc", ())
+        if item.get("type") == "json_invalid":
+            errors.setdefault("body", []).append("Malformed JSON: " + str(item.get("msg", "")))
+            continue
+        # pydantic puts the union member or validator name into loc; drop non-field markers
+        cleaned = [p for p in location if not (isinstance(p, str) and "[" in p)]
+        errors.setdefault(_json_path(cleaned), []).append(str(item.get("msg", "invalid")))
+    return errors
+
+
+def _public_url(request: Request) -> str:
+    context = getattr(request.app.state, "context", None)
+    if context is not None:
+        return str(context.settings.public_url)
+    return str(getattr(request.app.state, "public_url", ""))
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Register handlers so that every error, framework-made or ours, is problem+json."""
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProblemError)
+        return problem_response(
+            exc.problem,
+            exc.detail,
+            _public_url(request),
+            errors=exc.errors,
+            headers=dict(exc.headers),
+        )
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        problem = problem_type_for_status(exc.status_code)
+        detail = exc.detail if isinstance(exc.detail, str) else problem.title
+        if exc.status_code == 404:
+            detail = f"No route matches {request.method} {request.url.path}."
+        elif exc.status_code == 405:
+            detail = f"{request.method} is not allowed on {request.url.path}."
+        if problem.status != exc.status_code:  # an uncatalogued status keeps its own code
+            problem = ProblemType(problem.anchor, exc.status_code, problem.title, "")
+        headers = dict(exc.headers) if exc.headers else None
+        return problem_response(problem, detail, _public_url(request), headers=headers)
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = validation_errors(exc)
+        fields = ", ".join(sorted(errors))
+        return problem_response(
+            INVALID_PARAMETERS,
+            f"The request is invalid: {fields}.",
+            _public_url(request),
+            errors=errors,
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(
+            UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request)
+        )
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(Exception, on_unexpected)

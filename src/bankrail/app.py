@@ -15,6 +15,10 @@ from bankrail.context import AppContext
 from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
 from bankrail.db.migrations import migrate
 from bankrail.db.pool import create_pool
+from bankrail.events.delivery import DeliveryWorker, ensure_webhook_key
+from bankrail.events.outbox import WEBHOOK_CHANNEL
+from bankrail.events.routes import admin as events_admin_router
+from bankrail.events.routes import router as events_router
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop, Listener
 from bankrail.ledger.routes import router as ledger_router
@@ -53,6 +57,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 conn, settings.admin_token, settings.data_dir
             )
             await clock.refresh(conn)
+            webhook_key = await ensure_webhook_key(conn)
+        app.state.webhook_key = webhook_key
         if generated:
             log.warning(
                 "generated an operator token; it is in %s", settings.data_dir / "admin-token"
@@ -69,6 +75,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         register_jobs(queue, context)
         app.state.jobs = queue
         loops: list[BackgroundLoop] = []
+        deliveries = DeliveryWorker(pool, clock, webhook_key, settings.public_url)
         if settings.run_workers:
             loops.append(
                 BackgroundLoop(
@@ -78,6 +85,13 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                     concurrency=2,
                 )
             )
+            webhook_loop = BackgroundLoop(
+                "webhooks",
+                [deliveries.run_batch],
+                poll_interval=settings.worker_poll_interval,
+                concurrency=2,
+            )
+            loops.append(webhook_loop)
         app.state.loops = loops
 
         def wake_all() -> None:
@@ -96,7 +110,10 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-        listener = Listener(dsn, {CLOCK_CHANNEL: on_clock_notify, JOBS_CHANNEL: wake_all})
+        listener = Listener(
+            dsn,
+            {CLOCK_CHANNEL: on_clock_notify, JOBS_CHANNEL: wake_all, WEBHOOK_CHANNEL: wake_all},
+        )
         listener.start()
         for loop in loops:
             loop.start()
@@ -106,6 +123,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             for loop in loops:
                 await loop.stop()
             await listener.stop()
+            await deliveries.close()
             await pool.close()
 
     app = FastAPI(
@@ -122,6 +140,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         auth_router,
         merchant_router,
         merchant_admin_router,
+        events_router,
+        events_admin_router,
         rails_admin_router,
         ledger_router,
         pages_router,

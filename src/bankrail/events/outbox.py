@@ -44,7 +44,7 @@ async def record_event(
     """Store the event and its pending delivery; returns the event id."""
     event_id = uuid.uuid4()
     column = "payments_webhook_uri" if family == "payments" else "payouts_webhook_uri"
-    uri = await conn.fetchval(f"SELECT {column} FROM merchants WHERE id = $1", merchant_id)  # noqa: S608
+    uri = await conn.fetchval(f"SELECT {column} FROM merchants WHERE id = $1", merchant_id)
     await conn.execute(
         "INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)"
         " VALUES ($1, $2, $3, $4, $5, $6)",
@@ -57,7 +57,8 @@ async def record_event(
     )
     await conn.execute(
         "INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,"
-        " next_attempt_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+        " next_attempt_at, created_at, updated_at, window_start)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)",
         uuid.uuid4(),
         event_id,
         merchant_id,

@@ -1,0 +1,228 @@
+"""Webhook delivery: claim due deliveries, POST them signed, record every attempt.
+
+Claims are leases on wall-clock time (so advancing the sandbox clock never steals a delivery
+that a live worker is sending), taken with FOR UPDATE SKIP LOCKED so that several worker
+processes never send the same attempt. A worker that dies mid-delivery leaves the lease to
+expire and the delivery to be tried again: delivery is at-least-once, and a delivery is marked
+delivered only after a 2xx answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+import asyncpg
+import httpx
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from bankrail.core.clock import ServiceClock
+from bankrail.db.pool import Connection
+from bankrail.events.schedule import next_attempt_at
+from bankrail.security import signing
+from bankrail.security.service_keys import ensure_secret
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_SIGNING_KEY = "webhook_signing"
+TIMESTAMP_HEADER = "X-SVC-Webhook-Timestamp"
+ATTEMPT_TIMEOUT = 10.0
+LEASE = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class WebhookKey:
+    """The service's ES512 key for signing webhooks, and its kid."""
+
+    kid: str
+    private_key: ec.EllipticCurvePrivateKey
+
+    def jwk(self) -> dict[str, str]:
+        """The public half as a JWK."""
+        return signing.public_jwk(self.private_key.public_key(), self.kid)
+
+
+async def ensure_webhook_key(conn: Connection) -> WebhookKey:
+    """The webhook signing key, generated on first start and kept in the database."""
+    fresh = signing.private_key_pem(signing.generate_private_key()).encode()
+    kid, pem = await ensure_secret(conn, WEBHOOK_SIGNING_KEY, fresh)
+    key = load_pem_private_key(pem, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return WebhookKey(kid, key)
+
+
+def webhook_timestamp(moment: datetime) -> str:
+    """The X-SVC-Webhook-Timestamp value: ISO 8601 UTC to the second, with Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def signed_headers(
+    key: WebhookKey, jku: str, uri: str, body: bytes, now: datetime
+) -> dict[str, str]:
+    """The headers of one delivery attempt, Svc-Signature included."""
+    timestamp = webhook_timestamp(now)
+    covered = [(TIMESTAMP_HEADER, timestamp), ("Content-Type", "application/json")]
+    signature = signing.sign_request(
+        key.private_key,
+        key.kid,
+        method="POST",
+        path=urlsplit(uri).path or "/",
+        headers=covered,
+        body=body,
+        jku=jku,
+    )
+    return {**dict(covered), "Svc-Signature": signature}
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery this worker holds the lease of."""
+
+    id: uuid.UUID
+    uri: str
+    payload: bytes
+    attempt_count: int
+    window_start: datetime
+    lease_until: datetime
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt got."""
+
+    at: datetime
+    status_code: int | None
+    error: str | None
+    latency_ms: float
+
+    @property
+    def delivered(self) -> bool:
+        """A 2xx answer is a delivery."""
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class DeliveryWorker:
+    """Sends due webhook deliveries in batches, concurrently."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: ServiceClock,
+        key: WebhookKey,
+        public_url: str,
+        *,
+        batch_size: int = 100,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._key = key
+        self._jku = f"{public_url}/.well-known/jwks"
+        self._batch_size = batch_size
+        self._rng = rng or random.Random()
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(ATTEMPT_TIMEOUT),
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
+            headers={"User-Agent": "Bankrail-Webhooks/1"},
+        )
+
+    async def close(self) -> None:
+        """Release the HTTP connections."""
+        await self._client.aclose()
+
+    async def run_batch(self) -> int:
+        """Claim and send one batch of due deliveries; returns how many were attempted."""
+        claimed = await self._claim()
+        if not claimed:
+            return 0
+        outcomes = await asyncio.gather(*(self._attempt(c) for c in claimed))
+        await self._record(list(zip(claimed, outcomes, strict=True)))
+        return len(claimed)
+
+    async def _claim(self) -> list[Claimed]:
+        now = self._clock.now()
+        rows = await self._pool.fetch(
+            "WITH due AS (SELECT d.id FROM webhook_deliveries d"
+            " WHERE d.status = 'pending' AND d.next_attempt_at <= $1"
+            " AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())"
+            " ORDER BY d.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            " UPDATE webhook_deliveries d SET lease_until = clock_timestamp() + $3::interval"
+            " FROM due, events e WHERE d.id = due.id AND e.id = d.event_id"
+            " RETURNING d.id, d.uri, e.payload, d.attempt_count, d.window_start, d.lease_until",
+            now,
+            self._batch_size,
+            LEASE,
+        )
+        return [
+            Claimed(
+                r["id"],
+                r["uri"],
+                bytes(r["payload"]),
+                r["attempt_count"],
+                r["window_start"],
+                r["lease_until"],
+            )
+            for r in rows
+        ]
+
+    async def _attempt(self, delivery: Claimed) -> Outcome:
+        at = self._clock.now()
+        headers = signed_headers(self._key, self._jku, delivery.uri, delivery.payload, at)
+        started = time.perf_counter()
+        try:
+            async with self._client.stream(
+                "POST", delivery.uri, content=delivery.payload, headers=headers
+            ) as response:
+                status = response.status_code  # the body is never read: it may be huge
+            return Outcome(at, status, None, (time.perf_counter() - started) * 1000)
+        except httpx.TimeoutException:
+            error = f"timeout after {ATTEMPT_TIMEOUT:.0f} s"
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+        return Outcome(at, None, error, (time.perf_counter() - started) * 1000)
+
+    async def _record(self, results: list[tuple[Claimed, Outcome]]) -> None:
+        now = self._clock.now()
+        ids, statuses, next_times, counts, leases = [], [], [], [], []
+        for delivery, outcome in results:
+            attempts = delivery.attempt_count + 1
+            retry_at = None
+            if outcome.delivered:
+                status = "delivered"
+            else:
+                retry_at = next_attempt_at(delivery.window_start, now, attempts, self._rng)
+                status = "pending" if retry_at is not None else "discarded"
+            ids.append(delivery.id)
+            statuses.append(status)
+            next_times.append(retry_at)
+            counts.append(attempts)
+            leases.append(delivery.lease_until)
+        async with self._pool.acquire() as conn, conn.transaction():
+            # Only the lease holder moves the delivery on: a stale worker whose lease ran out
+            # and was taken over only logs its attempt (which did happen: at-least-once).
+            await conn.execute(
+                "UPDATE webhook_deliveries d SET status = u.status, next_attempt_at = u.next_at,"
+                " attempt_count = u.attempts, lease_until = NULL, updated_at = $6"
+                " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
+                " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
+                " WHERE d.id = u.id AND d.lease_until = u.lease",
+                ids,
+                statuses,
+                next_times,
+                counts,
+                leases,
+                now,
+            )
+            await conn.executemany(
+                "INSERT INTO webhook_attempts (delivery_id, at, status_code, error, latency_ms)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                [(d.id, o.at, o.status_code, o.error, o.latency_ms) for d, o in results],
+            )

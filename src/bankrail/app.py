@@ -24,6 +24,8 @@ from bankrail.jobs.runner import BackgroundLoop, Listener
 from bankrail.ledger.routes import router as ledger_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
 from bankrail.merchants.routes import router as merchant_router
+from bankrail.payouts import service as payouts_service
+from bankrail.payouts.routes import router as payouts_router
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.routes import router as auth_router
@@ -38,7 +40,8 @@ log = logging.getLogger(__name__)
 
 def register_jobs(queue: JobQueue, context: AppContext) -> None:
     """Give the queue a handler for every kind of job the areas schedule."""
-    del queue, context  # areas register their job kinds here as they gain them
+    queue.register(payouts_service.ADVANCE_JOB, payouts_service.advance_payout)
+    del context
 
 
 def create_app(settings: Settings, dsn: str) -> FastAPI:
@@ -139,6 +142,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     for router in (
         auth_router,
         merchant_router,
+        payouts_router,
         merchant_admin_router,
         events_router,
         events_admin_router,

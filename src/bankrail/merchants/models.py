@@ -36,7 +36,8 @@ class AccountIdentifiers:
                     "account_number": self.account_number,
                 }
             )
-        items.append({"type": "iban", "iban": self.iban})
+        if self.iban:
+            items.append({"type": "iban", "iban": self.iban})
         return items
 
 

@@ -13,7 +13,8 @@ from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import credit_from_clearing
-from bankrail.merchants.service import find_account_by_identifier, lock_account
+from bankrail.merchants.models import MerchantAccount
+from bankrail.merchants.service import find_account_by_identifier
 
 INCOMING_RAIL = "bank_transfer"
 
@@ -57,20 +58,7 @@ async def receive_transfer(
             f"The account is held in {account.currency}, not {transfer.currency}.",
             {"currency": [f"must be {account.currency} for this account"]},
         )
-    account = await lock_account(conn, account.id)
     transfer_id = uuid.uuid4()
-    await conn.execute(
-        "INSERT INTO topups (id, merchant_account_id, amount_in_minor, currency, remitter_name,"
-        " remitter_iban, reference, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        transfer_id,
-        account.id,
-        transfer.amount_in_minor,
-        transfer.currency,
-        transfer.remitter_name,
-        transfer.remitter_iban,
-        transfer.reference,
-        now,
-    )
     await credit_from_clearing(
         conn,
         account,
@@ -80,19 +68,57 @@ async def receive_transfer(
         reference_id=transfer_id,
         now=now,
     )
+    await record_internal_credit(
+        conn,
+        account,
+        transfer_id=transfer_id,
+        amount=transfer.amount_in_minor,
+        remitter_name=transfer.remitter_name,
+        remitter_iban=transfer.remitter_iban,
+        reference=transfer.reference,
+        now=now,
+    )
+    return transfer_id, account.id
+
+
+async def record_internal_credit(
+    conn: Connection,
+    account: MerchantAccount,
+    *,
+    transfer_id: uuid.UUID,
+    amount: int,
+    remitter_name: str,
+    remitter_iban: str | None,
+    reference: str,
+    now: datetime,
+) -> None:
+    """Record money received into `account` (already credited in the ledger by the caller):
+    the top-up row, the account's activity list, and the `topup_received` event."""
+    await conn.execute(
+        "INSERT INTO topups (id, merchant_account_id, amount_in_minor, currency, remitter_name,"
+        " remitter_iban, reference, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        transfer_id,
+        account.id,
+        amount,
+        account.currency,
+        remitter_name,
+        remitter_iban,
+        reference,
+        now,
+    )
     await record_activity(
         conn,
         item_id=transfer_id,
         merchant_account_id=account.id,
         type_="topup",
-        amount=transfer.amount_in_minor,
-        currency=transfer.currency,
+        amount=amount,
+        currency=account.currency,
         status="settled",
         now=now,
         details={
-            "remitter_name": transfer.remitter_name,
-            "remitter_iban": transfer.remitter_iban,
-            "reference": transfer.reference,
+            "remitter_name": remitter_name,
+            "remitter_iban": remitter_iban,
+            "reference": reference,
             "settled_at": iso_utc(now),
         },
     )
@@ -103,13 +129,12 @@ async def receive_transfer(
         event_type="topup_received",
         body={
             "iban": account.identifiers.iban,
-            "currency": transfer.currency,
-            "amount_in_minor": transfer.amount_in_minor,
-            "remitter_name": transfer.remitter_name,
-            "remitter_iban": transfer.remitter_iban,
-            "reference": transfer.reference,
+            "currency": account.currency,
+            "amount_in_minor": amount,
+            "remitter_name": remitter_name,
+            "remitter_iban": remitter_iban,
+            "reference": reference,
             "received_at": iso_utc(now),
         },
         now=now,
     )
-    return transfer_id, account.id

@@ -27,6 +27,7 @@ async def respond_once(
     body: bytes,
     effect: Effect,
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+    ttl: timedelta | None = None,
 ) -> Response:
     """Run `effect` in one transaction and answer its (status, JSON value).
 
@@ -49,7 +50,7 @@ async def respond_once(
                 key=key,
                 request_fingerprint=fingerprint(request.method, request.url.path, body),
                 now=now,
-                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+                ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
                 handler=handler,
                 render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
                 reuse_problem=reuse_problem,

@@ -1,0 +1,1 @@
+"""Pay-ins: payments API v3, payment sources."""

@@ -1,0 +1,117 @@
+"""The payout state machine, in plain Python.
+
+One lifecycle serves both APIs:
+
+    pending --authorize--> authorized --submit--> submitted --execute--> executed
+       |                       |                      |
+       +-----------------------+----------------------+--fail--> failed (with a reason)
+
+v3 shows `pending`, `authorized` (also while submitted), `executed` and `failed`; v1 shows
+the same steps as events `payout_authorised`, `payout_submitted`, `payout_settled`, and a
+failure as `payout_rejected` (insufficient funds, AML) or `payout_failed` (anything else).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """Where a payout is in its lifecycle."""
+
+    PENDING = "pending"
+    AUTHORIZED = "authorized"
+    SUBMITTED = "submitted"
+    EXECUTED = "executed"
+    FAILED = "failed"
+
+
+class FailureReason(StrEnum):
+    """Why a payout failed, as API v3 names it."""
+
+    INSUFFICIENT_FUNDS = "insufficient_funds"
+    BLOCKED = "blocked"
+    INVALID_IBAN = "invalid_iban"
+    SCHEME_ERROR = "scheme_error"
+    SERVER_ERROR = "server_error"
+
+
+# Reasons that v1 reports as a rejection at acceptance rather than a later failure.
+REJECTIONS = frozenset({FailureReason.INSUFFICIENT_FUNDS, FailureReason.BLOCKED})
+TERMINAL = frozenset({Stage.EXECUTED, Stage.FAILED})
+
+
+class InvalidTransition(Exception):
+    """The payout cannot take this step from its current stage."""
+
+
+@dataclass(frozen=True)
+class PayoutState:
+    """The lifecycle fields of a payout."""
+
+    stage: Stage
+    created_at: datetime
+    authorized_at: datetime | None = None
+    submitted_at: datetime | None = None
+    executed_at: datetime | None = None
+    failed_at: datetime | None = None
+    failure_reason: FailureReason | None = None
+
+    def _require(self, *stages: Stage) -> None:
+        if self.stage not in stages:
+            raise InvalidTransition(f"a {self.stage} payout cannot take this step")
+
+    def authorize(self, now: datetime) -> PayoutState:
+        """Funds are held and screening passed."""
+        self._require(Stage.PENDING)
+        return replace(self, stage=Stage.AUTHORIZED, authorized_at=now)
+
+    def submit(self, now: datetime) -> PayoutState:
+        """Handed to the scheme."""
+        self._require(Stage.AUTHORIZED)
+        return replace(self, stage=Stage.SUBMITTED, submitted_at=now)
+
+    def execute(self, now: datetime) -> PayoutState:
+        """The scheme paid the beneficiary."""
+        self._require(Stage.SUBMITTED)
+        return replace(self, stage=Stage.EXECUTED, executed_at=now)
+
+    def fail(self, now: datetime, reason: FailureReason) -> PayoutState:
+        """The payout ends unpaid; rejections happen only before authorisation."""
+        self._require(Stage.PENDING, Stage.AUTHORIZED, Stage.SUBMITTED)
+        if reason in REJECTIONS and self.stage is not Stage.PENDING:
+            raise InvalidTransition(f"{reason} can only reject a pending payout")
+        return replace(self, stage=Stage.FAILED, failed_at=now, failure_reason=reason)
+
+    @property
+    def holds_funds(self) -> bool:
+        """True while money is set aside for this payout (it is taken at acceptance)."""
+        return self.stage in (Stage.AUTHORIZED, Stage.SUBMITTED)
+
+    @property
+    def v3_status(self) -> str:
+        """The status API v3 shows."""
+        if self.stage is Stage.SUBMITTED:
+            return Stage.AUTHORIZED.value
+        return self.stage.value
+
+    @property
+    def v1_status(self) -> str:
+        """The status API v1 shows in transaction records."""
+        return {
+            Stage.PENDING: "pending",
+            Stage.AUTHORIZED: "authorised",
+            Stage.SUBMITTED: "submitted",
+            Stage.EXECUTED: "settled",
+        }.get(self.stage) or ("rejected" if self.failure_reason in REJECTIONS else "failed")
+
+
+def v1_reason(reason: FailureReason) -> str:
+    """A failure reason as API v1 names it."""
+    if reason is FailureReason.BLOCKED:
+        return "aml_check_failed"
+    if reason is FailureReason.INVALID_IBAN:
+        return "scheme_error"
+    return reason.value

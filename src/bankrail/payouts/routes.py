@@ -1,0 +1,270 @@
+"""Payout routes: `POST /v1/payouts`, `GET /v1/transactions`, `POST /v3/payouts`,
+`GET /v3/payouts/{id}`."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+
+from bankrail.context import Context
+from bankrail.core.jsonbody import json_response
+from bankrail.core.problems import CONFLICT, invalid_field
+from bankrail.core.timefmt import iso_utc_7, parse_timestamp
+from bankrail.db.pool import Connection
+from bankrail.merchants.service import require_account
+from bankrail.payouts import service
+from bankrail.payouts.schemas import (
+    PayoutCreated,
+    PayoutOut,
+    V1PayoutAccepted,
+    V1PayoutRequest,
+    V1TransactionList,
+    V3PayoutRequest,
+)
+from bankrail.security.auth import Merchant, SignedBody, signed_body
+from bankrail.web.idempotent import respond_once
+from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+
+router = APIRouter()
+
+V1SignedBody = Annotated[
+    bytes,
+    Depends(
+        signed_body(header="X-SVC-Signature", require_idempotency_key=False, allow_body_only=True)
+    ),
+]
+IdempotencyKey = Annotated[str, Header(min_length=1, max_length=200)]
+# v1 transaction ids are unique for good: a repeat is recognised however late it comes.
+V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
+
+
+@router.post(
+    "/v3/payouts",
+    status_code=202,
+    tags=["payouts v3"],
+    response_model=PayoutCreated,
+    responses=ERRORS_SIGNED_POST,
+)
+async def create_v3_payout(
+    body: V3PayoutRequest,
+    request: Request,
+    context: Context,
+    merchant: Merchant,
+    raw: SignedBody,
+    idempotency_key: IdempotencyKey,
+) -> Response:
+    """Create an open-loop (`external_account`) or closed-loop (`payment_source`) payout.
+
+    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
+    """
+
+    async def effect(conn: Connection) -> tuple[int, Any]:
+        now = context.clock.now()
+        account = await require_account(
+            conn, uuid.UUID(body.merchant_account_id), merchant.merchant_id
+        )
+        if body.currency != account.currency:
+            raise invalid_field(
+                "currency", f"must be {account.currency}, the merchant account's currency"
+            )
+        beneficiary = body.beneficiary.model_dump()
+        if beneficiary["type"] == "payment_source":
+            destination = await service.closed_loop_destination(conn, account, beneficiary)
+        else:
+            destination = await service.open_loop_destination(
+                conn, account, body.currency, beneficiary
+            )
+        payout_id = await service.accept_payout(
+            conn,
+            api="v3",
+            account=account,
+            amount=body.amount_in_minor,
+            destination=destination,
+            reference=beneficiary["reference"],
+            metadata=body.metadata,
+            now=now,
+        )
+        return 202, {"id": str(payout_id)}
+
+    return await respond_once(
+        context,
+        request,
+        scope=f"v3:{merchant.client_id}",
+        key=idempotency_key,
+        body=raw,
+        effect=effect,
+    )
+
+
+@router.get(
+    "/v3/payouts/{payout_id}",
+    tags=["payouts v3"],
+    response_model=PayoutOut,
+    responses=ERRORS_AUTH_NOT_FOUND,
+)
+async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
+    """A payout with its status, and `failure_reason` when it failed."""
+    async with context.pool.acquire() as conn:
+        record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
+    return json_response(200, record)
+
+
+@router.post(
+    "/v1/payouts",
+    status_code=202,
+    tags=["payouts v1"],
+    response_model=V1PayoutAccepted,
+    responses=ERRORS_SIGNED_POST,
+)
+async def create_v1_payout(
+    body: V1PayoutRequest,
+    request: Request,
+    context: Context,
+    merchant: Merchant,
+    raw: V1SignedBody,
+) -> Response:
+    """Pay out from the merchant's account in `currency` to a beneficiary IBAN.
+
+    `transaction_id` is the idempotency key: a repeat with the same body answers 202 again
+    and creates nothing; a different body is 409. Insufficient funds and AML hits are
+    accepted and then rejected by a `payout_rejected` event.
+    """
+    del raw  # verified by the dependency
+
+    async def effect(conn: Connection) -> tuple[int, Any]:
+        now = context.clock.now()
+        account_id = await conn.fetchval(
+            "SELECT id FROM merchant_accounts WHERE merchant_id = $1 AND currency = $2"
+            " ORDER BY created_at LIMIT 1",
+            merchant.merchant_id,
+            body.currency,
+        )
+        if account_id is None:
+            raise invalid_field("currency", f"the merchant has no {body.currency} account")
+        account = await require_account(conn, account_id)
+        identifiers = service.iban_identifiers(body.beneficiary_iban, "beneficiary_iban")
+        internal = await service.resolve_account(
+            conn, account, body.currency, identifiers, "beneficiary_iban"
+        )
+        destination = service.Destination(
+            name=body.beneficiary_name,
+            identifiers=identifiers,
+            beneficiary={
+                "type": "external_account",
+                "account_holder_name": body.beneficiary_name,
+                "reference": body.beneficiary_reference,
+                "account_identifier": {"type": "iban", "iban": identifiers.iban},
+                "account_identifiers": identifiers.as_list(),
+            },
+            internal_account=internal,
+        )
+        await service.accept_payout(
+            conn,
+            api="v1",
+            account=account,
+            amount=body.amount_in_minor,
+            destination=destination,
+            reference=body.beneficiary_reference,
+            transaction_id=uuid.UUID(body.transaction_id),
+            context_code=body.context_code,
+            now=now,
+        )
+        return 202, {"transaction_id": body.transaction_id}
+
+    canonical = orjson.dumps(body.model_dump(), option=orjson.OPT_SORT_KEYS)
+    return await respond_once(
+        context,
+        request,
+        scope=f"v1:{merchant.merchant_id}",
+        key=body.transaction_id.lower(),
+        body=canonical,
+        effect=effect,
+        reuse_problem=CONFLICT,
+        ttl=V1_IDEMPOTENCY_TTL,
+    )
+
+
+def _v1_record(row: Any) -> dict[str, Any]:
+    details = row["details"]
+
+    def stamp(key: str) -> str | None:
+        value = details.get(key)
+        return iso_utc_7(parse_timestamp(value)) if value else None
+
+    if row["type"] == "topup":
+        return {
+            "transaction_id": str(row["id"]),
+            "type": "topup",
+            "settled_at": stamp("settled_at"),
+            "remitter_name": details.get("remitter_name"),
+            "remitter_iban": details.get("remitter_iban"),
+            "reference": details.get("reference"),
+            "amount_in_minor": row["amount_in_minor"],
+            "currency": row["currency"],
+            "status": "settled",
+        }
+    return {
+        "transaction_id": details.get("transaction_id", str(row["id"])),
+        "type": "payout",
+        "authorised_at": stamp("authorized_at"),
+        "submitted_at": stamp("submitted_at"),
+        "settled_at": stamp("executed_at"),
+        "beneficiary_name": details.get("beneficiary_name"),
+        "beneficiary_iban": details.get("beneficiary_iban"),
+        "beneficiary_reference": details.get("reference"),
+        "amount_in_minor": row["amount_in_minor"],
+        "currency": row["currency"],
+        "context_code": details.get("context_code"),
+        "status": details.get("v1_status", "pending"),
+    }
+
+
+@router.get(
+    "/v1/transactions",
+    tags=["payouts v1"],
+    response_model=V1TransactionList,
+    responses=ERRORS_AUTH,
+)
+async def list_v1_transactions(
+    context: Context,
+    merchant: Merchant,
+    from_: Annotated[datetime | None, Query(alias="from")] = None,
+    to: Annotated[datetime | None, Query()] = None,
+    type: Annotated[Literal["Payout", "Topup", "payout", "topup"] | None, Query()] = None,
+    currency: Annotated[str | None, Query(pattern=r"^[A-Z]{3}$")] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> Response:
+    """Payouts and top-ups of the caller's currency accounts, oldest first; `from` and `to`
+    are inclusive, `type` is `Payout` or `Topup`."""
+    from bankrail.core.pagination import decode_cursor, encode_cursor
+
+    after_time, after_id = decode_cursor(cursor) if cursor else (None, None)
+    rows = await context.pool.fetch(
+        "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.created_at, a.details"
+        " FROM account_activity a JOIN merchant_accounts m ON m.id = a.merchant_account_id"
+        " WHERE m.merchant_id = $1 AND a.type IN ('payout', 'topup')"
+        " AND ($2::text IS NULL OR a.type = $2) AND ($3::text IS NULL OR a.currency = $3)"
+        " AND ($4::timestamptz IS NULL OR a.created_at >= $4)"
+        " AND ($5::timestamptz IS NULL OR a.created_at <= $5)"
+        " AND ($6::timestamptz IS NULL OR (a.created_at, a.id) > ($6, $7::uuid))"
+        " ORDER BY a.created_at, a.id LIMIT $8",
+        merchant.merchant_id,
+        type.lower() if type else None,
+        currency,
+        from_,
+        to,
+        after_time,
+        after_id,
+        limit + 1,
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    answer: dict[str, Any] = {"results": [_v1_record(r) for r in rows]}
+    if more:
+        answer["next_cursor"] = encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
+    return json_response(200, answer)

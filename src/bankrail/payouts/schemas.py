@@ -1,0 +1,164 @@
+"""Request and response bodies of the payout routes (spec 2.2 to 2.4, DESIGN §7)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+from bankrail.core.money import MAX_AMOUNT_IN_MINOR
+from bankrail.merchants.schemas import StrictModel
+
+Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_IN_MINOR)]
+Currency = Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
+Uuid = Annotated[
+    StrictStr,
+    Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"),
+]
+
+
+class V1PayoutRequest(StrictModel):
+    """`POST /v1/payouts` (spec 2.2)."""
+
+    transaction_id: Uuid
+    beneficiary_name: Annotated[StrictStr, Field(min_length=1, max_length=18)]
+    beneficiary_iban: Annotated[StrictStr, Field(min_length=1, max_length=64)]
+    beneficiary_reference: Annotated[StrictStr, Field(min_length=1, max_length=18)]
+    currency: Currency
+    amount_in_minor: Amount
+    context_code: Literal["withdrawal", "service_payment", "internal"] = "withdrawal"
+
+
+class V1PayoutAccepted(BaseModel):
+    """The 202 answer of `POST /v1/payouts`."""
+
+    transaction_id: str
+
+
+class V1Transaction(BaseModel):
+    """A v1 transaction record (spec 2.3); top-ups carry remitter fields instead."""
+
+    model_config = ConfigDict(extra="allow")
+
+    transaction_id: str
+    type: Literal["payout", "topup"]
+    amount_in_minor: int
+    currency: str
+    status: str
+
+
+class V1TransactionList(BaseModel):
+    """`GET /v1/transactions`."""
+
+    results: list[V1Transaction]
+    next_cursor: str | None = None
+
+
+class SortCodeAccountNumber(StrictModel):
+    """A UK account."""
+
+    type: Literal["sort_code_account_number"]
+    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")]
+    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")]
+
+
+class IbanIdentifier(StrictModel):
+    """An account by IBAN."""
+
+    type: Literal["iban"]
+    iban: Annotated[StrictStr, Field(min_length=5, max_length=64)]
+
+
+AccountIdentifier = Annotated[SortCodeAccountNumber | IbanIdentifier, Field(discriminator="type")]
+Reference = Annotated[StrictStr, Field(min_length=1, max_length=140)]
+
+
+class Address(StrictModel):
+    """A beneficiary's address (spec 2.4)."""
+
+    address_line1: Annotated[StrictStr, Field(min_length=1, max_length=140)]
+    address_line2: Annotated[StrictStr, Field(max_length=140)] | None = None
+    city: Annotated[StrictStr, Field(min_length=1, max_length=140)]
+    state: Annotated[StrictStr, Field(min_length=1, max_length=140)]
+    zip: Annotated[StrictStr, Field(min_length=1, max_length=20)]
+    country_code: Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}$")]
+
+
+class ExternalAccount(StrictModel):
+    """Open loop: pay any account."""
+
+    type: Literal["external_account"]
+    reference: Reference
+    account_holder_name: Annotated[StrictStr, Field(min_length=1, max_length=140)]
+    account_identifier: AccountIdentifier
+    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    address: Address | None = None
+
+    @field_validator("date_of_birth")
+    @classmethod
+    def _real_past_date(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            born = dt.date.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError("must be a real date (YYYY-MM-DD)") from exc
+        if born > dt.datetime.now(dt.UTC).date() or born.year < 1800:
+            raise ValueError("must be a date in the past")
+        return value
+
+
+class PaymentSourceBeneficiary(StrictModel):
+    """Closed loop: pay back a user's payment source."""
+
+    type: Literal["payment_source"]
+    user_id: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    payment_source_id: Uuid
+    reference: Reference
+
+
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=100)], Annotated[StrictStr, Field(max_length=500)]],
+    Field(max_length=50),
+]
+Beneficiary = Annotated[ExternalAccount | PaymentSourceBeneficiary, Field(discriminator="type")]
+
+
+class V3PayoutRequest(StrictModel):
+    """`POST /v3/payouts` (spec 4.2)."""
+
+    merchant_account_id: Uuid
+    amount_in_minor: Amount
+    currency: Currency
+    beneficiary: Beneficiary
+    metadata: (
+        dict[Annotated[str, Field(max_length=100)], Annotated[StrictStr, Field(max_length=500)]]
+        | None
+    ) = Field(default=None, max_length=50)
+
+
+class PayoutCreated(BaseModel):
+    """The 202 answer of `POST /v3/payouts`."""
+
+    id: str
+
+
+class PayoutOut(BaseModel):
+    """A v3 payout record (spec 2.4)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    merchant_account_id: str
+    amount_in_minor: int
+    currency: str
+    beneficiary: dict[str, object]
+    scheme_id: str
+    status: Literal["pending", "authorized", "executed", "failed"]
+    created_at: str
+    authorized_at: str | None = None
+    executed_at: str | None = None
+    failed_at: str | None = None
+    failure_reason: str | None = None
+    metadata: dict[str, str] | None = None

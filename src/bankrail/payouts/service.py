@@ -1,0 +1,451 @@
+"""Accepting payouts and moving them through the simulated rails, in PostgreSQL.
+
+Acceptance (in the request's transaction) screens the beneficiary and holds the funds, so
+`available_balance_in_minor` falls at once and concurrent payouts can never overdraw. Each
+later step runs as a durable job in the transaction that also records its ledger postings and
+its events: a crash between steps resumes after restart, and no step happens twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from bankrail.core.problems import InvalidParameters, NotFound, invalid_field
+from bankrail.core.timefmt import iso_utc, iso_utc_7
+from bankrail.db.pool import Connection
+from bankrail.events.outbox import record_event
+from bankrail.jobs.queue import enqueue
+from bankrail.ledger.models import InsufficientFunds
+from bankrail.merchants.activity import record_activity
+from bankrail.merchants.balances import (
+    consume_hold,
+    hold_funds,
+    release_hold,
+    transfer_between_accounts,
+)
+from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
+from bankrail.merchants.service import find_account_by_identifier, get_account
+from bankrail.payments.sources import payable_source
+from bankrail.payouts.models import (
+    REJECTIONS,
+    FailureReason,
+    PayoutState,
+    Stage,
+    v1_reason,
+)
+from bankrail.rails.incoming import record_internal_credit
+from bankrail.rails.schemes import sandbox_outcome, scheme_for
+from bankrail.rails.screening import is_screened_out
+from bankrail.web.validation import normalise_iban
+
+ADVANCE_JOB = "payout.advance"
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a payout goes, resolved and validated."""
+
+    name: str
+    identifiers: AccountIdentifiers
+    beneficiary: dict[str, Any]
+    internal_account: MerchantAccount | None
+
+
+def _check_route(currency: str, identifiers: AccountIdentifiers, field: str) -> None:
+    """GBP pays a UK account (sort code or GB IBAN); EUR pays a non-GB IBAN (spec 2.4.1)."""
+    if identifiers.sort_code is not None:
+        if currency != "GBP":
+            raise invalid_field(field, "sort code and account number accounts are paid in GBP")
+        return
+    country = identifiers.iban[:2]
+    if currency == "GBP" and country != "GB":
+        raise invalid_field(field, "GBP payouts go to a UK account (sort code or GB IBAN)")
+    if currency == "EUR" and country == "GB":
+        raise invalid_field(field, "EUR payouts go to a non-GB IBAN")
+    if currency not in ("GBP", "EUR"):
+        raise invalid_field("currency", "payouts are made in GBP or EUR")
+
+
+async def resolve_account(
+    conn: Connection,
+    source: MerchantAccount,
+    currency: str,
+    identifiers: AccountIdentifiers,
+    field: str,
+) -> MerchantAccount | None:
+    """Validate the route and find the payee's Bankrail account, if it holds one."""
+    _check_route(currency, identifiers, field)
+    payee = await find_account_by_identifier(
+        conn,
+        iban=identifiers.iban or None,
+        sort_code=identifiers.sort_code,
+        account_number=identifiers.account_number,
+    )
+    if payee is None or payee.currency != currency:
+        return None
+    if payee.id == source.id:
+        raise invalid_field(field, "a merchant account cannot pay itself")
+    return payee
+
+
+def external_identifiers(raw: dict[str, Any], field: str) -> AccountIdentifiers:
+    """Identifiers from a validated `account_identifier` object."""
+    if raw["type"] == "iban":
+        return AccountIdentifiers(normalise_iban(raw["iban"], f"{field}.iban"), None, None)
+    return AccountIdentifiers("", raw["sort_code"], raw["account_number"])
+
+
+def iban_identifiers(raw_iban: str, field: str) -> AccountIdentifiers:
+    """Identifiers for a bare IBAN (v1)."""
+    return AccountIdentifiers(normalise_iban(raw_iban, field), None, None)
+
+
+async def closed_loop_destination(
+    conn: Connection, account: MerchantAccount, beneficiary: dict[str, Any]
+) -> Destination:
+    """A payment source the user paid into this account from; otherwise 400."""
+    source = await payable_source(
+        conn,
+        merchant_account_id=account.id,
+        user_id=beneficiary["user_id"],
+        payment_source_id=uuid.UUID(beneficiary["payment_source_id"]),
+    )
+    if source is None:
+        raise InvalidParameters(
+            "The payment source did not pay into this merchant account for this user.",
+            {
+                "beneficiary.payment_source_id": [
+                    "no settled payment from this user and source into this merchant account"
+                ]
+            },
+        )
+    identifiers = source.identifiers
+    internal = await resolve_account(
+        conn, account, account.currency, identifiers, "beneficiary.payment_source_id"
+    )
+    return Destination(
+        name=source.account_holder_name,
+        identifiers=identifiers,
+        beneficiary={
+            "type": "payment_source",
+            "user_id": source.user_id,
+            "payment_source_id": str(source.id),
+            "reference": beneficiary["reference"],
+            "account_holder_name": source.account_holder_name,
+            "account_identifiers": identifiers.as_list(),
+        },
+        internal_account=internal,
+    )
+
+
+async def open_loop_destination(
+    conn: Connection, account: MerchantAccount, currency: str, beneficiary: dict[str, Any]
+) -> Destination:
+    """Any external account in the payout's currency and country rules."""
+    field = "beneficiary.account_identifier"
+    identifiers = external_identifiers(beneficiary["account_identifier"], field)
+    internal = await resolve_account(conn, account, currency, identifiers, field)
+    stored = {k: v for k, v in beneficiary.items() if v is not None}
+    if stored["account_identifier"]["type"] == "iban":
+        stored["account_identifier"] = {"type": "iban", "iban": identifiers.iban}
+    stored["account_identifiers"] = identifiers.as_list()
+    return Destination(beneficiary["account_holder_name"], identifiers, stored, internal)
+
+
+async def accept_payout(
+    conn: Connection,
+    *,
+    api: str,
+    account: MerchantAccount,
+    amount: int,
+    destination: Destination,
+    reference: str,
+    now: datetime,
+    transaction_id: uuid.UUID | None = None,
+    context_code: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> uuid.UUID:
+    """Record an accepted payout: screen the beneficiary and hold the funds now, and schedule
+    its first step. Insufficient funds and AML hits are not errors here: the payout fails
+    asynchronously, as the spec requires."""
+    payout_id = uuid.uuid4()
+    pending_failure: FailureReason | None = None
+    if await is_screened_out(conn, destination.name):
+        pending_failure = FailureReason.BLOCKED
+    else:
+        try:
+            async with conn.transaction():
+                await hold_funds(conn, account, amount=amount, reference_id=payout_id, now=now)
+        except InsufficientFunds:
+            pending_failure = FailureReason.INSUFFICIENT_FUNDS
+    scheme = scheme_for(account.currency, destination.internal_account is not None)
+    await conn.execute(
+        "INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,"
+        " amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,"
+        " beneficiary_sort_code, beneficiary_account_number, reference, context_code, metadata,"
+        " scheme_id, destination_account_id, stage, pending_failure, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,"
+        " 'pending', $18, $19)",
+        payout_id,
+        api,
+        account.merchant_id,
+        account.id,
+        transaction_id,
+        amount,
+        account.currency,
+        destination.beneficiary,
+        destination.name,
+        destination.identifiers.iban or None,
+        destination.identifiers.sort_code,
+        destination.identifiers.account_number,
+        reference,
+        context_code,
+        metadata,
+        scheme,
+        destination.internal_account.id if destination.internal_account else None,
+        pending_failure.value if pending_failure else None,
+        now,
+    )
+    await record_activity(
+        conn,
+        item_id=payout_id,
+        merchant_account_id=account.id,
+        type_="payout",
+        amount=amount,
+        currency=account.currency,
+        status=Stage.PENDING.value,
+        now=now,
+        details={
+            "api": api,
+            "transaction_id": str(transaction_id or payout_id),
+            "beneficiary_name": destination.name,
+            "beneficiary_iban": destination.identifiers.iban or None,
+            "reference": reference,
+            "context_code": context_code,
+            "scheme_id": scheme,
+        },
+    )
+    await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, now)
+    return payout_id
+
+
+_STATE_COLUMNS = (
+    "id, api, merchant_id, merchant_account_id, transaction_id, amount_in_minor, currency,"
+    " beneficiary, reference, metadata, scheme_id, destination_account_id, stage,"
+    " pending_failure, failure_reason, created_at, authorized_at, submitted_at, executed_at,"
+    " failed_at, beneficiary_name, beneficiary_iban, context_code"
+)
+
+
+def state_of(row: Any) -> PayoutState:
+    """The lifecycle state of a payouts row."""
+    return PayoutState(
+        stage=Stage(row["stage"]),
+        created_at=row["created_at"],
+        authorized_at=row["authorized_at"],
+        submitted_at=row["submitted_at"],
+        executed_at=row["executed_at"],
+        failed_at=row["failed_at"],
+        failure_reason=FailureReason(row["failure_reason"]) if row["failure_reason"] else None,
+    )
+
+
+async def advance_payout(
+    conn: Connection, payload: dict[str, Any], now: datetime, default_delay: int = 0
+) -> None:
+    """Take the payout's next step (a job handler; runs in the job's transaction)."""
+    row = await conn.fetchrow(
+        f"SELECT {_STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
+        uuid.UUID(payload["payout_id"]),
+    )
+    if row is None:
+        return
+    state = state_of(row)
+    account = await get_account(conn, row["merchant_account_id"])
+    assert account is not None
+    payout_id: uuid.UUID = row["id"]
+    amount: int = row["amount_in_minor"]
+    next_step_at: datetime | None = None
+    if state.stage is Stage.PENDING:
+        if row["pending_failure"]:
+            state = state.fail(now, FailureReason(row["pending_failure"]))
+        else:
+            state = state.authorize(now)
+            next_step_at = now
+    elif state.stage is Stage.AUTHORIZED:
+        state = state.submit(now)
+        outcome = sandbox_outcome(row["reference"], default_delay)
+        next_step_at = now + timedelta(seconds=outcome.execution_delay_seconds)
+    elif state.stage is Stage.SUBMITTED:
+        outcome = sandbox_outcome(row["reference"], default_delay)
+        if outcome.failure is not None:
+            await release_hold(conn, account, amount=amount, reference_id=payout_id, now=now)
+            state = state.fail(now, outcome.failure)
+        else:
+            await _pay(conn, row, account, now)
+            state = state.execute(now)
+    else:
+        return  # terminal: a duplicate job finds nothing to do
+    await conn.execute(
+        "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
+        " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
+        payout_id,
+        state.stage.value,
+        state.authorized_at,
+        state.submitted_at,
+        state.executed_at,
+        state.failed_at,
+        state.failure_reason.value if state.failure_reason else None,
+    )
+    await _record_step(conn, row, account, state, now)
+    if next_step_at is not None:
+        await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, next_step_at)
+
+
+async def _pay(conn: Connection, row: Any, account: MerchantAccount, now: datetime) -> None:
+    if row["destination_account_id"] is None:
+        await consume_hold(
+            conn,
+            account,
+            amount=row["amount_in_minor"],
+            rail=row["scheme_id"],
+            reference_id=row["id"],
+            now=now,
+        )
+        return
+    payee = await get_account(conn, row["destination_account_id"])
+    assert payee is not None
+    await transfer_between_accounts(
+        conn, account, payee, amount=row["amount_in_minor"], reference_id=row["id"], now=now
+    )
+    await record_internal_credit(
+        conn,
+        payee,
+        transfer_id=row["id"],
+        amount=row["amount_in_minor"],
+        remitter_name=account.account_holder_name,
+        remitter_iban=account.identifiers.iban,
+        reference=row["reference"],
+        now=now,
+    )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return iso_utc(moment) if moment else None
+
+
+async def _record_step(
+    conn: Connection, row: Any, account: MerchantAccount, state: PayoutState, now: datetime
+) -> None:
+    await record_activity(
+        conn,
+        item_id=row["id"],
+        merchant_account_id=account.id,
+        type_="payout",
+        amount=row["amount_in_minor"],
+        currency=row["currency"],
+        status=state.v3_status,
+        now=now,
+        details={
+            "authorized_at": _iso(state.authorized_at),
+            "submitted_at": _iso(state.submitted_at),
+            "executed_at": _iso(state.executed_at),
+            "failed_at": _iso(state.failed_at),
+            "failure_reason": state.failure_reason.value if state.failure_reason else None,
+            "v1_status": state.v1_status,
+        },
+    )
+    if row["api"] == "v1":
+        await _v1_event(conn, row, state, now)
+    elif state.stage in (Stage.EXECUTED, Stage.FAILED):
+        record = render_v3(row, state)
+        body: dict[str, Any] = {
+            "payout_id": record["id"],
+            "merchant_account_id": record["merchant_account_id"],
+            "scheme_id": record["scheme_id"],
+            "beneficiary": record["beneficiary"],
+            "metadata": record.get("metadata") or {},
+        }
+        if state.stage is Stage.EXECUTED:
+            event_type = "payout_executed"
+            body["executed_at"] = record["executed_at"]
+        else:
+            event_type = "payout_failed"
+            body["failed_at"] = record["failed_at"]
+            body["failure_reason"] = record["failure_reason"]
+        await record_event(
+            conn,
+            merchant_id=row["merchant_id"],
+            family="payments",
+            event_type=event_type,
+            body=body,
+            now=now,
+        )
+
+
+async def _v1_event(conn: Connection, row: Any, state: PayoutState, now: datetime) -> None:
+    transaction_id = str(row["transaction_id"])
+    stamp = iso_utc_7(now)
+    if state.stage is Stage.AUTHORIZED:
+        event_type, body = "payout_authorised", {"authorised_at": stamp}
+    elif state.stage is Stage.SUBMITTED:
+        event_type, body = "payout_submitted", {"submitted_at": stamp}
+    elif state.stage is Stage.EXECUTED:
+        event_type, body = "payout_settled", {"settled_at": stamp}
+    else:
+        assert state.failure_reason is not None
+        reason = v1_reason(state.failure_reason)
+        if state.failure_reason in REJECTIONS:
+            event_type, body = "payout_rejected", {"rejected_at": stamp, "reason": reason}
+        else:
+            event_type, body = "payout_failed", {"failed_at": stamp, "reason": reason}
+    await record_event(
+        conn,
+        merchant_id=row["merchant_id"],
+        family="payouts",
+        event_type=event_type,
+        body={"transaction_id": transaction_id, **body},
+        now=now,
+    )
+
+
+def render_v3(row: Any, state: PayoutState | None = None) -> dict[str, Any]:
+    """The v3 payout record (spec 2.4)."""
+    state = state or state_of(row)
+    record: dict[str, Any] = {
+        "id": str(row["id"]),
+        "merchant_account_id": str(row["merchant_account_id"]),
+        "amount_in_minor": row["amount_in_minor"],
+        "currency": row["currency"],
+        "beneficiary": row["beneficiary"],
+        "scheme_id": row["scheme_id"],
+        "status": state.v3_status,
+        "created_at": iso_utc(state.created_at),
+    }
+    if state.authorized_at:
+        record["authorized_at"] = iso_utc(state.authorized_at)
+    if state.executed_at:
+        record["executed_at"] = iso_utc(state.executed_at)
+    if state.failed_at:
+        record["failed_at"] = iso_utc(state.failed_at)
+        record["failure_reason"] = state.failure_reason.value if state.failure_reason else None
+    if row["metadata"] is not None:
+        record["metadata"] = row["metadata"]
+    return record
+
+
+async def get_v3_payout(
+    conn: Connection, payout_id: uuid.UUID, merchant_id: uuid.UUID
+) -> dict[str, Any]:
+    """The caller's payout; another merchant's is 404."""
+    row = await conn.fetchrow(
+        f"SELECT {_STATE_COLUMNS} FROM payouts WHERE id = $1 AND merchant_id = $2",
+        payout_id,
+        merchant_id,
+    )
+    if row is None:
+        raise NotFound(f"Payout {payout_id} not found.")
+    return render_v3(row)

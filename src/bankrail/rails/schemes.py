@@ -1,0 +1,53 @@
+"""The simulated payout schemes: which scheme carries a payout, and how long each step takes.
+
+Sandbox outcomes are chosen through the beneficiary reference, so that a merchant can drive
+every path from an ordinary request (case-insensitive tokens, anywhere in the reference):
+
+| token                | effect                                                  |
+|----------------------|---------------------------------------------------------|
+| `fail:scheme_error`  | the scheme rejects the payout after submission          |
+| `fail:server_error`  | an internal error fails the payout after submission     |
+| `fail:invalid_iban`  | the beneficiary bank rejects the account (v1: scheme_error) |
+| `delay:N`            | execution waits N seconds of service time after submission |
+
+Without a token the payout succeeds at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bankrail.payouts.models import FailureReason
+
+INTERNAL_TRANSFER = "internal_transfer"
+FASTER_PAYMENTS = "faster_payments_service"
+SEPA_INSTANT = "sepa_credit_transfer_instant"
+
+_FAIL = re.compile(r"fail:(scheme_error|server_error|invalid_iban)", re.IGNORECASE)
+_DELAY = re.compile(r"delay:(\d{1,7})", re.IGNORECASE)
+
+
+def scheme_for(currency: str, internal: bool) -> str:
+    """`internal_transfer` between Bankrail accounts, else the currency's instant scheme."""
+    if internal:
+        return INTERNAL_TRANSFER
+    return FASTER_PAYMENTS if currency == "GBP" else SEPA_INSTANT
+
+
+@dataclass(frozen=True)
+class SandboxOutcome:
+    """What the simulated scheme will do with a payout."""
+
+    failure: FailureReason | None
+    execution_delay_seconds: int
+
+
+def sandbox_outcome(reference: str, default_delay_seconds: int = 0) -> SandboxOutcome:
+    """Read the sandbox tokens of a beneficiary reference."""
+    failure = _FAIL.search(reference)
+    delay = _DELAY.search(reference)
+    return SandboxOutcome(
+        failure=FailureReason(failure.group(1).lower()) if failure else None,
+        execution_delay_seconds=int(delay.group(1)) if delay else default_delay_seconds,
+    )

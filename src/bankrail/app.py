@@ -24,6 +24,10 @@ from bankrail.jobs.runner import BackgroundLoop, Listener
 from bankrail.ledger.routes import router as ledger_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
 from bankrail.merchants.routes import router as merchant_router
+from bankrail.payments import service as payments_service
+from bankrail.payments.provider_routes import router as provider_router
+from bankrail.payments.routes import router as payments_router
+from bankrail.payments.routes import sandbox_router as mock_bank_router
 from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.rails.admin_routes import router as rails_admin_router
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 def register_jobs(queue: JobQueue, context: AppContext) -> None:
     """Give the queue a handler for every kind of job the areas schedule."""
     queue.register(payouts_service.ADVANCE_JOB, payouts_service.advance_payout)
+    queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
+    queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     del context
 
 
@@ -142,7 +148,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     for router in (
         auth_router,
         merchant_router,
+        provider_router,
         payouts_router,
+        payments_router,
         merchant_admin_router,
         events_router,
         events_admin_router,
@@ -153,6 +161,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         app.include_router(router)
     if settings.sandbox:
         app.include_router(sandbox_router)
+        app.include_router(mock_bank_router)
     app.add_middleware(
         ServiceMiddleware,
         public_url=settings.public_url,

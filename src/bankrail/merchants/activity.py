@@ -42,6 +42,10 @@ async def record_activity(
     )
 
 
+# Details kept for the v1 transaction records, not shown in the v3 list.
+_INTERNAL_DETAILS = frozenset({"api", "v1_status", "context_code", "transaction_id"})
+
+
 @dataclass(frozen=True)
 class ActivityPage:
     """One page of an account's movements, and the cursor of the next page."""
@@ -85,7 +89,7 @@ async def list_activity(
     rows = rows[:limit]
     items = [
         {
-            **row["details"],
+            **{k: v for k, v in row["details"].items() if k not in _INTERNAL_DETAILS},
             "id": str(row["id"]),
             "type": row["type"],
             "amount_in_minor": row["amount_in_minor"],

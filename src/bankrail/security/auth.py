@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import Context
+from bankrail.context import AppContext, Context
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.security.signing import SignatureError, parse_signature, verify_request
 from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
@@ -36,7 +36,8 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
-async def _access_claims(request: Request, context: Context) -> AccessClaims:
+async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
+    """The caller's access-token claims; 401 when the token is missing or invalid."""
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer access token.")
@@ -48,16 +49,25 @@ async def _access_claims(request: Request, context: Context) -> AccessClaims:
     return claims
 
 
-AuthenticatedClient = Annotated[AccessClaims, Depends(_access_claims)]
-
-
-async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
+def require_payments_audience(claims: AccessClaims) -> AccessClaims:
+    """403 InvalidAudience unless the token may call the payments and payouts APIs."""
     if PAYMENTS_SCOPE not in claims.audiences:
         raise Forbidden(
             "InvalidAudience: the access token's audience does not include this API; "
             "request a token with the `payments` scope."
         )
     return claims
+
+
+async def _access_claims(request: Request, context: Context) -> AccessClaims:
+    return await read_access_claims(request, context)
+
+
+AuthenticatedClient = Annotated[AccessClaims, Depends(_access_claims)]
+
+
+async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
+    return require_payments_audience(claims)
 
 
 Merchant = Annotated[AccessClaims, Depends(_payments_client)]
@@ -75,6 +85,44 @@ async def _admin(request: Request, context: Context) -> None:
 Admin = Annotated[None, Depends(_admin)]
 
 
+async def verify_signature(
+    request: Request,
+    context: AppContext,
+    claims: AccessClaims,
+    *,
+    names: tuple[str, ...] = ("Svc-Signature", "X-SVC-Signature"),
+    require_idempotency_key: bool = True,
+    allow_body_only: bool = False,
+) -> bytes:
+    """Verify the request's signature with the caller's registered key; returns the body."""
+    body = await request.body()
+    value = next((request.headers[n] for n in names if n in request.headers), None)
+    if value is None:
+        raise Unauthenticated(f"Invalid request signature: the {names[0]} header is missing.")
+    if require_idempotency_key and not request.headers.get("idempotency-key"):
+        raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
+    try:
+        parsed = parse_signature(value)
+        key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
+        if key is None:
+            raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
+        raw_path = request.scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else request.url.path
+        verify_request(
+            key,
+            parsed,
+            method=request.method,
+            path=path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+            required_headers=("Idempotency-Key",) if require_idempotency_key else (),
+            allow_body_only=allow_body_only,
+        )
+    except SignatureError as exc:
+        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+    return body
+
+
 def signed_body(
     *,
     header: str = "Svc-Signature",
@@ -88,37 +136,16 @@ def signed_body(
     absent from the request or from `tl_headers` is 401 "Invalid request signature".
     """
     names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
-    required = ("Idempotency-Key",) if require_idempotency_key else ()
 
     async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
-        body = await request.body()
-        value = next((request.headers[n] for n in names if n in request.headers), None)
-        if value is None:
-            raise Unauthenticated(f"Invalid request signature: the {header} header is missing.")
-        if require_idempotency_key and not request.headers.get("idempotency-key"):
-            raise Unauthenticated(
-                "Invalid request signature: the Idempotency-Key header is missing."
-            )
-        try:
-            parsed = parse_signature(value)
-            key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
-            if key is None:
-                raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
-            raw_path = request.scope.get("raw_path")
-            path = raw_path.decode("latin-1") if raw_path else request.url.path
-            verify_request(
-                key,
-                parsed,
-                method=request.method,
-                path=path,
-                headers={k.lower(): v for k, v in request.headers.items()},
-                body=body,
-                required_headers=required,
-                allow_body_only=allow_body_only,
-            )
-        except SignatureError as exc:
-            raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
-        return body
+        return await verify_signature(
+            request,
+            context,
+            claims,
+            names=names,
+            require_idempotency_key=require_idempotency_key,
+            allow_body_only=allow_body_only,
+        )
 
     return dependency
 

@@ -110,20 +110,25 @@ class TokenIssuer:
         except (KeyError, ValueError, TypeError) as exc:
             raise TokenError("access token claims are malformed") from exc
 
-    def issue_resource_token(self, payment_id: uuid.UUID, now: datetime, ttl: timedelta) -> str:
-        """A token bound to one payment, for the hosted page and the mock bank."""
+    def issue_resource_token(
+        self, payment_id: uuid.UUID, now: datetime, ttl: timedelta, kind: str = "resource"
+    ) -> str:
+        """A token bound to one payment: `resource` for the hosted page and SDKs, `provider`
+        for the mock bank's pages and action API."""
         claims = {
             "iss": ISSUER,
-            "typ": "resource",
+            "typ": kind,
             "pid": str(payment_id),
             "iat": int(now.timestamp()),
             "exp": int((now + ttl).timestamp()),
         }
         return jwt.encode(claims, self._resource_key, algorithm=_ALGORITHM)
 
-    def read_resource_token(self, token: str, now: datetime) -> ResourceClaims:
-        """Verify a resource token; raises TokenError."""
-        claims = self._decode(token, self._resource_key, "resource", now)
+    def read_resource_token(
+        self, token: str, now: datetime, kind: str = "resource"
+    ) -> ResourceClaims:
+        """Verify a payment-bound token of this kind; raises TokenError."""
+        claims = self._decode(token, self._resource_key, kind, now)
         try:
             return ResourceClaims(
                 payment_id=uuid.UUID(str(claims["pid"])),

@@ -1,0 +1,144 @@
+"""The built-in catalogue of mock providers (DESIGN §7) and the rules for choosing one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Flow = Literal["redirect", "embedded"]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A payment provider (a bank) a payer can authorise at."""
+
+    id: str
+    display_name: str
+    country_code: str
+    currencies: tuple[str, ...]
+    customer_segments: tuple[str, ...]
+    release_channel: str
+    flow: Flow
+    schemes: tuple[str, ...]
+    bg_color: str
+
+    def serves(self, currency: str) -> bool:
+        """True if payments in `currency` can be made through this provider."""
+        return currency in self.currencies
+
+    def to_api(self, public_url: str) -> dict[str, Any]:
+        """The provider resource of the v3 search and lookup."""
+        return {
+            "id": self.id,
+            "display_name": self.display_name,
+            "icon_uri": f"{public_url}/static/providers/{self.id}-icon.svg",
+            "logo_uri": f"{public_url}/static/providers/{self.id}-logo.svg",
+            "bg_color": self.bg_color,
+            "country_code": self.country_code,
+            "capabilities": {
+                "payments": {
+                    "bank_transfer": {
+                        "release_channel": self.release_channel,
+                        "schemes": [{"id": s} for s in self.schemes],
+                    }
+                }
+            },
+        }
+
+
+CATALOGUE: tuple[Provider, ...] = (
+    Provider(
+        "mock-payments-gb-redirect",
+        "Mock UK Bank",
+        "GB",
+        ("GBP",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("faster_payments_service",),
+        "#1D4ED8",
+    ),
+    Provider(
+        "mock-payments-de-redirect",
+        "Mock German Bank",
+        "DE",
+        ("EUR",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer_instant", "sepa_credit_transfer"),
+        "#047857",
+    ),
+    Provider(
+        "mock-payments-fr-redirect",
+        "Mock French Bank",
+        "FR",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer_instant", "sepa_credit_transfer"),
+        "#B91C1C",
+    ),
+    Provider(
+        "mock-payments-de-embedded",
+        "Mock German Bank (embedded)",
+        "DE",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "embedded",
+        ("sepa_credit_transfer",),
+        "#6D28D9",
+    ),
+    Provider(
+        "mock-payments-nl-redirect",
+        "Mock Dutch Bank",
+        "NL",
+        ("EUR",),
+        ("retail",),
+        "private_beta",
+        "redirect",
+        ("sepa_credit_transfer_instant",),
+        "#C2410C",
+    ),
+)
+_BY_ID = {p.id: p for p in CATALOGUE}
+RELEASE_CHANNELS = ("general_availability", "public_beta", "private_beta", "alpha")
+
+
+def find_provider(provider_id: str) -> Provider | None:
+    """The catalogue entry with this id."""
+    return _BY_ID.get(provider_id)
+
+
+def _channel_allows(provider: Provider, channel: str) -> bool:
+    # A wider channel includes the narrower ones: private_beta sees GA providers too.
+    return RELEASE_CHANNELS.index(provider.release_channel) <= RELEASE_CHANNELS.index(channel)
+
+
+def search(
+    *,
+    currencies: Iterable[str] | None = None,
+    countries: Iterable[str] | None = None,
+    customer_segments: Iterable[str] | None = None,
+    release_channel: str | None = None,
+    flows: Iterable[Flow] | None = None,
+) -> list[Provider]:
+    """Providers matching every given filter (each list matches any of its values); without
+    `release_channel`, general-availability providers only."""
+    wanted_currencies = set(currencies) if currencies else None
+    wanted_countries = set(countries) if countries else None
+    wanted_segments = set(customer_segments) if customer_segments else None
+    wanted_flows = set(flows) if flows else None
+    channel = release_channel or "general_availability"
+    return [
+        p
+        for p in CATALOGUE
+        if (wanted_currencies is None or wanted_currencies & set(p.currencies))
+        and (wanted_countries is None or p.country_code in wanted_countries)
+        and (wanted_segments is None or wanted_segments & set(p.customer_segments))
+        and (wanted_flows is None or p.flow in wanted_flows)
+        and _channel_allows(p, channel)
+    ]

@@ -70,11 +70,25 @@ def serve(
         except EmbeddedPostgresError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from exc
+    _survive_reraised_signals()
     try:
         _run_http(settings, dsn, workers)
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _survive_reraised_signals() -> None:
+    """uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+    handler that was installed before it. With the default handler that kills the process
+    before the embedded database is stopped; this handler lets `serve` finish its cleanup
+    and exit 0 instead."""
+
+    def after_graceful_shutdown(_signum: int, _frame: object) -> None:
+        return None
+
+    signal.signal(signal.SIGTERM, after_graceful_shutdown)
+    signal.signal(signal.SIGINT, after_graceful_shutdown)
 
 
 def _run_http(settings: Settings, dsn: str, workers: int) -> None:

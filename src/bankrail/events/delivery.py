@@ -178,13 +178,16 @@ class DeliveryWorker:
         headers = signed_headers(self._key, self._jku, delivery.uri, delivery.payload, at)
         started = time.perf_counter()
         try:
-            async with self._client.stream(
-                "POST", delivery.uri, content=delivery.payload, headers=headers
-            ) as response:
-                status = response.status_code  # the body is never read: it may be huge
+            # A deadline for the whole attempt, not only for each read: a receiver that
+            # trickles its answer must not hold the batch (and its leases) for long.
+            async with asyncio.timeout(ATTEMPT_TIMEOUT):
+                async with self._client.stream(
+                    "POST", delivery.uri, content=delivery.payload, headers=headers
+                ) as response:
+                    status = response.status_code  # the body is never read: it may be huge
             return Outcome(at, status, None, (time.perf_counter() - started) * 1000)
-        except httpx.TimeoutException:
-            error = f"timeout after {ATTEMPT_TIMEOUT:.0f} s"
+        except (TimeoutError, httpx.TimeoutException):
+            error = f"timeout after {ATTEMPT_TIMEOUT:g} s"
         except (httpx.HTTPError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
         return Outcome(at, None, error, (time.perf_counter() - started) * 1000)
@@ -198,7 +201,11 @@ class DeliveryWorker:
             if outcome.delivered:
                 status = "delivered"
             else:
-                retry_at = next_attempt_at(delivery.window_start, now, attempts, self._rng)
+                try:
+                    retry_at = next_attempt_at(delivery.window_start, now, attempts, self._rng)
+                except (OverflowError, ValueError):  # never let one delivery sink the batch
+                    log.exception("cannot schedule delivery %s; discarding it", delivery.id)
+                    retry_at = None
                 status = "pending" if retry_at is not None else "discarded"
             ids.append(delivery.id)
             statuses.append(status)

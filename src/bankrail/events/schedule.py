@@ -23,7 +23,9 @@ def wait_before_attempt(attempt: int, rng: random.Random | None = None) -> timed
         raise ValueError("the first attempt is immediate")
     if attempt - 2 < len(FAST_RETRIES):
         return FAST_RETRIES[attempt - 2]
-    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 4))
+    # The exponent is bounded before multiplying: from attempt 14 on the cap applies anyway,
+    # and an unbounded power would overflow timedelta after a few dozen attempts.
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(attempt - 4, 16))
     draw = (rng or random).uniform(0.0, ceiling.total_seconds())
     return timedelta(seconds=draw)
 

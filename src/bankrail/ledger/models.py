@@ -14,6 +14,10 @@ class InsufficientFunds(Exception):
     """A posting would take an account that may not go negative below zero."""
 
 
+class BalanceOverflow(Exception):
+    """A balance would leave the range of a 64-bit integer of minor units."""
+
+
 @dataclass(frozen=True)
 class Posting:
     """An amount (minor units, signed) added to one ledger account."""

@@ -10,7 +10,13 @@ from typing import Any
 import asyncpg
 
 from bankrail.db.pool import Connection
-from bankrail.ledger.models import InsufficientFunds, Posting, validate_postings
+from bankrail.ledger.models import (
+    BalanceOverflow,
+    InsufficientFunds,
+    Posting,
+    UnbalancedTransaction,
+    validate_postings,
+)
 
 __all__ = ["check_ledger", "ensure_account", "post"]
 
@@ -43,9 +49,10 @@ async def post(
     """Record one balanced transaction and update the balances it touches.
 
     Must run inside the caller's transaction, so the movement commits together with the
-    change that causes it. Raises InsufficientFunds (and writes nothing) when an account
-    that may not go negative would; the caller's transaction is then unusable unless the
-    call was wrapped in a savepoint.
+    change that causes it. Raises InsufficientFunds when an account that may not go
+    negative would, BalanceOverflow when a balance would leave the 64-bit range, and
+    UnbalancedTransaction for postings that do not balance or mix currencies; the caller's
+    transaction is then unusable unless the call was wrapped in a savepoint.
     """
     validate_postings(postings)
     transaction_id = uuid.uuid4()
@@ -57,8 +64,18 @@ async def post(
         reference_id,
         now,
     )
-    # Lock and update accounts in id order so that concurrent transactions cannot deadlock.
     ordered = sorted(postings, key=lambda p: p.account_id)
+    account_ids = sorted({p.account_id for p in ordered})
+    # Lock the accounts in id order first, so that concurrent transactions over overlapping
+    # accounts can never deadlock (an UPDATE ... FROM locks rows in its join's order).
+    currencies = await conn.fetch(
+        "SELECT currency FROM ledger_accounts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
+        account_ids,
+    )
+    if len(currencies) != len(account_ids):
+        raise UnbalancedTransaction("a posting names an unknown ledger account")
+    if len({row["currency"] for row in currencies}) != 1:
+        raise UnbalancedTransaction("a transaction's postings must share one currency")
     try:
         await conn.execute(
             "WITH p AS (SELECT unnest($1::bigint[]) AS account_id, unnest($2::bigint[]) AS amount),"
@@ -70,6 +87,8 @@ async def post(
         )
     except asyncpg.CheckViolationError as exc:
         raise InsufficientFunds(str(exc)) from exc
+    except asyncpg.NumericValueOutOfRangeError as exc:
+        raise BalanceOverflow(str(exc)) from exc
     await conn.execute(
         "INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)"
         " SELECT $1, unnest($2::bigint[]), unnest($3::bigint[]), $4",

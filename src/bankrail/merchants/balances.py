@@ -23,9 +23,16 @@ __all__ = [
 ]
 
 
-async def clearing_account(conn: Connection, rail: str, currency: str) -> int:
-    """The ledger account that stands for the outside world on one rail and currency."""
-    return await ensure_account(conn, f"clearing:{rail}:{currency}", currency, allow_negative=True)
+async def clearing_account(conn: Connection, rail: str, account: MerchantAccount) -> int:
+    """The ledger account that stands for the outside world on one rail, for one merchant
+    account. (One per merchant account rather than one per rail: a single shared account
+    would sum every merchant's volume and could overflow 64 bits, failing everyone.)"""
+    return await ensure_account(
+        conn,
+        f"clearing:{rail}:{account.currency}:{account.id}",
+        account.currency,
+        allow_negative=True,
+    )
 
 
 async def credit_from_clearing(
@@ -39,7 +46,7 @@ async def credit_from_clearing(
     now: datetime,
 ) -> None:
     """Money arrives from outside (a top-up or a settled pay-in)."""
-    source = await clearing_account(conn, rail, account.currency)
+    source = await clearing_account(conn, rail, account)
     await post(
         conn,
         kind=kind,
@@ -101,7 +108,7 @@ async def consume_hold(
     now: datetime,
 ) -> None:
     """Held funds leave the service over a rail (a payout executed): current falls."""
-    destination = await clearing_account(conn, rail, account.currency)
+    destination = await clearing_account(conn, rail, account)
     await post(
         conn,
         kind="payout_execution",

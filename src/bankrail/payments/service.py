@@ -90,7 +90,16 @@ async def create_payment(
     if selection_type == "preselected":
         if provider_id is None:
             raise invalid_field(f"{field}.provider_id", "required when the type is preselected")
-        _check_provider(provider_id, scheme_id, account.currency, field)
+        provider = _check_provider(provider_id, scheme_id, account.currency, field)
+        scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
+    elif scheme_id is not None and not any(
+        scheme_id in p.schemes
+        for p in search(currencies=[account.currency], release_channel="alpha")
+    ):
+        raise invalid_field(
+            "payment_method.scheme_selection.scheme_id",
+            f"no provider offers {scheme_id} for {account.currency}",
+        )
     elif provider_id is not None:
         raise invalid_field(
             f"{field}.provider_id", "may be given only when the type is preselected"
@@ -267,7 +276,12 @@ def offered_providers(row: Any) -> list[Provider]:
         release_channel=chosen.get("release_channel"),
     )
     allowed = chosen.get("provider_ids")
-    return [p for p in found if allowed is None or p.id in allowed]
+    scheme = row["scheme_id"]
+    return [
+        p
+        for p in found
+        if (allowed is None or p.id in allowed) and (scheme is None or scheme in p.schemes)
+    ]
 
 
 def _with_query(uri: str, **params: str) -> str:
@@ -337,6 +351,10 @@ async def select_provider(
     if state_of(row).status is not PaymentStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
     provider = _check_provider(provider_id, scheme_id, row["currency"], "body")
+    if row["scheme_id"] is not None and row["scheme_id"] not in provider.schemes:
+        raise invalid_field(
+            "provider_id", f"{provider_id} does not offer the payment's scheme {row['scheme_id']}"
+        )
     if provider.id not in {p.id for p in offered_providers(row)}:
         raise invalid_field("provider_id", f"{provider_id} is not offered for this payment")
     return await _save(

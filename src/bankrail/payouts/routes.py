@@ -175,7 +175,8 @@ async def create_v1_payout(
         )
         return 202, {"transaction_id": body.transaction_id}
 
-    canonical = orjson.dumps(body.model_dump(), option=orjson.OPT_SORT_KEYS)
+    fields = {**body.model_dump(), "transaction_id": body.transaction_id.lower()}
+    canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     return await respond_once(
         context,
         request,
@@ -185,6 +186,9 @@ async def create_v1_payout(
         effect=effect,
         reuse_problem=CONFLICT,
         ttl=V1_IDEMPOTENCY_TTL,
+        # A transaction_id is taken only by a payout that was created: a request refused
+        # with 400 may be corrected and sent again under the same id.
+        store_client_errors=False,
     )
 
 

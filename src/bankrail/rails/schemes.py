@@ -8,7 +8,7 @@ every path from an ordinary request (case-insensitive tokens, anywhere in the re
 | `fail:scheme_error`  | the scheme rejects the payout after submission          |
 | `fail:server_error`  | an internal error fails the payout after submission     |
 | `fail:invalid_iban`  | the beneficiary bank rejects the account (v1: scheme_error) |
-| `delay:N`            | execution waits N seconds of service time after submission |
+| `delay:N`            | execution waits N seconds of service time (at most 30 days) |
 
 Without a token the payout succeeds at once.
 """
@@ -25,7 +25,8 @@ FASTER_PAYMENTS = "faster_payments_service"
 SEPA_INSTANT = "sepa_credit_transfer_instant"
 
 _FAIL = re.compile(r"fail:(scheme_error|server_error|invalid_iban)", re.IGNORECASE)
-_DELAY = re.compile(r"delay:(\d{1,7})", re.IGNORECASE)
+_DELAY = re.compile(r"delay:(\d+)", re.IGNORECASE)
+MAX_DELAY_SECONDS = 30 * 86400
 
 
 def scheme_for(currency: str, internal: bool) -> str:
@@ -49,5 +50,7 @@ def sandbox_outcome(reference: str, default_delay_seconds: int = 0) -> SandboxOu
     delay = _DELAY.search(reference)
     return SandboxOutcome(
         failure=FailureReason(failure.group(1).lower()) if failure else None,
-        execution_delay_seconds=int(delay.group(1)) if delay else default_delay_seconds,
+        execution_delay_seconds=min(int(delay.group(1)), MAX_DELAY_SECONDS)
+        if delay
+        else default_delay_seconds,
     )

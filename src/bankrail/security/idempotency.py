@@ -84,12 +84,14 @@ async def run_idempotent(
     handler: Handler,
     render_problem: ProblemRenderer,
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+    store_client_errors: bool = True,
 ) -> tuple[int, bytes]:
     """Run `handler` at most once per (scope, key) and return its (status, body).
 
     The handler runs inside the caller's transaction on `conn`. Its 4xx problems are stored
-    and replayed like successes (its partial writes are rolled back to a savepoint first);
-    anything else it raises propagates, and nothing is stored.
+    and replayed like successes (its partial writes are rolled back to a savepoint first)
+    unless `store_client_errors` is false; anything else it raises propagates, and nothing
+    is stored.
     """
     locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _lock_key(scope, key))
     if not locked:
@@ -117,7 +119,7 @@ async def run_idempotent(
         async with conn.transaction():  # a savepoint: a 4xx leaves no partial effect
             status, body = await handler(conn)
     except ProblemError as problem:
-        if problem.problem.status >= 500:
+        if problem.problem.status >= 500 or not store_client_errors:
             raise
         status, body = problem.problem.status, render_problem(problem)
     await conn.execute(

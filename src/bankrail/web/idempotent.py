@@ -28,6 +28,7 @@ async def respond_once(
     effect: Effect,
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
     ttl: timedelta | None = None,
+    store_client_errors: bool = True,
 ) -> Response:
     """Run `effect` in one transaction and answer its (status, JSON value).
 
@@ -54,6 +55,7 @@ async def respond_once(
                 handler=handler,
                 render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
                 reuse_problem=reuse_problem,
+                store_client_errors=store_client_errors,
             )
     media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
     return Response(payload, status_code=status, media_type=media_type)

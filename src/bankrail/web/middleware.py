@@ -67,6 +67,14 @@ class ServiceMiddleware:
             if declared is not None and declared > self.max_body_bytes:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                 return
+            if declared is None and _has_chunked_body(scope):
+                # Without a length, read the body here: an error raised from receive() inside
+                # the framework would be turned into a 400, not the 413 it is.
+                buffered = await self._read_body(receive)
+                if buffered is None:
+                    await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+                    return
+                receive = _replay(buffered, receive)
             await self.app(scope, self._limited(receive), send_with_trace)
         except _BodyTooLarge:
             if not started:
@@ -89,6 +97,23 @@ class ServiceMiddleware:
 
     def _too_large(self) -> str:
         return f"The request body exceeds {self.max_body_bytes} bytes."
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
 
     def _limited(self, receive: Receive) -> Receive:
         seen = 0
@@ -130,3 +155,24 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _has_chunked_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return True
+    return False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that yields the buffered body once, then defers to the real one."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

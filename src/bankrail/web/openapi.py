@@ -45,3 +45,43 @@ ERRORS_SIGNED_POST: Responses = {
     **_422,
 }
 ERRORS_ADMIN: Responses = {**_400, **_401, **_404, **_409, **_413}
+
+
+def problem_json_openapi(app: Any) -> Any:
+    """An `app.openapi` that documents every error answer as problem+json.
+
+    FastAPI puts response models under `application/json` and adds a 422 "Validation Error"
+    to every route with input; Bankrail answers errors as `application/problem+json` and
+    validation errors as 400, so the schema is rewritten to say exactly that.
+    """
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return dict(app.openapi_schema)
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            summary=app.summary,
+            description=app.description,
+            routes=app.routes,
+        )
+        problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                if responses.get("422", {}).get("description") == "Validation Error":
+                    del responses["422"]
+                if path == "/connect/token":
+                    continue  # RFC 6749 errors: the one documented exception
+                for code, answer in responses.items():
+                    if code.isdigit() and int(code) >= 400:
+                        answer["content"] = {"application/problem+json": problem}
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("Problem", Problem.model_json_schema())
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        app.openapi_schema = schema
+        return schema
+
+    return openapi

@@ -19,6 +19,7 @@ from bankrail.core.problems import (
     ProblemType,
     problem_type_for_status,
 )
+from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,43 @@ def problem_response(
     return Response(body, problem.status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
-def _json_path(location: Sequence[int | str]) -> str:
+_MISSING = object()
+
+
+def _json_path(location: Sequence[int | str], body: Any) -> str:
+    """The JSON path of a failing field in the request as sent.
+
+    pydantic's locations also name union members and discriminator tags (for example
+    `beneficiary.external_account.reference`); walking the actual body tells those apart
+    from real keys, so the path is the one the client wrote: `beneficiary.reference`.
+    """
     parts = list(location)
-    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
-        parts = parts[1:]
-    path = ""
+    source = parts[0] if parts else "body"
+    parts = (
+        parts[1:] if parts and parts[0] in ("body", "query", "path", "header", "cookie") else parts
+    )
+    node: Any = body if source == "body" else _MISSING
+    kept: list[int | str] = []
     for part in parts:
+        if isinstance(part, str) and "[" in part:
+            continue  # a validator marker such as function-after[...]
+        if isinstance(node, dict):
+            if part in node:
+                kept.append(part)
+                node = node[part]
+            elif node.get("type") == part:
+                continue  # the tag of a discriminated union
+            else:
+                kept.append(part)
+                node = _MISSING
+        elif isinstance(node, list) and isinstance(part, int):
+            kept.append(part)
+            node = node[part] if 0 <= part < len(node) else _MISSING
+        elif node is _MISSING or source != "body":
+            kept.append(part)
+        # else: node is a scalar, so `part` names a union member tried against it
+    path = ""
+    for part in kept:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
@@ -78,14 +110,15 @@ def _json_path(location: Sequence[int | str]) -> str:
 def validation_errors(exc: RequestValidationError) -> dict[str, list[str]]:
     """Map each failing field's JSON path to its messages."""
     errors: dict[str, list[str]] = {}
+    body = getattr(exc, "body", None)
     for item in exc.errors():
-        location = item.get("loc", ())
         if item.get("type") == "json_invalid":
             errors.setdefault("body", []).append("Malformed JSON: " + str(item.get("msg", "")))
             continue
-        # pydantic puts the union member or validator name into loc; drop non-field markers
-        cleaned = [p for p in location if not (isinstance(p, str) and "[" in p)]
-        errors.setdefault(_json_path(cleaned), []).append(str(item.get("msg", "invalid")))
+        path = _json_path(item.get("loc", ()), body)
+        message = str(item.get("msg", "invalid"))
+        if message not in errors.get(path, []):
+            errors.setdefault(path, []).append(message)
     return errors
 
 
@@ -139,7 +172,17 @@ def install_problem_handlers(app: FastAPI) -> None:
             UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request)
         )
 
+    async def on_overflow(request: Request, exc: Exception) -> Response:
+        return problem_response(
+            INVALID_PARAMETERS,
+            "The amount would take a balance beyond the largest amount the service holds "
+            f"({2**63 - 1} minor units).",
+            _public_url(request),
+            errors={"amount_in_minor": ["too large for the account's balance"]},
+        )
+
     app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(BalanceOverflow, on_overflow)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,75 @@
+"""Fixtures: a real PostgreSQL (embedded unless DATABASE_URL is set) and a real server."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from bankrail.db.pool import create_pool
+from support.api import Operator
+from support.databases import (
+    drop_database,
+    fresh_database,
+    postgres_server,
+    prepare_template,
+    run,
+)
+from support.server import RunningServer, free_port
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The admin DSN of the session's PostgreSQL server, with a migrated template."""
+    with postgres_server() as dsn:
+        run(prepare_template(dsn))
+        yield dsn
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def database(pg_server: str) -> AsyncIterator[str]:
+    """A fresh migrated database for one test."""
+    dsn = await fresh_database(pg_server)
+    yield dsn
+    await drop_database(pg_server, dsn)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pool(database: str) -> AsyncIterator[asyncpg.Pool]:
+    """A connection pool on the test's fresh database."""
+    pool = await create_pool(database, min_size=1, max_size=60)
+    yield pool
+    await pool.close()
+
+
+def _server_env(pg_server: str, dsn: str | None) -> dict[str, str]:
+    return {"DATABASE_URL": dsn} if dsn else {}
+
+
+@pytest.fixture(scope="session")
+def server(pg_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One `bankrail serve` for the e2e tests (each test makes its own merchants)."""
+    import os
+
+    dsn = run(fresh_database(pg_server, migrated=False)) if os.environ.get("DATABASE_URL") else None
+    running = RunningServer(
+        data_dir=Path(tmp_path_factory.mktemp("serve")),
+        port=free_port(),
+        admin_token="admin-" + secrets.token_urlsafe(24),
+        env=_server_env(pg_server, dsn),  # type: ignore[arg-type]
+    )
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def operator(server: RunningServer) -> Iterator[Operator]:
+    """The operator API of the session's server."""
+    client = Operator(server.base_url, server.admin_token)
+    yield client
+    client.close()

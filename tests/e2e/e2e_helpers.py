@@ -1,0 +1,174 @@
+"""Small assertions and helpers shared by the end-to-end tests (HTTP against `bankrail serve`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from support.api import MerchantClient, Operator
+
+PROBLEM_TYPE = "application/problem+json"
+T = TypeVar("T")
+
+
+def assert_problem(
+    response: httpx.Response, status: int, title: str | None = None
+) -> dict[str, Any]:
+    """The response is an RFC 9457 problem with this status whose trace_id is the header's."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM_TYPE, response.headers
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert isinstance(body["type"], str)
+    assert "/errors#" in body["type"]
+    assert isinstance(body["title"], str)
+    assert body["title"]
+    assert isinstance(body["detail"], str)
+    assert body["trace_id"] == response.headers["svc-trace-id"]
+    if title is not None:
+        assert body["title"] == title
+    return body
+
+
+def assert_invalid(response: httpx.Response, *fields: str) -> dict[str, Any]:
+    """A 400 Invalid Parameters problem whose `errors` names each of `fields`."""
+    body = assert_problem(response, 400, "Invalid Parameters")
+    errors = body.get("errors")
+    assert isinstance(errors, dict)
+    assert errors, body
+    for name in fields:
+        assert any(key == name or key.startswith(f"{name}.") for key in errors), (name, errors)
+    return body
+
+
+def bearer(token: str) -> dict[str, str]:
+    """An Authorization header."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def fresh_token(merchant: MerchantClient, **form: str) -> dict[str, Any]:
+    """A new /connect/token answer for the merchant's client (never the cached one)."""
+    fields = {
+        "grant_type": "client_credentials",
+        "client_id": merchant.client_id,
+        "client_secret": merchant.client_secret,
+        **form,
+    }
+    answer = merchant.http.post("/connect/token", data=fields)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def account_by_currency(merchant: MerchantClient, currency: str) -> dict[str, Any]:
+    """The merchant's account in `currency`, as GET /v3/merchant-accounts/{id} answers now."""
+    account_id = merchant.accounts[currency]["id"]
+    answer = merchant.http.get(
+        f"/v3/merchant-accounts/{account_id}", headers=bearer(fresh_token(merchant)["access_token"])
+    )
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def identifier(account: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The account identifier of this type."""
+    found = [i for i in account["account_identifiers"] if i["type"] == kind]
+    assert len(found) == 1, account["account_identifiers"]
+    return found[0]
+
+
+def service_now(operator: Operator) -> datetime:
+    """The service clock's current time."""
+    answer = operator.get("/sandbox/clock")
+    assert answer.status_code == 200, answer.text
+    return parse_time(answer.json()["now"])
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 UTC timestamp with a `Z` suffix."""
+    assert text.endswith("Z"), text
+    moment = datetime.fromisoformat(text[:-1] + "+00:00")
+    return moment.astimezone(UTC)
+
+
+def is_uuid(text: object) -> bool:
+    """True when `text` is a UUID string."""
+    try:
+        uuid.UUID(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float = 10, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def processes_mentioning(path: Path) -> list[tuple[int, str]]:
+    """Live processes (other than this one) whose command line contains `path`."""
+    needle = str(path.resolve()).encode()
+    found: list[tuple[int, str]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == "Z":  # a zombie has already exited
+            continue
+        if needle + b"/" in cmdline or needle + b"\0" in cmdline or cmdline.endswith(needle):
+            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")))
+    return found
+
+
+def end_processes_mentioning(path: Path) -> None:
+    """End, by pid, processes left running for `path` (an embedded postmaster that its
+    `serve` did not stop): a fast shutdown first (SIGINT), then SIGKILL."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        pids = [pid for pid, _ in processes_mentioning(path)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid, _ in processes_mentioning(path)]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
+@contextlib.contextmanager
+def private_data_dir(prefix: str) -> Iterator[Path]:
+    """A data directory for a server of a test's own, outside `/tmp/pytest-of-<user>`.
+
+    Run as root, the embedded PostgreSQL runs as a system user that must traverse every
+    parent directory; pytest strips group and other permissions from `pytest-of-<user>` when
+    any session starts, so a concurrent pytest run would lock PostgreSQL out of a tmp_path.
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as tmp:
+        path = Path(tmp) / "data"
+        try:
+            yield path
+        finally:
+            end_processes_mentioning(path)

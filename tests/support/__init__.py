@@ -1,0 +1,1 @@
+"""Shared helpers for the test suite: databases, a running server, signed API calls."""

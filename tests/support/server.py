@@ -1,0 +1,87 @@
+"""`bankrail serve` as a subprocess on a free port, as a user would run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    """A `bankrail serve` process and how to reach it."""
+
+    data_dir: Path
+    port: int
+    admin_token: str
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.data_dir / "serve.log"
+
+    @property
+    def base_url(self) -> str:
+        """Where the API answers."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *extra_args: str, timeout: float = 60) -> None:
+        """Start the server and wait until it answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "BANKRAIL_ADMIN_TOKEN": self.admin_token}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bankrail", "serve", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), *extra_args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"bankrail serve exited:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.base_url}/openapi.json", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"bankrail serve did not start:\n{self.log_path.read_text()}")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 60) -> int:
+        """Stop the server with `sig` and return its exit code."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        self.process = None
+        return code
+
+    def kill_group(self) -> None:
+        """SIGKILL the server's whole process group, as a crash would."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None

@@ -1,0 +1,234 @@
+"""The mock provider catalogue matches DESIGN §7, and search filters it as documented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bankrail.payments.provider_routes import ProviderSearchRequest
+from bankrail.payments.providers import CATALOGUE, Provider, find_provider, search
+
+# The table of DESIGN §7 "Payments API v3 — pay-ins", row by row.
+DESIGN_TABLE = [
+    (
+        "mock-payments-gb-redirect",
+        "GB",
+        ("GBP",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("faster_payments_service",),
+    ),
+    (
+        "mock-payments-de-redirect",
+        "DE",
+        ("EUR",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer_instant", "sepa_credit_transfer"),
+    ),
+    (
+        "mock-payments-fr-redirect",
+        "FR",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer_instant", "sepa_credit_transfer"),
+    ),
+    (
+        "mock-payments-de-embedded",
+        "DE",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "embedded",
+        ("sepa_credit_transfer",),
+    ),
+    (
+        "mock-payments-nl-redirect",
+        "NL",
+        ("EUR",),
+        ("retail",),
+        "private_beta",
+        "redirect",
+        ("sepa_credit_transfer_instant",),
+    ),
+]
+GA_IDS = [
+    "mock-payments-gb-redirect",
+    "mock-payments-de-redirect",
+    "mock-payments-fr-redirect",
+    "mock-payments-de-embedded",
+]
+
+
+def ids(providers: list[Provider]) -> list[str]:
+    return [p.id for p in providers]
+
+
+def test_catalogue_rows_equal_the_design_table() -> None:
+    rows = [
+        (
+            p.id,
+            p.country_code,
+            p.currencies,
+            p.customer_segments,
+            p.release_channel,
+            p.flow,
+            p.schemes,
+        )
+        for p in CATALOGUE
+    ]
+    assert rows == DESIGN_TABLE
+
+
+def test_every_provider_is_found_by_id_and_unknown_ids_are_not() -> None:
+    for provider in CATALOGUE:
+        assert find_provider(provider.id) is provider
+    assert find_provider("mock-payments-xx-redirect") is None
+    assert find_provider("") is None
+
+
+def test_provider_resource_shape() -> None:
+    provider = find_provider("mock-payments-de-redirect")
+    assert provider is not None
+    resource = provider.to_api("https://bankrail.test")
+    assert resource == {
+        "id": "mock-payments-de-redirect",
+        "display_name": provider.display_name,
+        "icon_uri": "https://bankrail.test/static/providers/mock-payments-de-redirect-icon.svg",
+        "logo_uri": "https://bankrail.test/static/providers/mock-payments-de-redirect-logo.svg",
+        "bg_color": provider.bg_color,
+        "country_code": "DE",
+        "capabilities": {
+            "payments": {
+                "bank_transfer": {
+                    "release_channel": "general_availability",
+                    "schemes": [
+                        {"id": "sepa_credit_transfer_instant"},
+                        {"id": "sepa_credit_transfer"},
+                    ],
+                }
+            }
+        },
+    }
+
+
+def test_search_without_filters_returns_general_availability_only() -> None:
+    assert ids(search()) == GA_IDS
+
+
+@pytest.mark.parametrize(
+    ("currencies", "expected"),
+    [
+        (["GBP"], ["mock-payments-gb-redirect"]),
+        (
+            ["EUR"],
+            ["mock-payments-de-redirect", "mock-payments-fr-redirect", "mock-payments-de-embedded"],
+        ),
+        (["GBP", "EUR"], GA_IDS),
+        (["USD"], []),
+    ],
+)
+def test_search_by_currency(currencies: list[str], expected: list[str]) -> None:
+    assert ids(search(currencies=currencies)) == expected
+
+
+@pytest.mark.parametrize(
+    ("countries", "expected"),
+    [
+        (["GB"], ["mock-payments-gb-redirect"]),
+        (["DE"], ["mock-payments-de-redirect", "mock-payments-de-embedded"]),
+        (["FR", "GB"], ["mock-payments-gb-redirect", "mock-payments-fr-redirect"]),
+        (["NL"], []),
+        (["US"], []),
+    ],
+)
+def test_search_by_country(countries: list[str], expected: list[str]) -> None:
+    assert ids(search(countries=countries)) == expected
+
+
+@pytest.mark.parametrize(
+    ("segments", "expected"),
+    [
+        (["business"], ["mock-payments-gb-redirect", "mock-payments-de-redirect"]),
+        (["retail"], GA_IDS),
+        (["corporate"], []),
+        (["corporate", "business"], ["mock-payments-gb-redirect", "mock-payments-de-redirect"]),
+    ],
+)
+def test_search_by_customer_segment(segments: list[str], expected: list[str]) -> None:
+    assert ids(search(customer_segments=segments)) == expected
+
+
+def test_search_by_flow() -> None:
+    assert ids(search(countries=["DE"], flows=["redirect"])) == ["mock-payments-de-redirect"]
+    assert ids(search(countries=["DE"], flows=["embedded"])) == ["mock-payments-de-embedded"]
+    assert ids(search(countries=["DE"], flows=["redirect", "embedded"])) == [
+        "mock-payments-de-redirect",
+        "mock-payments-de-embedded",
+    ]
+    assert ids(search(flows=["embedded"])) == ["mock-payments-de-embedded"]
+
+
+def test_filters_combine_with_and() -> None:
+    found = search(currencies=["EUR"], countries=["DE"], flows=["redirect"])
+    assert ids(found) == ["mock-payments-de-redirect"]
+    assert search(currencies=["GBP"], countries=["DE"]) == []
+
+
+def test_release_channel_default_excludes_private_beta() -> None:
+    assert search(countries=["NL"]) == []
+    assert search(countries=["NL"], release_channel="general_availability") == []
+    assert search(countries=["NL"], release_channel="public_beta") == []
+
+
+def test_private_beta_channel_includes_private_beta_and_general_availability() -> None:
+    assert ids(search(countries=["NL"], release_channel="private_beta")) == [
+        "mock-payments-nl-redirect"
+    ]
+    assert ids(search(release_channel="private_beta")) == [*GA_IDS, "mock-payments-nl-redirect"]
+    assert ids(search(release_channel="alpha")) == [p.id for p in CATALOGUE]
+
+
+@pytest.mark.parametrize(
+    ("configuration", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({"redirect": {}}, ["redirect"]),
+        ({"redirect": {"return_uri": "https://example.com/back"}}, ["redirect"]),
+        ({"form": {}}, ["embedded"]),
+        ({"redirect": {}, "form": {}}, ["redirect", "embedded"]),
+    ],
+)
+def test_search_body_authorization_flow_selects_flows(
+    configuration: dict[str, Any] | None, expected: list[str] | None
+) -> None:
+    body: dict[str, Any] = (
+        {} if configuration is None else {"authorization_flow": {"configuration": configuration}}
+    )
+    assert ProviderSearchRequest.model_validate(body).flows() == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"currencies": "GBP"}, "currencies"),
+        ({"currencies": ["gbp"]}, "currencies"),
+        ({"countries": ["GBR"]}, "countries"),
+        ({"customer_segments": ["private"]}, "customer_segments"),
+        ({"release_channel": "beta"}, "release_channel"),
+        ({"authorization_flow": {"configuration": {"redirect": {"x": 1}}}}, "authorization_flow"),
+        ({"authorization_flow": {"configuration": {"form": []}}}, "authorization_flow"),
+        ({"unknown": True}, "unknown"),
+    ],
+)
+def test_search_body_is_strict(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ProviderSearchRequest.model_validate(body)
+    assert {str(e["loc"][0]) for e in caught.value.errors()} == {field}

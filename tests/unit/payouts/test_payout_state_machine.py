@@ -1,0 +1,295 @@
+"""The payout state machine (bankrail.payouts.models): legal steps, illegal steps, and how each
+stage and failure reason is shown by API v3 and API v1 (DESIGN §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bankrail.payouts.models import (
+    REJECTIONS,
+    TERMINAL,
+    FailureReason,
+    InvalidTransition,
+    PayoutState,
+    Stage,
+    v1_reason,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+T1 = T0 + timedelta(seconds=1)
+T2 = T0 + timedelta(seconds=2)
+T3 = T0 + timedelta(seconds=3)
+T4 = T0 + timedelta(seconds=4)
+
+ALL_REASONS = list(FailureReason)
+NON_REJECTIONS = [r for r in FailureReason if r not in REJECTIONS]
+
+
+def pending() -> PayoutState:
+    return PayoutState(stage=Stage.PENDING, created_at=T0)
+
+
+def authorized() -> PayoutState:
+    return pending().authorize(T1)
+
+
+def submitted() -> PayoutState:
+    return authorized().submit(T2)
+
+
+def executed() -> PayoutState:
+    return submitted().execute(T3)
+
+
+def failed(reason: FailureReason = FailureReason.SCHEME_ERROR) -> PayoutState:
+    return submitted().fail(T3, reason) if reason not in REJECTIONS else pending().fail(T1, reason)
+
+
+STATES: dict[Stage, Callable[[], PayoutState]] = {
+    Stage.PENDING: pending,
+    Stage.AUTHORIZED: authorized,
+    Stage.SUBMITTED: submitted,
+    Stage.EXECUTED: executed,
+    Stage.FAILED: failed,
+}
+
+# (step name, the only stage it may start from)
+FORWARD_STEPS = [
+    ("authorize", Stage.PENDING),
+    ("submit", Stage.AUTHORIZED),
+    ("execute", Stage.SUBMITTED),
+]
+
+
+# --- the happy path ---------------------------------------------------------------------------
+
+
+def test_happy_path_records_every_timestamp() -> None:
+    state = pending()
+    assert state.stage is Stage.PENDING
+    assert (state.authorized_at, state.submitted_at, state.executed_at, state.failed_at) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    state = state.authorize(T1)
+    assert state.stage is Stage.AUTHORIZED
+    assert state.authorized_at == T1
+    state = state.submit(T2)
+    assert state.stage is Stage.SUBMITTED
+    assert state.submitted_at == T2
+    state = state.execute(T3)
+    assert state.stage is Stage.EXECUTED
+    assert (state.created_at, state.authorized_at, state.submitted_at, state.executed_at) == (
+        T0,
+        T1,
+        T2,
+        T3,
+    )
+    assert state.failed_at is None
+    assert state.failure_reason is None
+
+
+def test_steps_return_new_states_and_leave_the_old_one_alone() -> None:
+    before = pending()
+    after = before.authorize(T1)
+    assert before.stage is Stage.PENDING
+    assert before.authorized_at is None
+    assert after is not before
+    with pytest.raises(AttributeError):
+        before.stage = Stage.EXECUTED  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("step", "origin"), FORWARD_STEPS)
+def test_each_forward_step_is_legal_from_its_own_stage(step: str, origin: Stage) -> None:
+    state = STATES[origin]()
+    moved = getattr(state, step)(T4)
+    assert (
+        moved.stage
+        is {
+            "authorize": Stage.AUTHORIZED,
+            "submit": Stage.SUBMITTED,
+            "execute": Stage.EXECUTED,
+        }[step]
+    )
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ALL_REASONS)
+def test_every_reason_can_fail_a_pending_payout(reason: FailureReason) -> None:
+    state = pending().fail(T1, reason)
+    assert state.stage is Stage.FAILED
+    assert state.failed_at == T1
+    assert state.failure_reason is reason
+    assert state.authorized_at is None
+
+
+@pytest.mark.parametrize("origin", [Stage.AUTHORIZED, Stage.SUBMITTED])
+@pytest.mark.parametrize("reason", NON_REJECTIONS)
+def test_non_rejection_failures_after_authorisation(origin: Stage, reason: FailureReason) -> None:
+    before = STATES[origin]()
+    state = before.fail(T4, reason)
+    assert state.stage is Stage.FAILED
+    assert state.failed_at == T4
+    assert state.failure_reason is reason
+    assert state.authorized_at == T1  # history is kept
+    assert state.submitted_at == before.submitted_at
+
+
+@pytest.mark.parametrize("origin", [Stage.AUTHORIZED, Stage.SUBMITTED])
+@pytest.mark.parametrize("reason", sorted(REJECTIONS))
+def test_rejections_happen_only_from_pending(origin: Stage, reason: FailureReason) -> None:
+    with pytest.raises(InvalidTransition):
+        STATES[origin]().fail(T4, reason)
+
+
+def test_rejections_are_insufficient_funds_and_aml() -> None:
+    assert frozenset({FailureReason.INSUFFICIENT_FUNDS, FailureReason.BLOCKED}) == REJECTIONS
+    assert frozenset({Stage.EXECUTED, Stage.FAILED}) == TERMINAL
+
+
+# --- every illegal step -----------------------------------------------------------------------
+
+
+ILLEGAL_FORWARD = [
+    (step, stage) for step, origin in FORWARD_STEPS for stage in Stage if stage is not origin
+]
+
+
+@pytest.mark.parametrize(("step", "stage"), ILLEGAL_FORWARD)
+def test_forward_step_from_any_other_stage_is_invalid(step: str, stage: Stage) -> None:
+    state = STATES[stage]()
+    with pytest.raises(InvalidTransition):
+        getattr(state, step)(T4)
+    assert state.stage is stage  # unchanged
+
+
+@pytest.mark.parametrize("stage", sorted(TERMINAL))
+@pytest.mark.parametrize("reason", ALL_REASONS)
+def test_a_finished_payout_cannot_fail(stage: Stage, reason: FailureReason) -> None:
+    with pytest.raises(InvalidTransition):
+        STATES[stage]().fail(T4, reason)
+
+
+def test_failed_payout_cannot_fail_again_even_for_the_same_reason() -> None:
+    state = pending().fail(T1, FailureReason.INSUFFICIENT_FUNDS)
+    with pytest.raises(InvalidTransition):
+        state.fail(T2, FailureReason.INSUFFICIENT_FUNDS)
+
+
+def test_transition_matrix_is_exactly_the_documented_one() -> None:
+    """Every (stage, step) pair: the legal ones are exactly those in the module docstring."""
+    legal = {
+        (Stage.PENDING, "authorize"),
+        (Stage.AUTHORIZED, "submit"),
+        (Stage.SUBMITTED, "execute"),
+        (Stage.PENDING, "fail"),
+        (Stage.AUTHORIZED, "fail"),
+        (Stage.SUBMITTED, "fail"),
+    }
+    for stage, make in STATES.items():
+        for step in ("authorize", "submit", "execute", "fail"):
+            method = getattr(make(), step)
+            args = (T4, FailureReason.SERVER_ERROR) if step == "fail" else (T4,)
+            if (stage, step) in legal:
+                method(*args)
+            else:
+                with pytest.raises(InvalidTransition):
+                    method(*args)
+
+
+# --- holds ------------------------------------------------------------------------------------
+
+
+def test_funds_are_held_only_while_authorized_or_submitted() -> None:
+    assert not pending().holds_funds
+    assert authorized().holds_funds
+    assert submitted().holds_funds
+    assert not executed().holds_funds
+    assert not failed().holds_funds
+
+
+# --- v3 status --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected"),
+    [
+        (Stage.PENDING, "pending"),
+        (Stage.AUTHORIZED, "authorized"),
+        (Stage.SUBMITTED, "authorized"),
+        (Stage.EXECUTED, "executed"),
+        (Stage.FAILED, "failed"),
+    ],
+)
+def test_v3_status(stage: Stage, expected: str) -> None:
+    assert STATES[stage]().v3_status == expected
+
+
+def test_v3_never_shows_submitted() -> None:
+    assert {STATES[s]().v3_status for s in Stage} == {"pending", "authorized", "executed", "failed"}
+
+
+# --- v1 status and reasons --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stage", "expected"),
+    [
+        (Stage.PENDING, "pending"),
+        (Stage.AUTHORIZED, "authorised"),
+        (Stage.SUBMITTED, "submitted"),
+        (Stage.EXECUTED, "settled"),
+    ],
+)
+def test_v1_status_of_live_and_settled_payouts(stage: Stage, expected: str) -> None:
+    assert STATES[stage]().v1_status == expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (FailureReason.INSUFFICIENT_FUNDS, "rejected"),
+        (FailureReason.BLOCKED, "rejected"),
+        (FailureReason.INVALID_IBAN, "failed"),
+        (FailureReason.SCHEME_ERROR, "failed"),
+        (FailureReason.SERVER_ERROR, "failed"),
+    ],
+)
+def test_v1_status_tells_rejected_from_failed(reason: FailureReason, expected: str) -> None:
+    assert failed(reason).v1_status == expected
+
+
+def test_v1_status_of_a_server_error_while_pending_is_failed() -> None:
+    assert pending().fail(T1, FailureReason.SERVER_ERROR).v1_status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (FailureReason.INSUFFICIENT_FUNDS, "insufficient_funds"),
+        (FailureReason.BLOCKED, "aml_check_failed"),
+        (FailureReason.INVALID_IBAN, "scheme_error"),
+        (FailureReason.SCHEME_ERROR, "scheme_error"),
+        (FailureReason.SERVER_ERROR, "server_error"),
+    ],
+)
+def test_v1_reason(reason: FailureReason, expected: str) -> None:
+    assert v1_reason(reason) == expected
+
+
+def test_v1_reasons_are_the_documented_set() -> None:
+    """DESIGN §7: rejected -> insufficient_funds | aml_check_failed; failed -> scheme_error |
+    server_error."""
+    for reason in FailureReason:
+        name = v1_reason(reason)
+        if reason in REJECTIONS:
+            assert name in {"insufficient_funds", "aml_check_failed"}
+        else:
+            assert name in {"scheme_error", "server_error"}

@@ -1,0 +1,54 @@
+"""Baselines measured in the same run as the service figures: what one core can sign and
+verify with ES512, and how many single-row durable INSERT commits PostgreSQL takes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import asyncpg
+
+from bankrail.security import signing
+
+
+def es512_rates(seconds: float) -> tuple[float, float]:
+    """(signatures/s, verifications/s) on one core, for a typical request signature."""
+    key = signing.generate_private_key()
+    public = key.public_key()
+    body = b'{"merchant_account_id":"' + str(uuid.uuid4()).encode() + b'","amount_in_minor":100}'
+    headers = [("Idempotency-Key", str(uuid.uuid4()))]
+    signed = 0
+    started = time.perf_counter()
+    signature = ""
+    while time.perf_counter() - started < seconds:
+        signature = signing.sign_request(
+            key, "kid", method="POST", path="/v3/payouts", headers=headers, body=body
+        )
+        signed += 1
+    sign_rate = signed / (time.perf_counter() - started)
+    parsed = signing.parse_signature(signature)
+    lowered = {k.lower(): v for k, v in headers}
+    verified = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        signing.verify_request(
+            public, parsed, method="POST", path="/v3/payouts", headers=lowered, body=body
+        )
+        verified += 1
+    return sign_rate, verified / (time.perf_counter() - started)
+
+
+async def insert_commit_rate(dsn: str, count: int) -> float:
+    """Single-row INSERTs, each its own durable commit, on one connection."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bench_commit (id bigint, at timestamptz)"
+        )
+        await conn.execute("SET synchronous_commit = on")
+        started = time.perf_counter()
+        for i in range(count):
+            await conn.execute("INSERT INTO bench_commit VALUES ($1, now())", i)
+        return count / (time.perf_counter() - started)
+    finally:
+        await conn.close()

@@ -1,0 +1,32 @@
+"""CI runs the benchmark only in its short smoke mode, to prove it works end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "signed webhook deliveries/s" in done.stdout
+    figures = json.loads(out.read_text())["figures"]
+    assert figures["webhook_deliveries_delivered"] == 300
+    assert figures["webhook_deliveries_received"] >= 300
+    for name in (
+        "es512_sign_per_s_one_core",
+        "es512_verify_per_s_one_core",
+        "durable_insert_commits_per_s",
+        "webhook_deliveries_per_s",
+    ):
+        assert figures[name] > 0, name

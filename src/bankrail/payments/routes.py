@@ -8,13 +8,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, StrictStr
 
 from bankrail.context import AppContext, Context
 from bankrail.core.jsonbody import json_response
-from bankrail.core.problems import CONFLICT, Unauthenticated, invalid_field
+from bankrail.core.problems import CONFLICT, ProblemError, Unauthenticated, invalid_field
 from bankrail.db.pool import Connection
 from bankrail.merchants.schemas import StrictModel
 from bankrail.merchants.service import require_account
@@ -408,7 +409,8 @@ async def legacy_deposit(
     """Deprecated: use `POST /v3/payments` then the authorization-flow call. The deposit
     becomes a payment into the merchant's account in its currency; `deposit_id` is the
     idempotency key and is kept in the payment's metadata."""
-    successor = f"{context.settings.public_url}/v3/payments"
+    public_url = context.settings.public_url
+    successor = f"{public_url}/v3/payments"
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
@@ -440,29 +442,48 @@ async def legacy_deposit(
         row = await service.start_authorization(
             conn, row, return_uri=body.auth_flow.return_uri, now=now
         )
-        flow = _flow_answer(context, row)
+        action = _flow_answer(context, row).get("authorization_flow", {}).get("actions", {})
+        next_step = action.get("next") or {}
+        if next_step.get("type") != "redirect":
+            # A legacy client only follows redirects: send the payer to the hosted page,
+            # which lets them pick a provider (or fill in the embedded form).
+            token = context.tokens.issue_resource_token(created["id"], now, AUTHORIZATION_WINDOW)
+            query = urlencode(
+                {
+                    "payment_id": str(created["id"]),
+                    "resource_token": token,
+                    "return_uri": body.auth_flow.return_uri,
+                }
+            )
+            next_step = {"type": "redirect", "uri": f"{public_url}/hpp/payments?{query}"}
         return 201, {
             "result": {
                 "deposit_id": body.deposit.deposit_id,
                 "payment_id": str(created["id"]),
                 "user_id": body.user_id,
                 "status": row["status"],
-                "auth_flow": flow.get("authorization_flow", {}).get("actions", {}).get("next"),
+                "auth_flow": next_step,
             }
         }
 
-    answer = await respond_once(
-        context,
-        request,
-        scope=f"legacy-deposits:{merchant.merchant_id}",
-        key=body.deposit.deposit_id,
-        body=raw,
-        effect=effect,
-        reuse_problem=CONFLICT,
-        ttl=timedelta(days=365 * 100),
-    )
-    answer.headers["Deprecation"] = "true"
-    answer.headers["Link"] = f'<{successor}>; rel="successor-version"'
+    deprecation = {"Deprecation": "true", "Link": f'<{successor}>; rel="successor-version"'}
+    try:
+        answer = await respond_once(
+            context,
+            request,
+            scope=f"legacy-deposits:{merchant.merchant_id}",
+            key=body.deposit.deposit_id,
+            body=raw,
+            effect=effect,
+            reuse_problem=CONFLICT,
+            ttl=timedelta(days=365 * 100),
+            # A deposit_id is taken only by a deposit that was made (as for v1 payouts).
+            store_client_errors=False,
+        )
+    except ProblemError as problem:
+        problem.headers.update(deprecation)
+        raise
+    answer.headers.update(deprecation)
     return answer
 
 

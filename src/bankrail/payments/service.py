@@ -54,14 +54,16 @@ def check_return_uri(uri: str, field: str) -> str:
     return uri
 
 
-def _check_provider(provider_id: str, scheme_id: str | None, currency: str, field: str) -> Provider:
+def _check_provider(
+    provider_id: str, scheme_id: str | None, currency: str, prefix: str = ""
+) -> Provider:
     provider = find_provider(provider_id)
     if provider is None:
-        raise invalid_field(f"{field}.provider_id", f"unknown provider {provider_id!r}")
+        raise invalid_field(f"{prefix}provider_id", f"unknown provider {provider_id!r}")
     if not provider.serves(currency):
-        raise invalid_field(f"{field}.provider_id", f"{provider_id} does not serve {currency}")
+        raise invalid_field(f"{prefix}provider_id", f"{provider_id} does not serve {currency}")
     if scheme_id is not None and scheme_id not in provider.schemes:
-        raise invalid_field(f"{field}.scheme_id", f"{provider_id} does not offer {scheme_id}")
+        raise invalid_field(f"{prefix}scheme_id", f"{provider_id} does not offer {scheme_id}")
     return provider
 
 
@@ -90,7 +92,7 @@ async def create_payment(
     if selection_type == "preselected":
         if provider_id is None:
             raise invalid_field(f"{field}.provider_id", "required when the type is preselected")
-        provider = _check_provider(provider_id, scheme_id, account.currency, field)
+        provider = _check_provider(provider_id, scheme_id, account.currency, f"{field}.")
         scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
     elif scheme_id is not None and not any(
         scheme_id in p.schemes
@@ -350,7 +352,7 @@ async def select_provider(
     """Record the provider the payer chose from those offered."""
     if state_of(row).status is not PaymentStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
-    provider = _check_provider(provider_id, scheme_id, row["currency"], "body")
+    provider = _check_provider(provider_id, scheme_id, row["currency"])
     if row["scheme_id"] is not None and row["scheme_id"] not in provider.schemes:
         raise invalid_field(
             "provider_id", f"{provider_id} does not offer the payment's scheme {row['scheme_id']}"
@@ -394,6 +396,11 @@ async def bank_action(
             return redirect_back(row)
         raise Conflict(f"The bank already recorded {row['bank_action']} for this payment.")
     state = state_of(row)
+    if state.status in EXPIRABLE and now >= state.expires_at():
+        # The payer came back after the authorisation window: the payment expires now,
+        # even if its expiry job has not run yet, and the payer is sent back.
+        expired = await _save(conn, row, state.fail(now, FailureReason.EXPIRED), now)
+        return redirect_back(expired)
     if state.status is not PaymentStatus.AUTHORIZING or row["provider_id"] is None:
         raise Conflict(f"The payment is {state.status}; the bank cannot act on it now.")
     if action == "Cancel":

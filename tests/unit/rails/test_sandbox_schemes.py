@@ -83,7 +83,9 @@ def test_unknown_or_malformed_failure_tokens_are_ignored(reference: str) -> None
         ("Delay:0", 0),
         ("payout delay:30 for Bob", 30),
         ("delay:0042", 42),
-        ("delay:9999999", 9_999_999),
+        ("delay:2592000", 2_592_000),
+        ("delay:9999999", 2_592_000),  # capped at 30 days
+        ("delay:12345678", 2_592_000),
     ],
 )
 def test_delay_tokens(reference: str, seconds: int) -> None:

@@ -1,0 +1,426 @@
+"""The closed loop over HTTP against `bankrail serve`: a payer pays in through the headless mock
+bank, the payment settles with a payment source, and the merchant pays that user back to that
+source (spec 1.3, 2.4, 2.8, 4.2, 6.2; DESIGN §7 "Payments API v3 — payouts" and "— pay-ins").
+
+Every merchant request is signed with the public `truelayer-signing` library, and every webhook
+the loopback receiver gets is verified with it against the service's JWKS."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+import truelayer_signing
+from e2e_helpers import (
+    account_by_currency,
+    assert_invalid,
+    assert_problem,
+    bearer,
+    is_uuid,
+    parse_time,
+    wait_for,
+)
+from truelayer_signing import HttpMethod, extract_jws_header
+
+from support.api import MerchantClient, Operator
+from support.receiver import Received, WebhookReceiver
+
+PAYMENTS = "/v3/payments"
+PAYOUTS = "/v3/payouts"
+GB_REDIRECT = "mock-payments-gb-redirect"
+DE_REDIRECT = "mock-payments-de-redirect"
+RETURN_URI = "https://shop.example/back"
+HOOK_PATH = "/v3"
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    made = WebhookReceiver()
+    yield made
+    made.close()
+
+
+def _merchant(operator: Operator, receiver: WebhookReceiver | None = None) -> MerchantClient:
+    merchant = operator.new_merchant()
+    if receiver is not None:
+        answer = operator.put(
+            f"/admin/merchants/{merchant.merchant_id}/webhooks",
+            {"payments_uri": receiver.url + HOOK_PATH},
+        )
+        assert answer.status_code == 200, answer.text
+    return merchant
+
+
+def _pay_in(
+    merchant: MerchantClient,
+    amount: int,
+    user: dict[str, Any],
+    currency: str = "GBP",
+    provider_id: str = GB_REDIRECT,
+) -> str:
+    """Create a payment, authorise it at the mock bank, and return its id (not yet settled)."""
+    body = {
+        "amount_in_minor": amount,
+        "currency": currency,
+        "payment_method": {
+            "type": "bank_transfer",
+            "provider_selection": {"type": "user_selected"},
+            "beneficiary": {
+                "type": "merchant_account",
+                "merchant_account_id": merchant.accounts[currency]["id"],
+            },
+        },
+        "user": user,
+        "metadata": {"purpose": "deposit"},
+    }
+    answer = merchant.signed_post(PAYMENTS, body)
+    assert answer.status_code == 201, answer.text
+    created = answer.json()
+    assert created["status"] == "authorization_required"
+    assert created["user"]["id"] == user["id"]
+    payment_id = str(created["id"])
+
+    answer = merchant.signed_post(
+        f"{PAYMENTS}/{payment_id}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["authorization_flow"]["actions"]["next"]["type"] == "provider_selection"
+    answer = merchant.signed_post(
+        f"{PAYMENTS}/{payment_id}/authorization-flow/actions/provider-selection",
+        {"provider_id": provider_id},
+    )
+    assert answer.status_code == 200, answer.text
+    uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
+    token = parse_qs(urlsplit(uri).query)["token"][0]
+    answer = merchant.http.post(
+        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+        json={"action": "Execute"},
+        headers=bearer(token),
+    )
+    assert answer.status_code == 202, answer.text
+    return payment_id
+
+
+def _get(merchant: MerchantClient, path: str) -> dict[str, Any]:
+    answer = merchant.get(path)
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def _wait_status(
+    merchant: MerchantClient, path: str, statuses: set[str], timeout: float = 20
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        found = _get(merchant, path)
+        return found if found["status"] in statuses else None
+
+    return wait_for(check, timeout=timeout, what=f"{path} in {statuses}")
+
+
+def _settled(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
+    payment = _wait_status(
+        merchant, f"{PAYMENTS}/{payment_id}", {"payment_settled", "payment_failed"}
+    )
+    assert payment["status"] == "payment_settled", payment
+    return payment
+
+
+def _balances(merchant: MerchantClient, currency: str = "GBP") -> tuple[int, int]:
+    account = account_by_currency(merchant, currency)
+    return account["current_balance_in_minor"], account["available_balance_in_minor"]
+
+
+def _payout_body(
+    merchant: MerchantClient,
+    amount: int,
+    user_id: str,
+    source_id: str,
+    currency: str = "GBP",
+    reference: str = "refund 1",
+) -> dict[str, Any]:
+    return {
+        "merchant_account_id": merchant.accounts[currency]["id"],
+        "amount_in_minor": amount,
+        "currency": currency,
+        "beneficiary": {
+            "type": "payment_source",
+            "user_id": user_id,
+            "payment_source_id": source_id,
+            "reference": reference,
+        },
+    }
+
+
+def _header(request: Received, name: str) -> str:
+    return next(v for k, v in request.headers.items() if k.lower() == name.lower())
+
+
+def _verify_webhook(jwks: dict[str, Any], request: Received) -> None:
+    """The webhook verifies with the public library against the service's JWKS."""
+    signature = _header(request, "Svc-Signature")
+    header = extract_jws_header(signature)
+    assert header.jku is not None
+    assert header.jku.endswith("/.well-known/jwks")
+    (
+        truelayer_signing.verify_with_jwks(jwks, header)
+        .set_method(HttpMethod.POST)
+        .set_path(request.path)
+        .add_header("X-SVC-Webhook-Timestamp", _header(request, "X-SVC-Webhook-Timestamp"))
+        .add_header("Content-Type", _header(request, "Content-Type"))
+        .set_body(request.body.decode())
+        .verify(signature)
+    )
+
+
+def _webhooks(receiver: WebhookReceiver, key: str, value: str) -> list[Received]:
+    return [r for r in receiver.snapshot() if r.path == HOOK_PATH and r.json().get(key) == value]
+
+
+def _wait_webhook(receiver: WebhookReceiver, key: str, value: str, event_type: str) -> Received:
+    def typed() -> list[Received]:
+        return [r for r in _webhooks(receiver, key, value) if r.json()["type"] == event_type]
+
+    receiver.wait_for(lambda _seen: bool(typed()))
+    found = typed()
+    assert len({r.json()["event_id"] for r in found}) == 1
+    return found[0]
+
+
+# --- the headline -----------------------------------------------------------------------------
+
+
+def test_pay_in_then_pay_back_to_the_payment_source(
+    operator: Operator, receiver: WebhookReceiver
+) -> None:
+    merchant = _merchant(operator, receiver)
+    user = {"id": f"user-{uuid.uuid4()}", "name": "Jane Payer", "email": "jane@example.com"}
+    assert _balances(merchant) == (0, 0)
+
+    # 1. The payer pays 10.00 in through the mock bank.
+    payment_id = _pay_in(merchant, 1_000, user)
+    payment = _settled(merchant, payment_id)
+    source = payment["payment_source"]
+    assert is_uuid(source["id"])
+    assert source["account_holder_name"] == "Jane Payer"
+    identifiers = {i["type"]: i for i in source["account_identifiers"]}
+    assert set(identifiers) == {"sort_code_account_number", "iban"}
+    assert _balances(merchant) == (1_000, 1_000)
+
+    executed = _wait_webhook(receiver, "payment_id", payment_id, "payment_executed")
+    settled = _wait_webhook(receiver, "payment_id", payment_id, "payment_settled")
+    assert settled.json()["payment_source"] == source
+    assert settled.json()["user_id"] == user["id"]
+    assert settled.json()["metadata"] == {"purpose": "deposit"}
+    assert executed.json()["executed_at"] == payment["executed_at"]
+
+    # 2. The merchant pays 4.00 back to that user and account.
+    body = _payout_body(merchant, 400, user["id"], source["id"])
+    body["metadata"] = {"reason": "partial refund"}
+    answer = merchant.signed_post(PAYOUTS, body)
+    assert answer.status_code == 202, answer.text
+    assert set(answer.json()) == {"id"}
+    payout_id = answer.json()["id"]
+    assert is_uuid(payout_id)
+
+    payout = _wait_status(merchant, f"{PAYOUTS}/{payout_id}", {"executed", "failed"})
+    assert payout["status"] == "executed", payout
+    assert payout["merchant_account_id"] == merchant.accounts["GBP"]["id"]
+    assert payout["amount_in_minor"] == 400
+    assert payout["currency"] == "GBP"
+    assert payout["scheme_id"] == "faster_payments_service"
+    assert payout["beneficiary"] == {
+        "type": "payment_source",
+        "user_id": user["id"],
+        "payment_source_id": source["id"],
+        "reference": "refund 1",
+        "account_holder_name": "Jane Payer",
+        "account_identifiers": source["account_identifiers"],
+    }
+    assert payout["metadata"] == {"reason": "partial refund"}
+    assert parse_time(payout["executed_at"]) >= parse_time(payment["settled_at"])
+    assert _balances(merchant) == (600, 600)
+
+    done = _wait_webhook(receiver, "payout_id", payout_id, "payout_executed").json()
+    assert done["event_version"] == 1
+    assert is_uuid(done["event_id"])
+    assert done["merchant_account_id"] == merchant.accounts["GBP"]["id"]
+    assert done["executed_at"] == payout["executed_at"]
+    assert done["beneficiary"]["type"] == "payment_source"
+    assert done["beneficiary"]["payment_source_id"] == source["id"]
+    assert done["beneficiary"]["user_id"] == user["id"]
+    assert done["metadata"] == {"reason": "partial refund"}
+
+    # 3. Every webhook verifies with the public library, and the statement shows both legs.
+    jwks = merchant.http.get("/.well-known/jwks").json()
+    for request in [executed, settled, *_webhooks(receiver, "payout_id", payout_id)]:
+        _verify_webhook(jwks, request)
+    answer = merchant.get(f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions")
+    assert answer.status_code == 200, answer.text
+    legs = {(i["type"], i["amount_in_minor"]) for i in answer.json()["items"]}
+    assert {("payment", 1_000), ("payout", 400)} <= legs
+
+    check = operator.get("/admin/ledger/check")
+    assert check.status_code == 200, check.text
+    assert check.json() == {"ok": True, "violations": []}
+
+
+def test_the_source_is_paid_back_again_after_a_second_deposit(operator: Operator) -> None:
+    merchant = _merchant(operator)
+    user = {"id": "repeat-payer"}
+    first = _settled(merchant, _pay_in(merchant, 500, user))["payment_source"]
+    second = _settled(merchant, _pay_in(merchant, 700, user))["payment_source"]
+    assert first["id"] == second["id"]
+    assert _balances(merchant) == (1_200, 1_200)
+    # Default holder name when the user gave none.
+    assert first["account_holder_name"]
+
+    answer = merchant.signed_post(PAYOUTS, _payout_body(merchant, 1_200, user["id"], first["id"]))
+    assert answer.status_code == 202, answer.text
+    payout = _wait_status(merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"})
+    assert payout["status"] == "executed", payout
+    assert _balances(merchant) == (0, 0)
+
+
+# --- refused closed-loop payouts --------------------------------------------------------------
+
+
+def test_a_source_of_another_user_is_refused(operator: Operator) -> None:
+    merchant = _merchant(operator)
+    payer = {"id": "payer-a"}
+    source = _settled(merchant, _pay_in(merchant, 1_000, payer))["payment_source"]
+    # Another user who also paid in: neither may use the other's source.
+    other = {"id": "payer-b"}
+    other_source = _settled(merchant, _pay_in(merchant, 1_000, other))["payment_source"]
+    assert other_source["id"] != source["id"]
+
+    for user_id, source_id in (
+        ("payer-b", source["id"]),
+        ("payer-a", other_source["id"]),
+        ("never-paid", source["id"]),
+    ):
+        answer = merchant.signed_post(PAYOUTS, _payout_body(merchant, 100, user_id, source_id))
+        assert_invalid(answer, "beneficiary.payment_source_id")
+    # Unknown source id.
+    answer = merchant.signed_post(
+        PAYOUTS, _payout_body(merchant, 100, "payer-a", str(uuid.uuid4()))
+    )
+    assert_invalid(answer, "beneficiary.payment_source_id")
+    assert _balances(merchant) == (2_000, 2_000)
+
+
+def test_a_source_from_another_merchant_account_is_refused(operator: Operator) -> None:
+    merchant = _merchant(operator)
+    user = {"id": "two-currency-payer"}
+    # The source paid into the GBP account; the EUR account has funds of its own.
+    source = _settled(merchant, _pay_in(merchant, 1_000, user))["payment_source"]
+    topped = operator.top_up(merchant.accounts["EUR"], 5_000)
+    assert topped.status_code == 201, topped.text
+
+    body = _payout_body(merchant, 100, user["id"], source["id"], currency="EUR")
+    assert_invalid(merchant.signed_post(PAYOUTS, body), "beneficiary.payment_source_id")
+    # Paying in through the EUR account gives that user a separate EUR source.
+    eur_source = _settled(
+        merchant, _pay_in(merchant, 300, user, currency="EUR", provider_id=DE_REDIRECT)
+    )["payment_source"]
+    assert eur_source["id"] != source["id"]
+    assert [i["type"] for i in eur_source["account_identifiers"]] == ["iban"]
+    # And that one cannot be paid from GBP.
+    body = _payout_body(merchant, 100, user["id"], eur_source["id"], currency="GBP")
+    assert_invalid(merchant.signed_post(PAYOUTS, body), "beneficiary.payment_source_id")
+    # But it can from EUR.
+    body = _payout_body(merchant, 100, user["id"], eur_source["id"], currency="EUR")
+    answer = merchant.signed_post(PAYOUTS, body)
+    assert answer.status_code == 202, answer.text
+    payout = _wait_status(merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"})
+    assert payout["status"] == "executed", payout
+    assert payout["scheme_id"] == "sepa_credit_transfer_instant"
+    assert _balances(merchant, "EUR") == (5_200, 5_200)
+    assert _balances(merchant, "GBP") == (1_000, 1_000)
+
+
+def test_a_source_of_another_merchant_is_refused(operator: Operator) -> None:
+    owner = _merchant(operator)
+    stranger = _merchant(operator)
+    user = {"id": "shared-user-id"}
+    source = _settled(owner, _pay_in(owner, 1_000, user))["payment_source"]
+    assert operator.top_up(stranger.accounts["GBP"], 5_000).status_code == 201
+    body = _payout_body(stranger, 100, user["id"], source["id"])
+    assert_invalid(stranger.signed_post(PAYOUTS, body), "beneficiary.payment_source_id")
+    # Nor can the stranger list the owner's sources.
+    answer = stranger.get(
+        f"/v3/merchant-accounts/{owner.accounts['GBP']['id']}/payment-sources",
+        user_id=user["id"],
+    )
+    assert_problem(answer, 404)
+    answer = stranger.get(
+        f"/v3/merchant-accounts/{stranger.accounts['GBP']['id']}/payment-sources",
+        user_id=user["id"],
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["items"] == []
+
+
+def test_closed_loop_payout_needs_a_signature(operator: Operator) -> None:
+    merchant = _merchant(operator)
+    user = {"id": "signed-only"}
+    source = _settled(merchant, _pay_in(merchant, 1_000, user))["payment_source"]
+    body = _payout_body(merchant, 100, user["id"], source["id"])
+    answer = merchant.http.post(
+        PAYOUTS,
+        json=body,
+        headers={**bearer(merchant.token()), "Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert_problem(answer, 401, "Unauthenticated")
+    answer = merchant.signed_post(PAYOUTS, body, idempotency_key=None)
+    assert_problem(answer, 401, "Unauthenticated")
+    assert _balances(merchant) == (1_000, 1_000)
+    check = operator.get("/admin/ledger/check").json()
+    assert check["ok"] is True, check
+
+
+def test_a_failed_payment_gives_no_source(operator: Operator) -> None:
+    merchant = _merchant(operator)
+    user = {"id": "rejected-payer"}
+    body = {
+        "amount_in_minor": 1_000,
+        "currency": "GBP",
+        "merchant_account_id": merchant.accounts["GBP"]["id"],
+        "payment_method": {
+            "type": "bank_transfer",
+            "provider_selection": {"type": "preselected", "provider_id": GB_REDIRECT},
+        },
+        "user": user,
+    }
+    answer = merchant.signed_post(PAYMENTS, body)
+    assert answer.status_code == 201, answer.text
+    payment_id = answer.json()["id"]
+    answer = merchant.signed_post(
+        f"{PAYMENTS}/{payment_id}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
+    )
+    uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
+    token = parse_qs(urlsplit(uri).query)["token"][0]
+    with httpx.Client(base_url=str(merchant.http.base_url), timeout=30) as http:
+        answer = http.post(
+            f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+            json={"action": "RejectExecution"},
+            headers=bearer(token),
+        )
+    assert answer.status_code == 202, answer.text
+    payment = _wait_status(merchant, f"{PAYMENTS}/{payment_id}", {"payment_failed"})
+    assert "payment_source" not in payment
+    answer = merchant.get(
+        f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/payment-sources",
+        user_id=user["id"],
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["items"] == []

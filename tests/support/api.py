@@ -42,8 +42,12 @@ class Operator:
         """GET as the operator."""
         return self.http.get(path, params=params)
 
-    def new_merchant(self, name: str = "Test Merchant", currencies: tuple[str, ...] = ("GBP", "EUR"),
-                     scopes: list[str] | None = None) -> MerchantClient:
+    def new_merchant(
+        self,
+        name: str = "Test Merchant",
+        currencies: tuple[str, ...] = ("GBP", "EUR"),
+        scopes: list[str] | None = None,
+    ) -> MerchantClient:
         """A merchant with client credentials, a registered key, and accounts."""
         merchant = self.post("/admin/merchants", {"name": name}).json()
         body = {} if scopes is None else {"scopes": scopes}
@@ -54,7 +58,9 @@ class Operator:
             {"public_key_pem": signing.public_key_pem(key.public_key())},
         ).json()["kid"]
         accounts = {
-            c: self.post(f"/admin/merchants/{merchant['id']}/merchant-accounts", {"currency": c}).json()
+            c: self.post(
+                f"/admin/merchants/{merchant['id']}/merchant-accounts", {"currency": c}
+            ).json()
             for c in currencies
         }
         made = MerchantClient(
@@ -72,8 +78,14 @@ class Operator:
     def top_up(self, account: dict[str, Any], amount: int, **extra: Any) -> httpx.Response:
         """Send an incoming bank transfer to the account's IBAN."""
         iban = next(i["iban"] for i in account["account_identifiers"] if i["type"] == "iban")
-        body = {"iban": iban, "amount_in_minor": amount, "currency": account["currency"],
-                "remitter_name": "Top Up Ltd", "reference": "top-up", **extra}
+        body = {
+            "iban": iban,
+            "amount_in_minor": amount,
+            "currency": account["currency"],
+            "remitter_name": "Top Up Ltd",
+            "reference": "top-up",
+            **extra,
+        }
         return self.post("/sandbox/bank-transfers", body)
 
 
@@ -97,8 +109,11 @@ class MerchantClient:
         """An access token from /connect/token (cached for the default scope)."""
         if scope is None and self._token:
             return self._token
-        form = {"grant_type": "client_credentials", "client_id": self.client_id,
-                "client_secret": self.client_secret}
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+        }
         if scope is not None:
             form["scope"] = scope
         answer = self.http.post("/connect/token", data=form)
@@ -110,8 +125,9 @@ class MerchantClient:
 
     def get(self, path: str, **params: Any) -> httpx.Response:
         """An authenticated GET."""
-        return self.http.get(path, params=params,
-                             headers={"Authorization": f"Bearer {self.token()}"})
+        return self.http.get(
+            path, params=params, headers={"Authorization": f"Bearer {self.token()}"}
+        )
 
     def sign(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> str:
         """A Svc-Signature made with the public truelayer-signing library."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -73,9 +74,14 @@ class WebhookReceiver:
                 if answer.delay:
                     time.sleep(answer.delay)
                 if answer.reset:
+                    # SO_LINGER 0 makes close() send a RST; every reference to the socket
+                    # (the buffered reader and writer too) must be closed for it to happen.
                     self.connection.setsockopt(
                         socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                     )
+                    self.close_connection = True
+                    self.rfile.close()
+                    self.wfile.close()
                     self.connection.close()
                     return
                 payload = b"x" * answer.body_size
@@ -84,11 +90,10 @@ class WebhookReceiver:
                     self.send_header("Location", answer.location)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(OSError):
                     self.wfile.write(payload)
-                except OSError:
-                    pass
 
+        ThreadingHTTPServer.request_queue_size = 1024  # a whole batch connects at once
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -46,8 +46,17 @@ class RunningServer:
         env = {**os.environ, **self.env, "BANKRAIL_ADMIN_TOKEN": self.admin_token}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bankrail", "serve", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), *extra_args],
+            [
+                sys.executable,
+                "-m",
+                "bankrail",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--port",
+                str(self.port),
+                *extra_args,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

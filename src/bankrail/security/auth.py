@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated
@@ -108,7 +109,10 @@ async def verify_signature(
             raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
         raw_path = request.scope.get("raw_path")
         path = raw_path.decode("latin-1") if raw_path else request.url.path
-        verify_request(
+        # ECDSA verification releases the GIL: in a thread it uses another core while the
+        # event loop goes on serving other requests.
+        await asyncio.to_thread(
+            verify_request,
             key,
             parsed,
             method=request.method,

@@ -51,13 +51,20 @@ def _server_env(pg_server: str, dsn: str | None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def server(pg_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """One `bankrail serve` for the e2e tests (each test makes its own merchants)."""
+def server(pg_server: str) -> Iterator[RunningServer]:
+    """One `bankrail serve` for the e2e tests (each test makes its own merchants).
+
+    Its data directory is not under pytest's tmp_path: as root, PostgreSQL runs as a system
+    user that must traverse the directory's parents, and pytest resets its own base directory
+    to 0700 whenever a session starts.
+    """
     import os
+    import tempfile
 
     dsn = run(fresh_database(pg_server, migrated=False)) if os.environ.get("DATABASE_URL") else None
+    base = Path(tempfile.mkdtemp(prefix="bankrail-serve-"))
     running = RunningServer(
-        data_dir=Path(tmp_path_factory.mktemp("serve")),
+        data_dir=base / "data",
         port=free_port(),
         admin_token="admin-" + secrets.token_urlsafe(24),
         env=_server_env(pg_server, dsn),  # type: ignore[arg-type]
@@ -65,6 +72,9 @@ def server(pg_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     running.start()
     yield running
     running.stop()
+    import shutil
+
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from bankrail.merchants.schemas import StrictModel
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.security.auth import Admin
 from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_ADMIN
+from bankrail.web.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.web.validation import normalise_iban
 
 router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
@@ -66,7 +66,12 @@ class ClockOut(BaseModel):
     now: str
 
 
-@router.post("/bank-transfers", status_code=201, response_model=BankTransferOut)
+@router.post(
+    "/bank-transfers",
+    status_code=201,
+    response_model=BankTransferOut,
+    responses=ERRORS_ADMIN_IDEMPOTENT,
+)
 async def simulate_bank_transfer(
     body: BankTransfer,
     request: Request,

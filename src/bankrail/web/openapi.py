@@ -45,6 +45,7 @@ ERRORS_SIGNED_POST: Responses = {
     **_422,
 }
 ERRORS_ADMIN: Responses = {**_400, **_401, **_404, **_409, **_413}
+ERRORS_ADMIN_IDEMPOTENT: Responses = {**ERRORS_ADMIN, **_422}
 
 
 def problem_json_openapi(app: Any) -> Any:

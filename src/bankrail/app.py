@@ -36,6 +36,7 @@ from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.web.middleware import ServiceMiddleware
+from bankrail.web.openapi import problem_json_openapi
 from bankrail.web.pages import router as pages_router
 from bankrail.web.problems import install_problem_handlers
 
@@ -145,6 +146,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     )
     app.state.public_url = settings.public_url
     install_problem_handlers(app)
+    app.openapi = problem_json_openapi(app)  # type: ignore[method-assign]
     for router in (
         auth_router,
         merchant_router,

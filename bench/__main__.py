@@ -18,6 +18,7 @@ from typing import Any
 from bankrail.db.embedded import EmbeddedPostgres
 from bankrail.db.migrations import migrate
 from bench.baselines import es512_rates, insert_commit_rate
+from bench.http_scenarios import scenarios
 from bench.webhooks import delivery_rate
 
 
@@ -28,6 +29,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--events", type=int, default=20_000, help="webhook events to deliver")
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each baseline")
+    parser.add_argument("--requests", type=int, default=3_000, help="requests per HTTP scenario")
+    parser.add_argument("--concurrency", type=int, default=32, help="connections per scenario")
+    parser.add_argument("--workers", default="1,2", help="API process counts to compare, e.g. 1,2")
     parser.add_argument("--out", type=Path, default=Path("bench/results/latest.json"))
     return parser.parse_args(argv)
 
@@ -66,10 +70,38 @@ def _table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _http_table(http: dict[str, Any], verify_rate: float) -> str:
+    names = {
+        "post_payouts": "signed POST /v3/payouts",
+        "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
+        "post_payments": "signed POST /v3/payments",
+        "get_payout": "GET /v3/payouts/{id}",
+        "get_merchant_accounts": "GET /v3/merchant-accounts",
+    }
+    lines = [
+        f"{'scenario':<42} {'procs':>5} {'conc':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+        f" {'max ms':>8} {'2xx':>6}"
+    ]
+    for run in http.values():
+        for key, label in names.items():
+            row = run[key]
+            lines.append(
+                f"{label:<42} {run['workers']:>5} {run['concurrency']:>5}"
+                f" {row['requests_per_s']:>9,.0f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f}"
+                f" {row['max_ms']:>8.1f} {row['ok_ratio']:>6.0%}"
+            )
+    for run in http.values():
+        ratio = run["post_payouts"]["requests_per_s"] / verify_rate
+        lines.append(
+            f"POST /v3/payouts ÷ one-core verify rate, {run['workers']} process(es): {ratio:.2f}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.smoke:
-        args.events, args.seconds = 300, 0.3
+        args.events, args.seconds, args.requests, args.workers = 300, 0.3, 60, "1"
     with tempfile.TemporaryDirectory(prefix="bankrail-bench-") as tmp:
         server = EmbeddedPostgres(Path(tmp))
         dsn = server.start()
@@ -78,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             figures = asyncio.run(_measure(dsn, args))
         finally:
             server.stop()
+    http = {
+        f"workers_{n}": asyncio.run(scenarios(int(n), args.requests, args.concurrency))
+        for n in args.workers.split(",")
+    }
+    figures["http"] = http
     result = {
         "started_at": started,
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
@@ -85,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         "figures": figures,
     }
     print(_table(figures))
+    print()
+    print(_http_table(http, figures["es512_verify_per_s_one_core"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwritten {args.out}")

@@ -167,8 +167,13 @@ def test_token_of_another_issuer_is_rejected(issuer: TokenIssuer) -> None:
 
 
 def test_well_signed_token_with_malformed_claims_is_a_token_error(issuer: TokenIssuer) -> None:
-    claims = {"iss": "bankrail", "typ": "access", "sub": "c", "mid": "not-a-uuid",
-              "exp": int((NOW + HOUR).timestamp())}
+    claims = {
+        "iss": "bankrail",
+        "typ": "access",
+        "sub": "c",
+        "mid": "not-a-uuid",
+        "exp": int((NOW + HOUR).timestamp()),
+    }
     token = jwt.encode(claims, ACCESS_KEY, algorithm="HS256")
     with pytest.raises(TokenError, match="malformed"):
         issuer.read_access_token(token, NOW)

@@ -249,6 +249,36 @@ class EmbeddedPostgres:
         elif pid_file.exists():
             log.warning("removing stale %s", pid_file)
             pid_file.unlink(missing_ok=True)
+        self._stop_orphaned_backends()
+
+    def _stop_orphaned_backends(self) -> None:
+        """Backends of a killed postmaster can outlive it while they finish a query; they
+        keep its shared memory attached, and a new postmaster refuses to start until they are
+        gone. Their transactions can no longer commit, so they are stopped."""
+        survivors = self._backend_pids()
+        if not survivors:
+            return
+        log.warning("stopping %d backends orphaned by a killed postmaster", len(survivors))
+        for pid in survivors:
+            self._signal_and_wait(pid, signal.SIGQUIT, 2) or self._signal_and_wait(
+                pid, signal.SIGKILL, 5
+            )
+
+    def _backend_pids(self) -> list[int]:
+        """PostgreSQL processes working in this data directory (backends chdir into it)."""
+        found: list[int] = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(entry / "cwd") != str(self.pgdata):
+                    continue
+                command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if command.startswith(b"postgres") or command.endswith(b"/postgres"):
+                found.append(int(entry.name))
+        return found
 
     @staticmethod
     def _signal_and_wait(pid: int, sig: signal.Signals, timeout: float) -> bool:

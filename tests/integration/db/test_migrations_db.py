@@ -1,0 +1,86 @@
+"""Integration tests for bankrail.db.migrations on real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest_asyncio
+
+from bankrail.db.migrations import available_migrations, migrate, pending_migrations
+from support.databases import drop_database, fresh_database
+
+ALL_VERSIONS = [version for version, _ in available_migrations()]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def empty_dsn(pg_server: str) -> AsyncIterator[str]:
+    dsn = await fresh_database(pg_server, migrated=False)
+    yield dsn
+    await drop_database(pg_server, dsn)
+
+
+def test_migrations_are_shipped_in_order() -> None:
+    assert ALL_VERSIONS
+    assert sorted(ALL_VERSIONS) == ALL_VERSIONS
+    assert ALL_VERSIONS[0] == "0001_foundation"
+
+
+async def test_migrate_applies_everything_once(empty_dsn: str) -> None:
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        assert await pending_migrations(conn) == ALL_VERSIONS
+        assert await migrate(conn) == ALL_VERSIONS
+        assert await pending_migrations(conn) == []
+        assert await migrate(conn) == []
+        recorded = [
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        ]
+        assert recorded == ALL_VERSIONS
+        # The schema is really there, seeded rows included.
+        assert await conn.fetchval("SELECT offset_us FROM service_clock WHERE id = 1") == 0
+        assert await conn.fetchval("SELECT to_regclass('ledger_accounts') IS NOT NULL")
+        # The session advisory lock was released.
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_locks"
+                " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+            )
+            == 0
+        )
+    finally:
+        await conn.close()
+
+
+async def test_migrating_again_from_a_new_connection_applies_nothing(empty_dsn: str) -> None:
+    first = await asyncpg.connect(empty_dsn)
+    try:
+        assert await migrate(first) == ALL_VERSIONS
+    finally:
+        await first.close()
+    second = await asyncpg.connect(empty_dsn)
+    try:
+        assert await migrate(second) == []
+    finally:
+        await second.close()
+
+
+async def test_concurrent_migrations_do_not_fail_and_apply_once(empty_dsn: str) -> None:
+    conns = [await asyncpg.connect(empty_dsn) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in conns))
+        assert sorted(results, key=len) == [[], [], ALL_VERSIONS]
+        rows = await conns[0].fetch("SELECT version FROM schema_migrations")
+        assert sorted(r["version"] for r in rows) == ALL_VERSIONS
+        assert await conns[0].fetchval("SELECT count(*) FROM service_clock") == 1
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def test_migrated_test_database_is_up_to_date(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        assert await pending_migrations(conn) == []
+        assert await migrate(conn) == []

@@ -1,0 +1,192 @@
+"""Integration tests for bankrail.jobs.queue.JobQueue on real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from bankrail.core.clock import ServiceClock
+from bankrail.db.pool import Connection
+from bankrail.jobs.queue import JobHandler, JobQueue, enqueue, retry_delay
+
+
+async def _enqueue(
+    pool: asyncpg.Pool, kind: str, payload: dict[str, Any], run_at: datetime
+) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await enqueue(conn, kind, payload, run_at)
+
+
+async def _jobs(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    async with pool.acquire() as conn:
+        return await conn.fetch("SELECT kind, payload, run_at, attempts, last_error FROM jobs")
+
+
+async def test_a_job_runs_once_and_is_deleted(pool: asyncpg.Pool) -> None:
+    clock = ServiceClock()
+    queue = JobQueue(pool, clock)
+    seen: list[tuple[dict[str, Any], datetime]] = []
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        seen.append((payload, now))
+
+    queue.register("greet", handler)
+    enqueued_at = clock.now()
+    await _enqueue(pool, "greet", {"name": "Ada", "n": 1}, enqueued_at)
+    assert await queue.run_due() == 1
+    assert await queue.run_due() == 0
+    assert await queue.run_one() is False
+    assert len(seen) == 1
+    assert seen[0][0] == {"name": "Ada", "n": 1}
+    assert seen[0][1] >= enqueued_at
+    assert await _jobs(pool) == []
+
+
+async def test_a_handlers_writes_commit_with_the_job(pool: asyncpg.Pool) -> None:
+    queue = JobQueue(pool, ServiceClock())
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        await conn.execute("INSERT INTO done (id) VALUES ($1)", payload["id"])
+
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE done (id int PRIMARY KEY)")
+    queue.register("write", handler)
+    await _enqueue(pool, "write", {"id": 7}, ServiceClock().now())
+    assert await queue.run_due() == 1
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT array_agg(id) FROM done") == [7]
+
+
+async def test_a_failing_job_is_retried_later(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ServiceClock()
+    queue = JobQueue(pool, clock)
+    calls: list[datetime] = []
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        calls.append(now)
+        await conn.execute("CREATE TABLE partial_effect (x int)")  # rolled back with the failure
+        raise ValueError("upstream unavailable")
+
+    queue.register("flaky", handler)
+    await _enqueue(pool, "flaky", {"id": 1}, clock.now())
+    with caplog.at_level(logging.ERROR, logger="bankrail.jobs.queue"):
+        assert await queue.run_one() is True
+        assert await queue.run_one() is False  # not due again yet
+    assert len(calls) == 1
+    [job] = await _jobs(pool)
+    assert job["attempts"] == 1
+    assert job["run_at"] == calls[0] + retry_delay(1)
+    assert job["last_error"] == "ValueError: upstream unavailable"
+    assert "flaky" in caplog.text
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT to_regclass('partial_effect')") is None
+
+    # After the delay it runs again, and a second failure doubles the delay.
+    async with pool.acquire() as conn:
+        await clock.advance(conn, retry_delay(1).total_seconds())
+    with caplog.at_level(logging.CRITICAL, logger="bankrail.jobs.queue"):
+        assert await queue.run_one() is True
+    assert len(calls) == 2
+    [job] = await _jobs(pool)
+    assert job["attempts"] == 2
+    assert job["run_at"] == calls[1] + retry_delay(2)
+
+
+async def test_a_job_of_an_unknown_kind_is_kept_and_retried(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = JobQueue(pool, ServiceClock())
+    await _enqueue(pool, "nobody-handles-this", {}, ServiceClock().now())
+    with caplog.at_level(logging.CRITICAL, logger="bankrail.jobs.queue"):
+        assert await queue.run_due() == 1
+    [job] = await _jobs(pool)
+    assert job["attempts"] == 1
+    assert "no handler" in job["last_error"]
+
+
+async def test_a_future_job_waits_for_the_service_clock(pool: asyncpg.Pool) -> None:
+    clock = ServiceClock()
+    queue = JobQueue(pool, clock)
+    ran: list[datetime] = []
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        ran.append(now)
+
+    queue.register("later", handler)
+    run_at = clock.now() + timedelta(hours=1)
+    await _enqueue(pool, "later", {}, run_at)
+    assert await queue.run_due() == 0
+    assert ran == []
+    async with pool.acquire() as conn:
+        await clock.advance(conn, 1800)
+    assert await queue.run_due() == 0
+    assert ran == []
+    async with pool.acquire() as conn:
+        await clock.advance(conn, 1800)
+    assert await queue.run_due() == 1
+    assert len(ran) == 1
+    assert ran[0] >= run_at
+    assert await _jobs(pool) == []
+
+
+async def test_due_jobs_run_in_run_at_order(pool: asyncpg.Pool) -> None:
+    clock = ServiceClock()
+    queue = JobQueue(pool, clock)
+    order: list[int] = []
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        order.append(payload["n"])
+
+    queue.register("ordered", handler)
+    base = clock.now() - timedelta(minutes=10)
+    for n in (3, 1, 2):
+        await _enqueue(pool, "ordered", {"n": n}, base + timedelta(seconds=n))
+    assert await queue.run_due() == 3
+    assert order == [1, 2, 3]
+
+
+async def test_two_workers_run_each_of_200_jobs_exactly_once(pool: asyncpg.Pool) -> None:
+    clock = ServiceClock()
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "CREATE TABLE job_effects (job_id int PRIMARY KEY, worker text NOT NULL)"
+        )
+        await conn.executemany(
+            "INSERT INTO jobs (kind, payload, run_at) VALUES ('count', $1, $2)",
+            [({"id": i}, clock.now()) for i in range(200)],
+        )
+
+    def handler_for(worker: str) -> JobHandler:
+        async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+            # A unique violation here would mean a job ran twice.
+            await conn.execute(
+                "INSERT INTO job_effects (job_id, worker) VALUES ($1, $2)", payload["id"], worker
+            )
+            await asyncio.sleep(0)
+
+        return handler
+
+    workers = []
+    for name in ("a", "b"):
+        queue = JobQueue(pool, clock)
+        queue.register("count", handler_for(name))
+        workers.append(queue)
+    ran = await asyncio.gather(*(w.run_due() for w in workers))
+
+    assert sum(ran) == 200
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM jobs") == 0
+        ids = await conn.fetchval("SELECT array_agg(job_id ORDER BY job_id) FROM job_effects")
+        assert ids == list(range(200))
+        per_worker = {
+            r["worker"]: r["count"]
+            for r in await conn.fetch("SELECT worker, count(*) FROM job_effects GROUP BY worker")
+        }
+    assert per_worker == {name: n for name, n in zip(("a", "b"), ran, strict=True) if n}

@@ -6,8 +6,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
 from bankrail.config import Settings
@@ -35,12 +37,17 @@ from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
+from bankrail.web.console import router as console_router
+from bankrail.web.hpp import router as hpp_router
 from bankrail.web.middleware import ServiceMiddleware
+from bankrail.web.mock_bank_pages import router as mock_bank_pages_router
 from bankrail.web.openapi import problem_json_openapi
 from bankrail.web.pages import router as pages_router
 from bankrail.web.problems import install_problem_handlers
 
 log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "web" / "static"
 
 
 def register_jobs(queue: JobQueue, context: AppContext) -> None:
@@ -159,11 +166,17 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         rails_admin_router,
         ledger_router,
         pages_router,
+        hpp_router,
+        console_router,
     ):
         app.include_router(router)
     if settings.sandbox:
         app.include_router(sandbox_router)
         app.include_router(mock_bank_router)
+        app.include_router(mock_bank_pages_router)
+    if not any(getattr(route, "name", None) == "static" for route in app.routes):
+        # Stylesheets and provider icons of the web pages, shipped inside the package.
+        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(
         ServiceMiddleware,
         public_url=settings.public_url,

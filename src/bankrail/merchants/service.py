@@ -17,6 +17,7 @@ from bankrail.security.tokens import hash_secret, new_client_secret
 
 __all__ = [
     "ACCOUNT_COLUMNS",
+    "account_in_currency",
     "create_client",
     "create_merchant",
     "create_merchant_account",
@@ -225,6 +226,22 @@ async def require_account(
     if account is None:
         raise NotFound(f"Merchant account {account_id} not found.")
     return account
+
+
+async def account_in_currency(
+    conn: Connection, merchant_id: uuid.UUID, currency: str, field: str
+) -> MerchantAccount:
+    """The merchant's (first) account in `currency`, for APIs that name a currency rather
+    than an account (v1 payouts, legacy deposits); 400 naming `field` when it has none."""
+    account_id = await conn.fetchval(
+        "SELECT id FROM merchant_accounts WHERE merchant_id = $1 AND currency = $2"
+        " ORDER BY created_at LIMIT 1",
+        merchant_id,
+        currency,
+    )
+    if account_id is None:
+        raise invalid_field(field, f"the merchant has no {currency} account")
+    return await require_account(conn, account_id)
 
 
 async def lock_account(conn: Connection, account_id: uuid.UUID) -> MerchantAccount:

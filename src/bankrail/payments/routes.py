@@ -18,7 +18,7 @@ from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import CONFLICT, ProblemError, Unauthenticated, invalid_field
 from bankrail.db.pool import Connection
 from bankrail.merchants.schemas import StrictModel
-from bankrail.merchants.service import require_account
+from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payments import service
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import (
@@ -414,14 +414,9 @@ async def legacy_deposit(
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
-        account_id = await conn.fetchval(
-            "SELECT id FROM merchant_accounts WHERE merchant_id = $1 AND currency = $2"
-            " ORDER BY created_at LIMIT 1",
-            merchant.merchant_id,
-            body.deposit.currency,
+        account = await account_in_currency(
+            conn, merchant.merchant_id, body.deposit.currency, "deposit.currency"
         )
-        if account_id is None:
-            raise invalid_field("deposit.currency", "the merchant has no account in it")
         selection: dict[str, Any] = {"type": "user_selected"}
         if body.deposit.provider_id:
             selection = {"type": "preselected", "provider_id": body.deposit.provider_id}
@@ -431,7 +426,7 @@ async def legacy_deposit(
             {
                 "amount_in_minor": body.deposit.amount_in_minor,
                 "currency": body.deposit.currency,
-                "merchant_account_id": str(account_id),
+                "merchant_account_id": str(account.id),
                 "user": {"id": body.user_id},
                 "payment_method": {"type": "bank_transfer", "provider_selection": selection},
                 "metadata": {"deposit_id": body.deposit.deposit_id},

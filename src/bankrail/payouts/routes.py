@@ -15,7 +15,7 @@ from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import CONFLICT, invalid_field
 from bankrail.core.timefmt import iso_utc_7, parse_timestamp
 from bankrail.db.pool import Connection
-from bankrail.merchants.service import require_account
+from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payouts import service
 from bankrail.payouts.schemas import (
     PayoutCreated,
@@ -137,15 +137,7 @@ async def create_v1_payout(
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
-        account_id = await conn.fetchval(
-            "SELECT id FROM merchant_accounts WHERE merchant_id = $1 AND currency = $2"
-            " ORDER BY created_at LIMIT 1",
-            merchant.merchant_id,
-            body.currency,
-        )
-        if account_id is None:
-            raise invalid_field("currency", f"the merchant has no {body.currency} account")
-        account = await require_account(conn, account_id)
+        account = await account_in_currency(conn, merchant.merchant_id, body.currency, "currency")
         identifiers = service.iban_identifiers(body.beneficiary_iban, "beneficiary_iban")
         internal = await service.resolve_account(
             conn, account, body.currency, identifiers, "beneficiary_iban"

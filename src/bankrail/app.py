@@ -38,6 +38,7 @@ from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.web.console import router as console_router
+from bankrail.web.health import router as health_router
 from bankrail.web.hpp import router as hpp_router
 from bankrail.web.middleware import ServiceMiddleware
 from bankrail.web.mock_bank_pages import router as mock_bank_pages_router
@@ -166,6 +167,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         rails_admin_router,
         ledger_router,
         pages_router,
+        health_router,
         hpp_router,
         console_router,
     ):

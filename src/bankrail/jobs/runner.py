@@ -36,6 +36,11 @@ class BackgroundLoop:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def alive(self) -> bool:
+        """True while every task of the loop is running."""
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
     def wake(self) -> None:
         """Look for work now rather than at the next poll."""
         self._wake.set()

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Response
 from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import invalid_field
+from bankrail.core.urls import is_absolute_http_uri
 from bankrail.merchants import service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
@@ -67,10 +68,9 @@ async def register_signing_key(
 
 
 def _check_webhook_uri(field: str, uri: str, production: bool) -> None:
-    parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not is_absolute_http_uri(uri):
         raise invalid_field(field, "must be an absolute http(s) URI")
-    if production and parts.scheme != "https":
+    if production and urlsplit(uri).scheme != "https":
         raise invalid_field(field, "must use https in production mode")
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs
 
 from bankrail.core.problems import Conflict, InvalidParameters, NotFound, invalid_field
 from bankrail.core.timefmt import iso_utc
+from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
@@ -48,8 +49,7 @@ _COLUMNS = (
 
 def check_return_uri(uri: str, field: str) -> str:
     """An absolute http(s) URI, or 400."""
-    parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if not is_absolute_http_uri(uri):
         raise invalid_field(field, "must be an absolute http(s) URI")
     return uri
 
@@ -286,13 +286,6 @@ def offered_providers(row: Any) -> list[Provider]:
     ]
 
 
-def _with_query(uri: str, **params: str) -> str:
-    parts = urlsplit(uri)
-    query = parse_qs(parts.query, keep_blank_values=True)
-    merged = [(k, v) for k, values in query.items() for v in values] + list(params.items())
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(merged), parts.fragment))
-
-
 def next_action(row: Any, public_url: str, provider_token: str) -> dict[str, Any]:
     """What the payer must do next: pick a provider, go to the bank, or fill in a form."""
     if row["provider_id"] is None:
@@ -322,7 +315,7 @@ def next_action(row: Any, public_url: str, provider_token: str) -> dict[str, Any
                 },
             ],
         }
-    uri = _with_query(
+    uri = with_query(
         f"{public_url}/mock-bank/authorize", payment_id=str(row["id"]), token=provider_token
     )
     return {"type": "redirect", "uri": uri}
@@ -374,7 +367,7 @@ def redirect_back(row: Any) -> str:
     uri = row["return_uri"]
     if not uri:
         return ""
-    return _with_query(uri, payment_id=str(row["id"]))
+    return with_query(uri, payment_id=str(row["id"]))
 
 
 async def bank_action(

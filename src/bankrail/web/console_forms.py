@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from bankrail.core.money import CURRENCY_EXPONENTS, MAX_AMOUNT_IN_MINOR
 from bankrail.core.timefmt import parse_timestamp
+from bankrail.core.urls import is_absolute_http_uri
 
 MAX_URI_LENGTH = 2000
 MAX_KID_LENGTH = 200
@@ -94,16 +95,11 @@ def check_webhook_uri(field: str, raw: str, production: bool) -> str | None:
         return None
     if len(uri) > MAX_URI_LENGTH:
         raise FieldError(field, f"must be at most {MAX_URI_LENGTH} characters")
-    try:
-        parts = urlsplit(uri)
-        hostname = parts.hostname
-    except ValueError as exc:
-        raise FieldError(field, "must be an absolute http(s) URI") from exc
-    if parts.scheme not in ("http", "https") or not hostname:
+    if not is_absolute_http_uri(uri):
         raise FieldError(
             field, "must be an absolute http(s) URI, such as https://example.com/hooks"
         )
-    if production and parts.scheme != "https":
+    if production and urlsplit(uri).scheme != "https":
         raise FieldError(field, "must use https in production mode")
     return uri
 

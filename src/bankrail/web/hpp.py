@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -31,6 +31,7 @@ from starlette.datastructures import FormData
 from bankrail.context import AppContext, Context
 from bankrail.core.money import CURRENCY_EXPONENTS
 from bankrail.core.problems import NotFound, ProblemError
+from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
 from bankrail.payments import service
 from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
@@ -147,13 +148,6 @@ def format_amount(amount_in_minor: int, currency: str) -> str:
     return f"{'-' if amount_in_minor < 0 else ''}{text} {currency}"
 
 
-def with_query(uri: str, **params: str) -> str:
-    """`uri` with these query parameters added (existing ones are kept)."""
-    parts = urlsplit(uri)
-    query = [*parse_qsl(parts.query, keep_blank_values=True), *params.items()]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
-
-
 def form_value(form: FormData | Mapping[str, Any], name: str) -> str | None:
     """A text field of a submitted form (uploaded files do not count)."""
     value = form.get(name)
@@ -178,11 +172,9 @@ def check_csrf(token: str, submitted: str | None, purpose: bytes) -> None:
 
 def require_return_uri(uri: str | None) -> str:
     """400 page unless `uri` is an absolute http(s) URI."""
-    parts = urlsplit(uri or "")
     if (
         uri is None
-        or parts.scheme not in ("http", "https")
-        or not parts.netloc
+        or not is_absolute_http_uri(uri)
         or len(uri) > MAX_RETURN_URI
         or any(ch.isspace() or ord(ch) < 32 for ch in uri)
     ):

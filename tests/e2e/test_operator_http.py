@@ -190,7 +190,14 @@ def test_webhook_uris_are_set_and_cleared_with_null(operator: Operator) -> None:
 
 
 @pytest.mark.parametrize(
-    "uri", ["ftp://example.com/hook", "example.com/hook", "mailto:ops@example.com", "http://"]
+    "uri",
+    [
+        "ftp://example.com/hook",
+        "example.com/hook",
+        "mailto:ops@example.com",
+        "http://",
+        "http://[::1/hook",  # not even parsable: a 400, not a 500
+    ],
 )
 def test_webhook_uri_must_be_absolute_http(operator: Operator, uri: str) -> None:
     merchant = _merchant(operator)

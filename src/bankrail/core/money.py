@@ -27,3 +27,18 @@ MAX_AMOUNT_IN_MINOR = 2**63 - 1
 def is_known_currency(code: str) -> bool:
     """True for ISO 4217 codes this service recognises."""
     return code in CURRENCY_EXPONENTS
+
+
+def decimal_text(amount_in_minor: int, currency: str, *, thousands: bool = True) -> str:
+    """Minor units as a decimal in major units, e.g. `1,234.50` (or `1234.50`)."""
+    exponent = CURRENCY_EXPONENTS.get(currency, 2)
+    whole, fraction = divmod(abs(amount_in_minor), 10**exponent)
+    text = f"{whole:,}" if thousands else str(whole)
+    if exponent:
+        text += f".{fraction:0{exponent}d}"
+    return f"-{text}" if amount_in_minor < 0 else text
+
+
+def format_amount(amount_in_minor: int, currency: str) -> str:
+    """An amount for people, with its currency code, e.g. `1,234.50 GBP`."""
+    return f"{decimal_text(amount_in_minor, currency)} {currency}"

@@ -75,6 +75,12 @@ async def merchant_exists(conn: Connection, merchant_id: uuid.UUID) -> bool:
     return bool(await conn.fetchval("SELECT true FROM merchants WHERE id = $1", merchant_id))
 
 
+async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str | None:
+    """The merchant's display name, or None if there is no such merchant."""
+    name = await conn.fetchval("SELECT name FROM merchants WHERE id = $1", merchant_id)
+    return str(name) if name is not None else None
+
+
 async def _require_merchant(conn: Connection, merchant_id: uuid.UUID) -> None:
     if not await merchant_exists(conn, merchant_id):
         raise NotFound(f"Merchant {merchant_id} does not exist.")
@@ -172,8 +178,8 @@ async def create_merchant_account(
     now: datetime,
 ) -> MerchantAccount:
     """Open a GBP or EUR account with fresh identifiers and its two ledger accounts."""
-    merchant_name = await conn.fetchval("SELECT name FROM merchants WHERE id = $1", merchant_id)
-    if merchant_name is None:
+    holder = account_holder_name or await merchant_name(conn, merchant_id)
+    if holder is None:
         raise NotFound(f"Merchant {merchant_id} does not exist.")
     account_id = uuid.uuid4()
     available = await ensure_account(
@@ -193,7 +199,7 @@ async def create_merchant_account(
             identifiers.iban,
             identifiers.sort_code,
             identifiers.account_number,
-            account_holder_name or merchant_name,
+            holder,
             available,
             held,
             now,

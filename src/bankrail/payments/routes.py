@@ -131,17 +131,13 @@ async def _act(
     )
 
 
-def _provider_token(context: AppContext, payment_id: uuid.UUID) -> str:
-    return context.tokens.issue_resource_token(
-        payment_id, context.clock.now(), AUTHORIZATION_WINDOW, kind="provider"
-    )
-
-
 def _flow_answer(context: AppContext, row: Any) -> dict[str, Any]:
     answer: dict[str, Any] = {"status": row["status"]}
     if row["status"] == "authorizing" and row["bank_action"] is None:
         action = service.next_action(
-            row, context.settings.public_url, _provider_token(context, row["id"])
+            row,
+            context.settings.public_url,
+            service.provider_token(context.tokens, row["id"], context.clock.now()),
         )
         answer["authorization_flow"] = {"actions": {"next": action}}
     return answer

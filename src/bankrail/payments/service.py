@@ -24,6 +24,7 @@ from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account, require_account
 from bankrail.payments.models import (
     ANNOUNCED,
+    AUTHORIZATION_WINDOW,
     CANCELLABLE,
     EXPIRABLE,
     FailureReason,
@@ -35,6 +36,7 @@ from bankrail.payments.providers import Provider, find_provider, search
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.payments.sources import record_payment_source
 from bankrail.rails.mock_bank import remitter_for
+from bankrail.security.tokens import TokenIssuer
 
 ADVANCE_JOB = "payment.advance"
 EXPIRE_JOB = "payment.expire"
@@ -284,6 +286,12 @@ def offered_providers(row: Any) -> list[Provider]:
         for p in found
         if (allowed is None or p.id in allowed) and (scheme is None or scheme in p.schemes)
     ]
+
+
+def provider_token(tokens: TokenIssuer, payment_id: uuid.UUID, now: datetime) -> str:
+    """The token of the mock bank's pages and action API for one payment; it lasts as long as
+    the payer has to authorise."""
+    return tokens.issue_resource_token(payment_id, now, AUTHORIZATION_WINDOW, kind="provider")
 
 
 def next_action(row: Any, public_url: str, provider_token: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bankrail.core.money import CURRENCY_EXPONENTS
+from bankrail.core.money import CURRENCY_EXPONENTS, format_amount
 from bankrail.web.console_data import BalanceHistory, BalancePoint
 
 WIDTH = 640
@@ -16,23 +16,6 @@ RIGHT = 10
 TOP = 40
 BOTTOM = 40
 TABLE_ROWS = 10
-
-
-def format_money(amount: int, currency: str) -> str:
-    """Minor units as a decimal amount with its currency, e.g. `1,234.56 GBP`."""
-    exponent = CURRENCY_EXPONENTS.get(currency, 2)
-    sign = "-" if amount < 0 else ""
-    whole, fraction = divmod(abs(amount), 10**exponent)
-    text = f"{whole:,}" + (f".{fraction:0{exponent}d}" if exponent else "")
-    return f"{sign}{text} {currency}"
-
-
-def format_major(amount: int, currency: str) -> str:
-    """Minor units as a plain decimal, as a form field shows it, e.g. `1234.56`."""
-    exponent = CURRENCY_EXPONENTS.get(currency, 2)
-    sign = "-" if amount < 0 else ""
-    whole, fraction = divmod(abs(amount), 10**exponent)
-    return f"{sign}{whole}" + (f".{fraction:0{exponent}d}" if exponent else "")
 
 
 def format_time(moment: datetime | None) -> str:
@@ -102,9 +85,9 @@ def build_chart(history: BalanceHistory, currency: str, now: datetime) -> Chart:
     points = " ".join(f"{cx},{cy}" for cx, cy in coords)
     baseline = y(max(low, 0)) if low < 0 else HEIGHT - BOTTOM
     area = f"{coords[0][0]},{baseline} {points} {coords[-1][0]},{baseline}"
-    y_labels = [(y(high), format_money(high, currency)), (y(low), format_money(low, currency))]
+    y_labels = [(y(high), format_amount(high, currency)), (y(low), format_amount(low, currency))]
     if low < 0 < high:
-        y_labels.append((y(0), format_money(0, currency)))
+        y_labels.append((y(0), format_amount(0, currency)))
     stamp = "%Y-%m-%d %H:%M:%S" if span < 3600 else "%Y-%m-%d %H:%M"
     x_labels = [
         (float(LEFT), start.astimezone(UTC).strftime(stamp), "start"),
@@ -135,14 +118,14 @@ def _summary(
     if not changes:
         return (
             f"No movements between {format_time(start)} and {format_time(end)}; "
-            f"the balance stayed at {format_money(history.start_balance, currency)}."
+            f"the balance stayed at {format_amount(history.start_balance, currency)}."
         )
     first = "" if history.complete else " (the most recent ones)"
     last = history.points[-1].balance
     plural = "s" if changes != 1 else ""
     return (
         f"{changes} balance change{plural}{first} from {format_time(start)} to "
-        f"{format_time(end)}: from {format_money(history.start_balance, currency)} to "
-        f"{format_money(last, currency)}; lowest {format_money(low, currency)}, highest "
-        f"{format_money(high, currency)}."
+        f"{format_time(end)}: from {format_amount(history.start_balance, currency)} to "
+        f"{format_amount(last, currency)}; lowest {format_amount(low, currency)}, highest "
+        f"{format_amount(high, currency)}."
     )

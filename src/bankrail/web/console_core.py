@@ -8,6 +8,7 @@ the same status, and `Redirect` into a 303.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from starlette.datastructures import FormData, UploadFile
 
 from bankrail.context import AppContext
+from bankrail.core.money import decimal_text, format_amount
 from bankrail.core.problems import ProblemError
 from bankrail.core.timefmt import iso_utc
-from bankrail.web.console_chart import format_major, format_money, format_time
+from bankrail.web.console_chart import format_time
 from bankrail.web.console_data import get_merchant, list_merchants
 from bankrail.web.console_forms import FieldError
 from bankrail.web.console_session import (
@@ -47,8 +49,8 @@ templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-templates.filters["money"] = format_money
-templates.filters["major"] = format_major
+templates.filters["money"] = format_amount
+templates.filters["major"] = functools.partial(decimal_text, thousands=False)
 templates.filters["when"] = format_time
 templates.filters["iso"] = lambda moment: iso_utc(moment) if moment else ""
 

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from bankrail.core.jsonbody import dumps, loads
+from bankrail.core.money import format_amount
 from bankrail.db.pool import Connection
 from bankrail.merchants import service as merchants_service
 from bankrail.merchants.balances import reevaluate_notifications
@@ -20,7 +21,7 @@ from bankrail.merchants.models import MerchantAccount
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list, screening_list
 from bankrail.security.idempotency import fingerprint, run_idempotent
-from bankrail.web.console_chart import format_money, format_time
+from bankrail.web.console_chart import format_time
 from bankrail.web.console_core import (
     ConsoleRoute,
     Errors,
@@ -144,7 +145,7 @@ async def set_threshold(request: Request) -> Response:
     else:
         message = (
             f"Threshold for the {account.currency} account {account.identifiers.iban} set to "
-            f"{format_money(threshold, account.currency)}; notification state: "
+            f"{format_amount(threshold, account.currency)}; notification state: "
             f"{updated.notification_state.replace('_', ' ')}."
         )
     return await redirect_with_flash(request, viewer, viewer.url("/console/operator"), message)
@@ -260,7 +261,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
     if status >= 400:
         problem: dict[str, Any] = loads(answer)
         raise PageError(status, str(problem.get("detail", "The transfer was refused.")))
-    credited = format_money(amount, account.currency)
+    credited = format_amount(amount, account.currency)
     if ran:
         message = (
             f"Received {credited} into the {account.currency} account {account.identifiers.iban}."

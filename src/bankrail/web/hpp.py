@@ -29,12 +29,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.datastructures import FormData
 
 from bankrail.context import AppContext, Context
-from bankrail.core.money import CURRENCY_EXPONENTS
+from bankrail.core.money import format_amount
 from bankrail.core.problems import NotFound, ProblemError
 from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
+from bankrail.merchants import service as merchants_service
 from bankrail.payments import service
-from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
+from bankrail.payments.models import PaymentStatus
 from bankrail.payments.providers import Provider, find_provider
 from bankrail.security.tokens import TokenError
 from bankrail.web.pages import templates
@@ -138,14 +139,6 @@ def page_route(handler: Callable[P, Awaitable[Response]]) -> Callable[P, Awaitab
 
 
 # --- shared checks ----------------------------------------------------------------------------
-
-
-def format_amount(amount_in_minor: int, currency: str) -> str:
-    """Minor units as a decimal amount with the currency code, e.g. `1,234.50 GBP`."""
-    exponent = CURRENCY_EXPONENTS.get(currency, 2)
-    major, minor = divmod(abs(amount_in_minor), 10**exponent)
-    text = f"{major:,}" + (f".{minor:0{exponent}d}" if exponent else "")
-    return f"{'-' if amount_in_minor < 0 else ''}{text} {currency}"
 
 
 def form_value(form: FormData | Mapping[str, Any], name: str) -> str | None:
@@ -276,15 +269,7 @@ def ensure_open(row: Any, back_uri: str | None, merchant: str | None = None) -> 
 
 async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str:
     """The display name of the merchant a payment pays."""
-    name = await conn.fetchval("SELECT name FROM merchants WHERE id = $1", merchant_id)
-    return str(name) if name else "the merchant"
-
-
-def provider_token(context: AppContext, payment_id: uuid.UUID) -> str:
-    """The token of the mock bank's pages for this payment."""
-    return context.tokens.issue_resource_token(
-        payment_id, context.clock.now(), AUTHORIZATION_WINDOW, kind="provider"
-    )
+    return await merchants_service.merchant_name(conn, merchant_id) or "the merchant"
 
 
 def providers_for(row: Any) -> list[Provider]:
@@ -411,7 +396,7 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
                 )
             if row["provider_id"] is None:
                 row = await service.select_provider(conn, row, provider_id, None, now)
-            bank_token = provider_token(context, row["id"])
+            bank_token = service.provider_token(context.tokens, row["id"], context.clock.now())
             action = service.next_action(row, public_url, bank_token)
     if action["type"] == "redirect":
         return redirect(str(action["uri"]))
@@ -461,7 +446,6 @@ __all__ = [
     "csrf_value",
     "ensure_open",
     "finished_error",
-    "format_amount",
     "merchant_name",
     "page_route",
     "redirect",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +33,6 @@ class Settings:
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def public_url(self) -> str:

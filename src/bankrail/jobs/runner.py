@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
 from bankrail.db.pool import Connection
 
 log = logging.getLogger(__name__)
@@ -124,20 +123,4 @@ class Listener:
             handler()
 
 
-def clock_refresher(pool: asyncpg.Pool, clock: ServiceClock) -> Callable[[], None]:
-    """A notification handler that re-reads the shared clock offset."""
-    pending: set[asyncio.Task[None]] = set()
-
-    async def refresh() -> None:
-        async with pool.acquire() as conn:
-            await clock.refresh(conn)
-
-    def on_notify() -> None:
-        task = asyncio.create_task(refresh())
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-
-    return on_notify
-
-
-__all__ = ["CLOCK_CHANNEL", "BackgroundLoop", "Listener", "clock_refresher"]
+__all__ = ["BackgroundLoop", "Listener"]

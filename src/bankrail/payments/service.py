@@ -34,7 +34,7 @@ from bankrail.payments.models import (
 )
 from bankrail.payments.providers import Provider, find_provider, search
 from bankrail.payments.schemas import PaymentRequest
-from bankrail.payments.sources import record_payment_source
+from bankrail.payments.sources import get_payment_source, record_payment_source
 from bankrail.rails.mock_bank import remitter_for
 from bankrail.security.tokens import TokenIssuer
 
@@ -251,23 +251,8 @@ async def _announce(conn: Connection, row: Any, state: PaymentState) -> None:
 
 
 async def _source_document(conn: Connection, source_id: uuid.UUID | None) -> dict[str, Any] | None:
-    if source_id is None:
-        return None
-    row = await conn.fetchrow(
-        "SELECT id, account_holder_name, iban, sort_code, account_number FROM payment_sources"
-        " WHERE id = $1",
-        source_id,
-    )
-    if row is None:
-        return None
-    from bankrail.merchants.models import AccountIdentifiers
-
-    identifiers = AccountIdentifiers(row["iban"] or "", row["sort_code"], row["account_number"])
-    return {
-        "id": str(row["id"]),
-        "account_identifiers": identifiers.as_list(),
-        "account_holder_name": row["account_holder_name"],
-    }
+    source = await get_payment_source(conn, source_id) if source_id else None
+    return source.to_api() if source else None
 
 
 def offered_providers(row: Any) -> list[Provider]:

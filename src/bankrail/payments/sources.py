@@ -80,6 +80,26 @@ async def record_payment_source(
     return PaymentSource(source_id, user_id, account_holder_name, identifiers)
 
 
+_COLUMNS = "s.id, s.user_id, s.account_holder_name, s.iban, s.sort_code, s.account_number"
+
+
+def _source(row: Any) -> PaymentSource:
+    return PaymentSource(
+        row["id"],
+        row["user_id"],
+        row["account_holder_name"],
+        AccountIdentifiers(row["iban"] or "", row["sort_code"], row["account_number"]),
+    )
+
+
+async def get_payment_source(conn: Connection, source_id: uuid.UUID) -> PaymentSource | None:
+    """A payment source by id."""
+    row = await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM payment_sources s WHERE s.id = $1", source_id
+    )
+    return _source(row) if row else None
+
+
 async def payable_source(
     conn: Connection,
     *,
@@ -89,21 +109,14 @@ async def payable_source(
 ) -> PaymentSource | None:
     """The source, if that user paid from it into that account with a settled payment."""
     row = await conn.fetchrow(
-        "SELECT s.id, s.user_id, s.account_holder_name, s.iban, s.sort_code, s.account_number"
+        f"SELECT {_COLUMNS}"
         " FROM payment_sources s JOIN payment_source_accounts a ON a.payment_source_id = s.id"
         " WHERE s.id = $1 AND s.user_id = $2 AND a.merchant_account_id = $3",
         payment_source_id,
         user_id,
         merchant_account_id,
     )
-    if row is None:
-        return None
-    return PaymentSource(
-        row["id"],
-        row["user_id"],
-        row["account_holder_name"],
-        AccountIdentifiers(row["iban"] or "", row["sort_code"], row["account_number"]),
-    )
+    return _source(row) if row else None
 
 
 async def list_payment_sources(
@@ -111,19 +124,11 @@ async def list_payment_sources(
 ) -> list[PaymentSource]:
     """Sources usable for closed-loop payouts from this account (optionally one user's)."""
     rows = await conn.fetch(
-        "SELECT s.id, s.user_id, s.account_holder_name, s.iban, s.sort_code, s.account_number"
+        f"SELECT {_COLUMNS}"
         " FROM payment_sources s JOIN payment_source_accounts a ON a.payment_source_id = s.id"
         " WHERE a.merchant_account_id = $1 AND ($2::text IS NULL OR s.user_id = $2)"
         " ORDER BY a.created_at, s.id",
         merchant_account_id,
         user_id,
     )
-    return [
-        PaymentSource(
-            r["id"],
-            r["user_id"],
-            r["account_holder_name"],
-            AccountIdentifiers(r["iban"] or "", r["sort_code"], r["account_number"]),
-        )
-        for r in rows
-    ]
+    return [_source(r) for r in rows]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hmac
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
+from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
 from bankrail.merchants import service as merchants_service
 from bankrail.payments.models import PaymentStatus
@@ -42,6 +44,7 @@ from bankrail.web.console_core import (
 from bankrail.web.console_data import (
     PAYOUT_STATUS_STAGES,
     ListFilter,
+    Page,
     balance_history,
     delivery_event_types,
     get_payment,
@@ -277,33 +280,51 @@ def _list_filter(
     return where, values
 
 
-@router.get("/payments", response_class=HTMLResponse)
-async def payments_list(request: Request) -> Response:
-    """Pay-ins, newest first, filtered by status and creation date."""
+async def _list_page(
+    request: Request,
+    *,
+    statuses: tuple[str, ...],
+    lister: Callable[[Connection, ListFilter], Awaitable[Page]],
+    template: str,
+    title: str,
+) -> Response:
+    """A filtered, paginated list page; a bad filter or page link is a 400 with its message."""
     viewer = await resolve_viewer(request)
     errors: Errors = {}
-    where, values = _list_filter(request, viewer, PAYMENT_STATUSES, errors)
+    where, values = _list_filter(request, viewer, statuses, errors)
     items: list[dict[str, Any]] = []
     next_cursor = None
     if not errors:
         try:
             async with app_context(request).pool.acquire() as conn:
-                page = await list_payments(conn, where)
+                page = await lister(conn, where)
             items, next_cursor = page.items, page.next_cursor
         except InvalidParameters:
             errors["cursor"] = ["This page link is not valid; start again from the first page."]
     return render(
         request,
-        "payments.html",
+        template,
         400 if errors else 200,
-        title="Payments",
-        section="payments",
+        title=title,
+        section=title.lower(),
         items=items,
         next_cursor=next_cursor,
         values=values,
         filters=_filters(values),
         errors=errors,
+        statuses=statuses,
+    )
+
+
+@router.get("/payments", response_class=HTMLResponse)
+async def payments_list(request: Request) -> Response:
+    """Pay-ins, newest first, filtered by status and creation date."""
+    return await _list_page(
+        request,
         statuses=PAYMENT_STATUSES,
+        lister=list_payments,
+        template="payments.html",
+        title="Payments",
     )
 
 
@@ -330,30 +351,12 @@ async def payment_detail(request: Request, payment_id: str) -> Response:
 @router.get("/payouts", response_class=HTMLResponse)
 async def payouts_list(request: Request) -> Response:
     """Payouts of API v1 and v3, newest first, filtered by status, API and date."""
-    viewer = await resolve_viewer(request)
-    errors: Errors = {}
-    where, values = _list_filter(request, viewer, PAYOUT_STATUSES, errors)
-    items: list[dict[str, Any]] = []
-    next_cursor = None
-    if not errors:
-        try:
-            async with app_context(request).pool.acquire() as conn:
-                page = await list_payouts(conn, where)
-            items, next_cursor = page.items, page.next_cursor
-        except InvalidParameters:
-            errors["cursor"] = ["This page link is not valid; start again from the first page."]
-    return render(
+    return await _list_page(
         request,
-        "payouts.html",
-        400 if errors else 200,
-        title="Payouts",
-        section="payouts",
-        items=items,
-        next_cursor=next_cursor,
-        values=values,
-        filters=_filters(values),
-        errors=errors,
         statuses=PAYOUT_STATUSES,
+        lister=list_payouts,
+        template="payouts.html",
+        title="Payouts",
     )
 
 

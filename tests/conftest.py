@@ -19,6 +19,7 @@ from support.databases import (
     prepare_template,
     run,
 )
+from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port
 
 
@@ -83,3 +84,11 @@ def operator(server: RunningServer) -> Iterator[Operator]:
     client = Operator(server.base_url, server.admin_token)
     yield client
     client.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A webhook receiver on loopback for one test, answering 200 unless told otherwise."""
+    made = WebhookReceiver()
+    yield made
+    made.close()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from support.api import MerchantClient, Operator
@@ -25,13 +24,6 @@ from support.server import RunningServer
 CheckPage = Callable[[Page, str], None]
 Shot = Callable[[Page, str], Path]
 GB_IBAN = "GB29NWBK60161331926819"
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
 
 
 def _settled_payment(server: RunningServer, merchant: MerchantClient, amount: int) -> str:

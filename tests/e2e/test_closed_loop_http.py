@@ -8,21 +8,23 @@ the loopback receiver gets is verified with it against the service's JWKS."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
 import truelayer_signing
 from e2e_helpers import (
-    account_by_currency,
     assert_invalid,
     assert_problem,
     bearer,
     is_uuid,
     parse_time,
     wait_for,
+)
+from pay_in_helpers import HOOK_PATH
+from pay_in_helpers import balances as _balances
+from pay_in_helpers import (
+    merchant_with_webhooks as _merchant,
 )
 from truelayer_signing import HttpMethod, extract_jws_header
 
@@ -34,28 +36,9 @@ PAYOUTS = "/v3/payouts"
 GB_REDIRECT = "mock-payments-gb-redirect"
 DE_REDIRECT = "mock-payments-de-redirect"
 RETURN_URI = "https://shop.example/back"
-HOOK_PATH = "/v3"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
-
-
-def _merchant(operator: Operator, receiver: WebhookReceiver | None = None) -> MerchantClient:
-    merchant = operator.new_merchant()
-    if receiver is not None:
-        answer = operator.put(
-            f"/admin/merchants/{merchant.merchant_id}/webhooks",
-            {"payments_uri": receiver.url + HOOK_PATH},
-        )
-        assert answer.status_code == 200, answer.text
-    return merchant
 
 
 def _pay_in(
@@ -132,11 +115,6 @@ def _settled(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
     )
     assert payment["status"] == "payment_settled", payment
     return payment
-
-
-def _balances(merchant: MerchantClient, currency: str = "GBP") -> tuple[int, int]:
-    account = account_by_currency(merchant, currency)
-    return account["current_balance_in_minor"], account["available_balance_in_minor"]
 
 
 def _payout_body(

@@ -87,13 +87,6 @@ def other_console(server: RunningServer) -> Iterator[Console]:
     made.close()
 
 
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
-
-
 def _signed_in(console: Console, merchant: MerchantClient) -> Console:
     answer = console.login_merchant(merchant)
     assert answer.status_code == 303, answer.text

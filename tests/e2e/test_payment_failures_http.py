@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -17,13 +16,39 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from e2e_helpers import (
-    account_by_currency,
     assert_invalid,
     assert_problem,
     bearer,
     is_uuid,
     parse_time,
     wait_for,
+)
+from pay_in_helpers import (
+    advance_clock as _advance,
+)
+from pay_in_helpers import (
+    balances as _balances,
+)
+from pay_in_helpers import (
+    bank_action as _bank,
+)
+from pay_in_helpers import (
+    merchant_with_webhooks as _merchant,
+)
+from pay_in_helpers import (
+    next_action as _next,
+)
+from pay_in_helpers import (
+    payment_body as _body,
+)
+from pay_in_helpers import (
+    payment_events as _events,
+)
+from pay_in_helpers import (
+    recorded_event_types as _recorded_event_types,
+)
+from pay_in_helpers import (
+    wait_payment_event as _wait_event,
 )
 
 from support.api import MerchantClient, Operator
@@ -35,58 +60,11 @@ DE_REDIRECT = "mock-payments-de-redirect"
 DE_EMBEDDED = "mock-payments-de-embedded"
 NL_PRIVATE_BETA = "mock-payments-nl-redirect"
 RETURN_URI = "https://shop.example/back"
-HOOK_PATH = "/v3"
 FAILED = "payment_failed"
 WINDOW_SECONDS = 15 * 60
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
-
-
-def _merchant(operator: Operator, receiver: WebhookReceiver | None = None) -> MerchantClient:
-    merchant = operator.new_merchant()
-    if receiver is not None:
-        answer = operator.put(
-            f"/admin/merchants/{merchant.merchant_id}/webhooks",
-            {"payments_uri": receiver.url + HOOK_PATH},
-        )
-        assert answer.status_code == 200, answer.text
-    return merchant
-
-
-def _body(
-    merchant: MerchantClient,
-    currency: str = "GBP",
-    amount: int = 1_000,
-    *,
-    provider_id: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    selection: dict[str, Any] = (
-        {"type": "preselected", "provider_id": provider_id}
-        if provider_id
-        else {"type": "user_selected"}
-    )
-    return {
-        "amount_in_minor": amount,
-        "currency": currency,
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": selection,
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts[currency]["id"],
-            },
-        },
-        **extra,
-    }
 
 
 def _create(merchant: MerchantClient, body: dict[str, Any]) -> str:
@@ -110,11 +88,6 @@ def _select_path(payment_id: str) -> str:
     return f"{PAYMENTS}/{payment_id}/authorization-flow/actions/provider-selection"
 
 
-def _next(flow: dict[str, Any]) -> dict[str, Any]:
-    action: dict[str, Any] = flow["authorization_flow"]["actions"]["next"]
-    return action
-
-
 def _redirect_uri(merchant: MerchantClient, payment_id: str, provider_id: str = GB_REDIRECT) -> str:
     action = _next(_start(merchant, payment_id))
     if action["type"] == "provider_selection":
@@ -123,17 +96,6 @@ def _redirect_uri(merchant: MerchantClient, payment_id: str, provider_id: str = 
         action = _next(answer.json())
     assert action["type"] == "redirect", action
     return str(action["uri"])
-
-
-def _bank(
-    http: httpx.Client, payment_id: str, uri: str, action: str, **delays: int
-) -> httpx.Response:
-    token = parse_qs(urlsplit(uri).query)["token"][0]
-    return http.post(
-        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
-        json={"action": action, **delays},
-        headers=bearer(token),
-    )
 
 
 def _get(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
@@ -151,39 +113,6 @@ def _wait_status(
         return payment if payment["status"] == status else None
 
     return wait_for(check, timeout=timeout, what=f"payment {payment_id} {status}")
-
-
-def _events(receiver: WebhookReceiver, payment_id: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for r in receiver.snapshot()
-        if r.path == HOOK_PATH and (e := r.json()).get("payment_id") == payment_id
-    ]
-
-
-def _wait_event(receiver: WebhookReceiver, payment_id: str, event_type: str) -> dict[str, Any]:
-    receiver.wait_for(
-        lambda _seen: any(e["type"] == event_type for e in _events(receiver, payment_id))
-    )
-    found = [e for e in _events(receiver, payment_id) if e["type"] == event_type]
-    assert len({e["event_id"] for e in found}) == 1, found
-    return found[0]
-
-
-def _recorded_event_types(operator: Operator, merchant: MerchantClient) -> list[str]:
-    answer = operator.get("/admin/webhook-deliveries", merchant_id=merchant.merchant_id)
-    assert answer.status_code == 200, answer.text
-    return sorted(item["event_type"] for item in answer.json()["items"])
-
-
-def _balances(merchant: MerchantClient, currency: str = "GBP") -> tuple[int, int]:
-    account = account_by_currency(merchant, currency)
-    return account["current_balance_in_minor"], account["available_balance_in_minor"]
-
-
-def _advance(operator: Operator, seconds: float) -> None:
-    answer = operator.post("/sandbox/clock/advance", {"seconds": seconds})
-    assert answer.status_code == 200, answer.text
 
 
 def _assert_failed(

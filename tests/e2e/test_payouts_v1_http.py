@@ -39,13 +39,6 @@ STAMP_FIELD = {
 
 
 @pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
-
-
-@pytest.fixture
 def screening(operator: Operator) -> Iterator[None]:
     """Restore the (global) screening list after the test."""
     before = operator.get("/admin/screening-list")

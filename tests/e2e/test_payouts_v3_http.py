@@ -43,13 +43,6 @@ BAD_CHECKSUM_IBAN = {"type": "iban", "iban": "GB29NWBK60161331926818"}
 # --- helpers ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
-
-
 def _merchant(
     operator: Operator,
     receiver: WebhookReceiver | None = None,

@@ -9,7 +9,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -24,13 +24,6 @@ from support.server import RunningServer
 
 T = TypeVar("T")
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    made = WebhookReceiver()
-    yield made
-    made.close()
 
 
 def poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float = 20.0) -> T:

@@ -36,6 +36,7 @@ from bankrail.payments.schemas import (
     RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
+from bankrail.payouts.schemas import Amount
 from bankrail.rails.mock_bank import action_for_username
 from bankrail.security.auth import (
     Merchant,
@@ -367,7 +368,7 @@ class LegacyDeposit(StrictModel):
     """The deposit of the legacy API."""
 
     deposit_id: Annotated[StrictStr, Field(min_length=1, max_length=100)]
-    amount_in_minor: Annotated[int, Field(gt=0, le=2**63 - 1, strict=True)]
+    amount_in_minor: Amount
     currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
     provider_id: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
     scheme_id: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
+from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
 from bankrail.core.timefmt import iso_utc_7, parse_timestamp
 from bankrail.db.pool import Connection
@@ -237,8 +238,6 @@ async def list_v1_transactions(
 ) -> Response:
     """Payouts and top-ups of the caller's currency accounts, oldest first; `from` and `to`
     are inclusive, `type` is `Payout` or `Topup`."""
-    from bankrail.core.pagination import decode_cursor, encode_cursor
-
     after_time, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await context.pool.fetch(
         "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.created_at, a.details"

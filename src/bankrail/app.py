@@ -34,12 +34,15 @@ from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.web.console import router as console_router
 from bankrail.web.health import router as health_router
 from bankrail.web.hpp import router as hpp_router
+from bankrail.web.metrics import MetricsMiddleware
+from bankrail.web.metrics import router as metrics_router
 from bankrail.web.middleware import ServiceMiddleware
 from bankrail.web.mock_bank_pages import router as mock_bank_pages_router
 from bankrail.web.openapi import problem_json_openapi
@@ -60,7 +63,12 @@ def register_jobs(queue: JobQueue, context: AppContext) -> None:
 
 
 def create_app(settings: Settings, dsn: str) -> FastAPI:
-    """The ASGI application for one process, connected to the database at `dsn`."""
+    """The ASGI application for one process, connected to the database at `dsn`.
+
+    Raises ValueError when the settings are unsafe for their mode (Settings.problems)."""
+    unsafe = settings.problems()
+    if unsafe:
+        raise ValueError("; ".join(unsafe))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -87,13 +95,23 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             clock=clock,
             tokens=TokenIssuer(access_key, resource_key),
             admin_token_hash=admin_hash,
+            rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+            token_rate_limits=RateLimiter(
+                settings.token_rate_limit_per_second, settings.token_rate_limit_burst
+            ),
         )
         app.state.context = context
         queue = JobQueue(pool, clock)
         register_jobs(queue, context)
         app.state.jobs = queue
         loops: list[BackgroundLoop] = []
-        deliveries = DeliveryWorker(pool, clock, webhook_key, settings.public_url)
+        deliveries = DeliveryWorker(
+            pool,
+            clock,
+            webhook_key,
+            settings.public_url,
+            public_destinations_only=not settings.sandbox,
+        )
         if settings.run_workers:
             loops.append(
                 BackgroundLoop(
@@ -168,6 +186,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         ledger_router,
         pages_router,
         health_router,
+        metrics_router,
         hpp_router,
         console_router,
     ):
@@ -183,5 +202,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         ServiceMiddleware,
         public_url=settings.public_url,
         max_body_bytes=settings.max_body_bytes,
+        request_timeout=settings.request_timeout_seconds,
+        access_log=not settings.sandbox,
     )
+    app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
     return app

@@ -6,8 +6,10 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from bankrail.config import Settings, settings_from_env
+from bankrail.logs import configure_logging
 
 cli = typer.Typer(
     name="bankrail",
@@ -39,11 +42,17 @@ def _settings(data_dir: Path | None, **overrides: Any) -> Settings:
     return settings_from_env().with_overrides(data_dir=data_dir, **overrides)
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
+    """Settings for a long-running process, with logging set up; exits 2 on a setting that
+    is unsafe for the mode (a weak operator token in production, say)."""
+    settings = _settings(data_dir, **overrides)
+    configure_logging(production=not settings.sandbox)
+    problems = settings.problems()
+    if problems:
+        for problem in problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
+    return settings
 
 
 @cli.command()
@@ -57,8 +66,7 @@ def serve(
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
     DATABASE_URL is set)."""
-    _configure_logging()
-    settings = _settings(data_dir, host=host, port=port)
+    settings = _checked_settings(data_dir, host=host, port=port)
     from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 
     embedded: EmbeddedPostgres | None = None
@@ -100,7 +108,8 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "host": settings.host,
         "port": settings.port,
         "log_level": "warning",
-        "access_log": False,
+        "access_log": False,  # ServiceMiddleware writes its own, with the trace id
+        "log_config": None,  # uvicorn's loggers go through configure_logging's handler
         "timeout_graceful_shutdown": 30,
         "server_header": False,
     }
@@ -109,12 +118,17 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         return
     os.environ["DATABASE_URL"] = dsn
     os.environ["BANKRAIL_DATA_DIR"] = str(settings.data_dir)
+    # The processes write their counters to files here, so /metrics on any one of them
+    # reports the sum (prometheus_client's multiprocess mode).
+    metrics_dir = tempfile.mkdtemp(prefix="bankrail-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     worker = _spawn_worker_process()
     try:
         uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _spawn_worker_process() -> Any:
@@ -128,6 +142,7 @@ def api_only_app() -> Any:
     from bankrail.app import create_app
 
     settings = settings_from_env().with_overrides(run_workers=False)
+    configure_logging(production=not settings.sandbox)
     dsn = settings.database_url
     assert dsn is not None
     return create_app(settings, dsn)
@@ -137,8 +152,7 @@ def api_only_app() -> Any:
 def worker(data_dir: DataDir = None) -> None:
     """Run background work only (jobs, rail steps, webhook delivery); needs DATABASE_URL or a
     running `serve` on the same data directory."""
-    _configure_logging()
-    settings = _settings(data_dir)
+    settings = _checked_settings(data_dir)
     from bankrail.app import create_app
     from bankrail.db.embedded import EmbeddedPostgres
 

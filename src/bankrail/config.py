@@ -9,10 +9,20 @@ from typing import Literal
 
 Mode = Literal["sandbox", "production"]
 
+# A production operator token must be long and not trivially patterned (>= ~190 bits when
+# drawn from the URL-safe alphabet).
+MIN_ADMIN_TOKEN_LENGTH = 32
+MIN_ADMIN_TOKEN_DISTINCT = 12
+
 
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     return int(raw) if raw else default
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,11 @@ class Settings:
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
+    rate_limit_per_second: float = 1000.0
+    rate_limit_burst: int = 2000
+    token_rate_limit_per_second: float = 50.0
+    token_rate_limit_burst: int = 200
+    request_timeout_seconds: float = 30.0
 
     @property
     def public_url(self) -> str:
@@ -45,6 +60,19 @@ class Settings:
     def sandbox(self) -> bool:
         """True when sandbox routes, clock control and the mock bank are enabled."""
         return self.mode == "sandbox"
+
+    def problems(self) -> list[str]:
+        """What makes these settings unsafe to run with (empty when they are fine)."""
+        found: list[str] = []
+        if not self.sandbox:
+            token = self.admin_token or ""
+            if len(token) < MIN_ADMIN_TOKEN_LENGTH or len(set(token)) < MIN_ADMIN_TOKEN_DISTINCT:
+                found.append(
+                    "production mode needs a strong BANKRAIL_ADMIN_TOKEN: at least "
+                    f"{MIN_ADMIN_TOKEN_LENGTH} random characters, e.g. the output of "
+                    "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                )
+        return found
 
     def with_overrides(self, **changes: object) -> Settings:
         """Return a copy with the given fields replaced (None values are ignored)."""
@@ -67,4 +95,9 @@ def settings_from_env() -> Settings:
         mode=mode,  # type: ignore[arg-type]
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
+        rate_limit_per_second=_env_float("BANKRAIL_RATE_LIMIT_PER_SECOND", 1000.0),
+        rate_limit_burst=_env_int("BANKRAIL_RATE_LIMIT_BURST", 2000),
+        token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),
+        token_rate_limit_burst=_env_int("BANKRAIL_TOKEN_RATE_LIMIT_BURST", 200),
+        request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
     )

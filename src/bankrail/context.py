@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.security.keys import PublicKeyCache
+from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
 
@@ -24,6 +25,8 @@ class AppContext:
     tokens: TokenIssuer
     admin_token_hash: bytes | None
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
+    rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
+    token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
 
 
 def get_context(request: Request) -> AppContext:

@@ -107,7 +107,9 @@ SERVICE_UNAVAILABLE = ProblemType(
     "service-unavailable",
     503,
     "Service Unavailable",
-    "The service cannot reach its database right now. Retry after `Retry-After` seconds.",
+    "The service cannot reach its database right now, or the request ran past the request "
+    "timeout and was abandoned with nothing stored. Retry after `Retry-After` seconds, with "
+    "the same Idempotency-Key.",
 )
 
 CATALOGUE: tuple[ProblemType, ...] = (

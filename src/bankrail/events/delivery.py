@@ -24,7 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bankrail.core.clock import ServiceClock
+from bankrail.core.metrics import record_webhook_attempt
 from bankrail.db.pool import Connection
+from bankrail.events.destinations import PublicOnlyResolver, check_literal_destination
 from bankrail.events.schedule import next_attempt_at
 from bankrail.security import signing
 from bankrail.security.service_keys import ensure_secret
@@ -120,7 +122,9 @@ class DeliveryWorker:
         *,
         batch_size: int = 100,
         rng: random.Random | None = None,
+        public_destinations_only: bool = False,
     ) -> None:
+        self._public_only = public_destinations_only
         self._pool = pool
         self._clock = clock
         self._key = key
@@ -133,7 +137,11 @@ class DeliveryWorker:
         # Created on first use, inside the event loop that will use it.
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=100, limit_per_host=32),
+                connector=aiohttp.TCPConnector(
+                    limit=100,
+                    limit_per_host=32,
+                    resolver=PublicOnlyResolver() if self._public_only else None,
+                ),
                 timeout=aiohttp.ClientTimeout(total=ATTEMPT_TIMEOUT),
                 headers={"User-Agent": "Bankrail-Webhooks/1"},
                 auto_decompress=False,
@@ -188,6 +196,8 @@ class DeliveryWorker:
         )
         started = time.perf_counter()
         try:
+            if self._public_only:
+                check_literal_destination(delivery.uri)  # names go through the resolver
             # A deadline for the whole attempt, not only for each read: a receiver that
             # trickles its answer must not hold the batch (and its leases) for long.
             async with (
@@ -211,6 +221,7 @@ class DeliveryWorker:
         now = self._clock.now()
         ids, statuses, next_times, counts, leases = [], [], [], [], []
         for delivery, outcome in results:
+            record_webhook_attempt(outcome.status_code)
             attempts = delivery.attempt_count + 1
             retry_at = None
             if outcome.delivered:

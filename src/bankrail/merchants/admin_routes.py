@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Response
 
@@ -11,6 +10,7 @@ from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import invalid_field
 from bankrail.core.urls import is_absolute_http_uri
+from bankrail.events.destinations import webhook_destination_problem
 from bankrail.merchants import service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
@@ -67,11 +67,12 @@ async def register_signing_key(
     return json_response(201, {"kid": kid})
 
 
-def _check_webhook_uri(field: str, uri: str, production: bool) -> None:
+async def _check_webhook_uri(field: str, uri: str, production: bool) -> None:
     if not is_absolute_http_uri(uri):
         raise invalid_field(field, "must be an absolute http(s) URI")
-    if production and urlsplit(uri).scheme != "https":
-        raise invalid_field(field, "must use https in production mode")
+    problem = await webhook_destination_problem(uri, production)
+    if problem is not None:
+        raise invalid_field(field, problem)
 
 
 @router.put("/merchants/{merchant_id}/webhooks", response_model=WebhookSettingsOut)
@@ -83,7 +84,7 @@ async def set_webhooks(
     for field in ("payments_uri", "payouts_uri"):
         value = getattr(body, field)
         if value is not None:
-            _check_webhook_uri(field, value, not context.settings.sandbox)
+            await _check_webhook_uri(field, value, not context.settings.sandbox)
     async with context.pool.acquire() as conn:
         result = await service.set_webhooks(
             conn,

@@ -20,6 +20,7 @@ __all__ = [
     "Merchant",
     "SignedBody",
     "bearer_token",
+    "require_operator",
     "signed_body",
 ]
 
@@ -47,6 +48,7 @@ async def read_access_claims(request: Request, context: AppContext) -> AccessCla
     except TokenError as exc:
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
     request.state.client_id = claims.client_id
+    context.rate_limits.take(claims.client_id)
     return claims
 
 
@@ -74,13 +76,18 @@ async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
 Merchant = Annotated[AccessClaims, Depends(_payments_client)]
 
 
-async def _admin(request: Request, context: Context) -> None:
+async def require_operator(request: Request, context: AppContext) -> None:
+    """401 unless the request carries the operator token."""
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing operator bearer token.")
     expected = context.admin_token_hash
     if expected is None or not hmac.compare_digest(hash_secret(token), expected):
         raise Unauthenticated("Invalid operator token.")
+
+
+async def _admin(request: Request, context: Context) -> None:
+    await require_operator(request, context)
 
 
 Admin = Annotated[None, Depends(_admin)]

@@ -91,6 +91,8 @@ async def _read_form_or_json(request: Request) -> dict[str, Any] | None:
 )
 async def issue_token(request: Request, context: Context) -> Response:
     """Exchange client credentials for a bearer token valid for one hour of service time."""
+    # Limited per calling address, before the secret is checked, to slow down guessing.
+    context.token_rate_limits.take(request.client.host if request.client else "unknown")
     fields = await _read_form_or_json(request)
     if fields is None:
         return _oauth_error("invalid_request", "Send a form-encoded or JSON object body.")

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
+from bankrail.events.destinations import webhook_destination_problem
 from bankrail.merchants import service as merchants_service
 from bankrail.payments.models import PaymentStatus
 from bankrail.security.tokens import hash_secret, secret_matches
@@ -541,10 +542,12 @@ async def save_webhooks(request: Request) -> Response:
     production = not context.settings.sandbox
     values = {"payments_uri": text(form, "payments_uri"), "payouts_uri": text(form, "payouts_uri")}
     errors: Errors = {}
-    payments = attempt(
-        errors, check_webhook_uri, "payments_uri", values["payments_uri"], production
-    )
-    payouts = attempt(errors, check_webhook_uri, "payouts_uri", values["payouts_uri"], production)
+    payments = attempt(errors, check_webhook_uri, "payments_uri", values["payments_uri"])
+    payouts = attempt(errors, check_webhook_uri, "payouts_uri", values["payouts_uri"])
+    for field, uri in (("payments_uri", payments), ("payouts_uri", payouts)):
+        problem = await webhook_destination_problem(uri, production) if uri else None
+        if problem is not None:
+            errors[field] = [problem]
     if errors:
         return await _settings_page(request, viewer, 400, errors=errors, values=values)
     async with context.pool.acquire() as conn:

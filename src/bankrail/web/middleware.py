@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+import time
 
-import asyncpg
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
@@ -15,21 +16,17 @@ from bankrail.core.problems import (
     UNKNOWN_ERROR,
     ProblemType,
 )
+from bankrail.db.outage import is_database_outage
 from bankrail.web.problems import problem_document, trace_id_var
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("bankrail.access")
 
 TRACE_HEADER = b"svc-trace-id"
 
-_DATABASE_DOWN = (
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.ConnectionFailureError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.InterfaceError,
-    ConnectionError,
-    OSError,
-)
+
+class _RequestTimedOut(Exception):
+    pass
 
 
 class _BodyTooLarge(Exception):
@@ -40,10 +37,20 @@ class ServiceMiddleware:
     """Adds `Svc-Trace-Id` to every response, caps request bodies, and answers problem+json
     for anything that escapes the routes (503 when the database is unreachable)."""
 
-    def __init__(self, app: ASGIApp, *, public_url: str, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        public_url: str,
+        max_body_bytes: int,
+        request_timeout: float = 30.0,
+        access_log: bool = False,
+    ) -> None:
+        self.access_log = access_log
         self.app = app
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,11 +59,14 @@ class ServiceMiddleware:
         trace_id = secrets.token_hex(16)
         token = trace_id_var.set(trace_id)
         started = False
+        status = 0
+        began = time.perf_counter()
 
         async def send_with_trace(message: Message) -> None:
-            nonlocal started
+            nonlocal started, status
             if message["type"] == "http.response.start":
                 started = True
+                status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((TRACE_HEADER, trace_id.encode()))
                 message = {**message, "headers": headers}
@@ -75,24 +85,58 @@ class ServiceMiddleware:
                     await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                     return
                 receive = _replay(buffered, receive)
-            await self.app(scope, self._limited(receive), send_with_trace)
+            try:
+                async with asyncio.timeout(self.request_timeout):
+                    await self.app(scope, self._limited(receive), send_with_trace)
+            except TimeoutError as exc:
+                if is_database_outage(exc):
+                    raise
+                # The deadline cancelled the request: an open transaction was rolled back,
+                # so nothing is half-done; a retry with the same Idempotency-Key is safe.
+                raise _RequestTimedOut from exc
         except _BodyTooLarge:
             if not started:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
-        except _DATABASE_DOWN:
-            log.warning("database unavailable for %s %s", scope["method"], scope["path"])
+        except _RequestTimedOut:
+            log.warning("request timed out: %s %s", scope["method"], scope["path"])
             if not started:
                 await self._problem(
                     send_with_trace,
                     SERVICE_UNAVAILABLE,
-                    "The database is unreachable; retry shortly.",
+                    f"The request did not complete within {self.request_timeout:g} s and was "
+                    "abandoned; retry it with the same Idempotency-Key.",
                     {"retry-after": "1"},
                 )
-        except Exception:
-            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-            if not started:
-                await self._problem(send_with_trace, UNKNOWN_ERROR, "An unexpected error occurred.")
+        except Exception as exc:
+            if is_database_outage(exc):
+                log.warning("database unavailable for %s %s", scope["method"], scope["path"])
+                if not started:
+                    await self._problem(
+                        send_with_trace,
+                        SERVICE_UNAVAILABLE,
+                        "The database is unreachable; retry shortly.",
+                        {"retry-after": "1"},
+                    )
+            else:
+                log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+                if not started:
+                    await self._problem(
+                        send_with_trace, UNKNOWN_ERROR, "An unexpected error occurred."
+                    )
         finally:
+            if self.access_log:
+                access_log.info(
+                    "%s %s %s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    extra={
+                        "method": scope["method"],
+                        "path": scope["path"],  # never the query string: it may hold tokens
+                        "status": status,
+                        "duration_ms": round((time.perf_counter() - began) * 1000, 2),
+                    },
+                )
             trace_id_var.reset(token)
 
     def _too_large(self) -> str:

@@ -47,6 +47,11 @@ ERRORS_SIGNED_POST: Responses = {
 ERRORS_ADMIN: Responses = {**_400, **_401, **_404, **_409, **_413}
 ERRORS_ADMIN_IDEMPOTENT: Responses = {**ERRORS_ADMIN, **_422}
 
+_EVERY_ROUTE = (
+    ("429", "Rate Limit Exceeded"),
+    ("503", "Service Unavailable (retry after Retry-After)"),
+)
+
 
 def problem_json_openapi(app: Any) -> Any:
     """An `app.openapi` that documents every error answer as problem+json.
@@ -67,17 +72,22 @@ def problem_json_openapi(app: Any) -> Any:
             description=app.description,
             routes=app.routes,
         )
-        problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+        problem: dict[str, Any] = {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        }
         for path, operations in schema.get("paths", {}).items():
             for operation in operations.values():
                 responses = operation.get("responses", {})
                 if responses.get("422", {}).get("description") == "Validation Error":
                     del responses["422"]
+                # Any route may be rate limited or meet a database outage.
+                for code, title in _EVERY_ROUTE:
+                    responses.setdefault(code, {"description": title, "content": problem})
                 if path == "/connect/token":
                     continue  # RFC 6749 errors: the one documented exception
                 for code, answer in responses.items():
                     if code.isdigit() and int(code) >= 400:
-                        answer["content"] = {"application/problem+json": problem}
+                        answer["content"] = problem
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.setdefault("Problem", Problem.model_json_schema())
         for unused in ("HTTPValidationError", "ValidationError"):

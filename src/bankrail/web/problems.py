@@ -14,11 +14,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
 from bankrail.core.problems import (
     INVALID_PARAMETERS,
+    SERVICE_UNAVAILABLE,
     UNKNOWN_ERROR,
     ProblemError,
     ProblemType,
     problem_type_for_status,
 )
+from bankrail.db.outage import is_database_outage
 from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,14 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
+        if is_database_outage(exc):
+            log.warning("database unavailable for %s %s", request.method, request.url.path)
+            return problem_response(
+                SERVICE_UNAVAILABLE,
+                "The database is unreachable; retry shortly.",
+                _public_url(request),
+                headers={"Retry-After": "1"},
+            )
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem_response(
             UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request)

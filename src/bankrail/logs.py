@@ -1,0 +1,89 @@
+"""Process logging: readable lines in the sandbox, one JSON object per line in production.
+
+Every line carries the trace id of the request it was written for (`Svc-Trace-Id`), and
+anything that looks like a credential (client secrets, bearer and resource tokens, JWTs) is
+replaced by `[redacted]` before it is written, in both modes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from datetime import UTC, datetime
+
+import orjson
+
+from bankrail.web.problems import trace_id_var
+
+__all__ = ["configure_logging", "redact"]
+
+_SECRET_PATTERNS = (
+    # key=value pairs in forms, query strings and reprs
+    re.compile(
+        r"(?i)\b(client_secret|access_token|resource_token|refresh_token|admin_token|"
+        r"password|secret|token)(\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
+    ),
+    re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=-]+)"),
+    re.compile(r"()()\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every credential-like value replaced by `[redacted]`."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
+    return text
+
+
+class _TraceAndRedact(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        trace_id = trace_id_var.get()
+        record.trace_id = trace_id or None
+        record.trace = trace_id or "-"
+        message = redact(record.getMessage())
+        record.msg, record.args = message, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+class _JsonFormatter(logging.Formatter):
+    _EXTRA = ("method", "path", "status", "duration_ms")
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "trace_id": getattr(record, "trace_id", None),
+            "pid": record.process,
+        }
+        for name in self._EXTRA:
+            if hasattr(record, name):
+                document[name] = getattr(record, name)
+        if record.exc_text:
+            document["exception"] = record.exc_text
+        return orjson.dumps(document).decode()
+
+
+def configure_logging(production: bool) -> None:
+    """Send every logger's records to stderr: JSON lines in production, text otherwise.
+    The level comes from BANKRAIL_LOG_LEVEL (default INFO)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_TraceAndRedact())
+    if production:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(trace)s]: %(message)s")
+        )
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper())

@@ -1,0 +1,135 @@
+"""Prometheus metrics at `/metrics`: traffic per route from every process, state from the database.
+
+Counters and histograms live in the process that observes them. When several processes serve
+(`bankrail serve --workers N`), `PROMETHEUS_MULTIPROC_DIR` names a directory they share, and a
+scrape of any one of them reports the sum. Gauges of payouts, payments and the webhook backlog
+are read from PostgreSQL at scrape time, so they are the same whichever process answers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Gauge,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bankrail.context import Context
+from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS
+from bankrail.security.auth import require_operator
+
+__all__ = ["MetricsMiddleware", "router"]
+
+router = APIRouter(tags=["operations"])
+
+
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    # Unmatched paths are grouped so that scanners cannot blow up the label set.
+    return path if isinstance(path, str) else "unmatched"
+
+
+class MetricsMiddleware:
+    """Observes every HTTP request's route, status and duration."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def observe(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe)
+        finally:
+            method = scope["method"]
+            route = _route_template(scope)
+            HTTP_REQUESTS.labels(method, route, str(status)).inc()
+            HTTP_LATENCY.labels(method, route).observe(time.perf_counter() - started)
+            if status == 0 or status >= 500:
+                HTTP_ERRORS.labels(method, route).inc()
+
+
+def _process_metrics() -> bytes:
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+)
+async def metrics(request: Request, context: Context) -> Response:
+    """Request rates, latencies and errors per route; webhook outcomes and backlog; payouts
+    and payments by status; database pool use. Text exposition format. In production mode
+    the operator token is required."""
+    if not context.settings.sandbox:
+        await require_operator(request, context)
+    registry = CollectorRegistry()
+    payouts = Gauge("bankrail_payouts", "Payouts by stage.", ["stage"], registry=registry)
+    payments = Gauge("bankrail_payments", "Payments by status.", ["status"], registry=registry)
+    deliveries = Gauge(
+        "bankrail_webhook_deliveries",
+        "Webhook deliveries by status (pending is the backlog).",
+        ["status"],
+        registry=registry,
+    )
+    oldest = Gauge(
+        "bankrail_webhook_backlog_oldest_seconds",
+        "Age in seconds of the oldest pending webhook delivery that is due (0 if none).",
+        registry=registry,
+    )
+    pool_size = Gauge(
+        "bankrail_db_pool_connections",
+        "Connections of the answering process's database pool, by state.",
+        ["state"],
+        registry=registry,
+    )
+    pool = context.pool
+    idle = pool.get_idle_size()
+    pool_size.labels("open").set(pool.get_size())
+    pool_size.labels("in_use").set(pool.get_size() - idle)
+    pool_size.labels("idle").set(idle)
+    pool_size.labels("max").set(pool.get_max_size())
+    now = context.clock.now()
+    async with pool.acquire() as conn:
+        for row in await conn.fetch("SELECT stage, count(*) AS n FROM payouts GROUP BY stage"):
+            payouts.labels(row["stage"]).set(row["n"])
+        for row in await conn.fetch("SELECT status, count(*) AS n FROM payments GROUP BY status"):
+            payments.labels(row["status"]).set(row["n"])
+        for row in await conn.fetch(
+            "SELECT status, count(*) AS n FROM webhook_deliveries GROUP BY status"
+        ):
+            deliveries.labels(row["status"]).set(row["n"])
+        due_since = await conn.fetchval(
+            "SELECT min(next_attempt_at) FROM webhook_deliveries"
+            " WHERE status = 'pending' AND next_attempt_at <= $1",
+            now,
+        )
+    oldest.set(max(0.0, (now - due_since).total_seconds()) if due_since else 0.0)
+    body = _process_metrics() + generate_latest(registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

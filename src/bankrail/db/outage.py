@@ -8,10 +8,13 @@ __all__ = ["is_database_outage"]
 
 _DATABASE_DOWN = (
     asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.ConnectionFailureError,
     asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.PostgresConnectionError,  # connection lost, refused, outcome unknown
     asyncpg.exceptions.InterfaceError,
+    # A pooled connection that had already received the server's shutdown notice when a
+    # request took it fails with "cannot switch to state ..." rather than a connection error.
+    asyncpg.exceptions.InternalClientError,
 )
 
 

@@ -23,7 +23,7 @@ _SECRET_PATTERNS = (
     # key=value pairs in forms, query strings and reprs
     re.compile(
         r"(?i)\b(client_secret|access_token|resource_token|refresh_token|admin_token|"
-        r"password|secret|token)(\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
+        r"password|secret|token)([\"']?\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
     ),
     re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=-]+)"),
     re.compile(r"()()\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),

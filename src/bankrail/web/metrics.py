@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
-    Gauge,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.context import Context
@@ -31,11 +33,22 @@ __all__ = ["MetricsMiddleware", "router"]
 router = APIRouter(tags=["operations"])
 
 
+# Served by plain Starlette routes, which FastAPI's router does not record in the scope.
+_DOCUMENTATION_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect"})
+
+
 def _route_template(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return path
+    raw = scope.get("path", "")
+    if raw in _DOCUMENTATION_PATHS:
+        return str(raw)
+    if str(raw).startswith("/static/"):
+        return "/static/{path}"
     # Unmatched paths are grouped so that scanners cannot blow up the label set.
-    return path if isinstance(path, str) else "unmatched"
+    return "unmatched"
 
 
 class MetricsMiddleware:
@@ -68,6 +81,14 @@ class MetricsMiddleware:
                 HTTP_ERRORS.labels(method, route).inc()
 
 
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
 def _process_metrics() -> bytes:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
@@ -89,47 +110,47 @@ async def metrics(request: Request, context: Context) -> Response:
     the operator token is required."""
     if not context.settings.sandbox:
         await require_operator(request, context)
-    registry = CollectorRegistry()
-    payouts = Gauge("bankrail_payouts", "Payouts by stage.", ["stage"], registry=registry)
-    payments = Gauge("bankrail_payments", "Payments by status.", ["status"], registry=registry)
-    deliveries = Gauge(
+    payouts = GaugeMetricFamily("bankrail_payouts", "Payouts by stage.", labels=["stage"])
+    payments = GaugeMetricFamily("bankrail_payments", "Payments by status.", labels=["status"])
+    deliveries = GaugeMetricFamily(
         "bankrail_webhook_deliveries",
         "Webhook deliveries by status (pending is the backlog).",
-        ["status"],
-        registry=registry,
+        labels=["status"],
     )
-    oldest = Gauge(
-        "bankrail_webhook_backlog_oldest_seconds",
-        "Age in seconds of the oldest pending webhook delivery that is due (0 if none).",
-        registry=registry,
-    )
-    pool_size = Gauge(
+    pool_use = GaugeMetricFamily(
         "bankrail_db_pool_connections",
         "Connections of the answering process's database pool, by state.",
-        ["state"],
-        registry=registry,
+        labels=["state"],
     )
     pool = context.pool
     idle = pool.get_idle_size()
-    pool_size.labels("open").set(pool.get_size())
-    pool_size.labels("in_use").set(pool.get_size() - idle)
-    pool_size.labels("idle").set(idle)
-    pool_size.labels("max").set(pool.get_max_size())
+    pool_use.add_metric(["open"], pool.get_size())
+    pool_use.add_metric(["in_use"], pool.get_size() - idle)
+    pool_use.add_metric(["idle"], idle)
+    pool_use.add_metric(["max"], pool.get_max_size())
     now = context.clock.now()
     async with pool.acquire() as conn:
         for row in await conn.fetch("SELECT stage, count(*) AS n FROM payouts GROUP BY stage"):
-            payouts.labels(row["stage"]).set(row["n"])
+            payouts.add_metric([row["stage"]], row["n"])
         for row in await conn.fetch("SELECT status, count(*) AS n FROM payments GROUP BY status"):
-            payments.labels(row["status"]).set(row["n"])
+            payments.add_metric([row["status"]], row["n"])
         for row in await conn.fetch(
             "SELECT status, count(*) AS n FROM webhook_deliveries GROUP BY status"
         ):
-            deliveries.labels(row["status"]).set(row["n"])
+            deliveries.add_metric([row["status"]], row["n"])
         due_since = await conn.fetchval(
             "SELECT min(next_attempt_at) FROM webhook_deliveries"
             " WHERE status = 'pending' AND next_attempt_at <= $1",
             now,
         )
-    oldest.set(max(0.0, (now - due_since).total_seconds()) if due_since else 0.0)
+    oldest = GaugeMetricFamily(
+        "bankrail_webhook_backlog_oldest_seconds",
+        "Age in seconds of the oldest pending webhook delivery that is due (0 if none).",
+        value=max(0.0, (now - due_since).total_seconds()) if due_since else 0.0,
+    )
+    # Families built for this scrape only: in multiprocess mode a Gauge would also be
+    # written to the shared directory and come back a second time, with a pid label.
+    registry = CollectorRegistry()
+    registry.register(_Snapshot([payouts, payments, deliveries, oldest, pool_use]))
     body = _process_metrics() + generate_latest(registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

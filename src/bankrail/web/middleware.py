@@ -85,12 +85,13 @@ class ServiceMiddleware:
                     await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                     return
                 receive = _replay(buffered, receive)
+            deadline = asyncio.timeout(self.request_timeout)
             try:
-                async with asyncio.timeout(self.request_timeout):
+                async with deadline:
                     await self.app(scope, self._limited(receive), send_with_trace)
             except TimeoutError as exc:
-                if is_database_outage(exc):
-                    raise
+                if not deadline.expired():
+                    raise  # the route's own TimeoutError: a bug or an outage, not the deadline
                 # The deadline cancelled the request: an open transaction was rolled back,
                 # so nothing is half-done; a retry with the same Idempotency-Key is safe.
                 raise _RequestTimedOut from exc

@@ -1,0 +1,331 @@
+"""Production mode (`BANKRAIL_MODE=production`) against a real `bankrail serve`: it refuses to
+start without a strong operator token; the sandbox routes, the service clock control and the
+mock bank do not exist; webhook URIs must be https on the public internet (no loopback,
+private, link-local or metadata addresses, whether written as an IP or as a name that
+resolves to one), through the admin API and the console form alike; /metrics needs the
+operator token; and the process log is JSON lines, each with a `trace_id`, with one access
+line per request carrying the response's `Svc-Trace-Id`, and never a client secret, access
+token or operator token, however a request carried it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2e_helpers import assert_invalid, assert_problem, bearer, fresh_token, wait_for
+from test_console_http import Console
+
+from support.api import MerchantClient, Operator
+from support.databases import drop_database, fresh_database, run, with_database
+from support.server import RunningServer, free_port
+
+PRODUCTION = {"BANKRAIL_MODE": "production"}
+WEAK_TOKEN_MESSAGE = "error: production mode needs a strong BANKRAIL_ADMIN_TOKEN"
+
+
+@contextlib.contextmanager
+def own_server(
+    pg_server: str, env: dict[str, str], *serve_args: str, admin_token: str | None = None
+) -> Iterator[RunningServer]:
+    """A started `bankrail serve` of a test module's own, on a fresh database of the
+    session's PostgreSQL, with a strong operator token unless told otherwise."""
+    dsn = str(run(fresh_database(pg_server, migrated=False)))
+    base = Path(tempfile.mkdtemp(prefix="bankrail-own-"))
+    running = RunningServer(
+        data_dir=base / "data",
+        port=free_port(),
+        admin_token=admin_token or secrets.token_urlsafe(32),
+        env={"DATABASE_URL": dsn, **env},
+    )
+    try:
+        running.start(*serve_args, timeout=120)
+        yield running
+    finally:
+        if running.process is not None:
+            running.stop()
+        run(drop_database(pg_server, dsn))
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def production(pg_server: str) -> Iterator[RunningServer]:
+    """A production-mode server for this module."""
+    with own_server(pg_server, PRODUCTION) as running:
+        yield running
+
+
+@pytest.fixture
+def prod_operator(production: RunningServer) -> Iterator[Operator]:
+    """The production server's operator API."""
+    client = Operator(production.base_url, production.admin_token)
+    yield client
+    client.close()
+
+
+def _log_documents(server: RunningServer) -> list[dict[str, Any]]:
+    """Every line of the server's log, each parsed as one JSON object."""
+    lines = server.log_path.read_text().splitlines()
+    documents = []
+    for line in lines:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"not a JSON log line: {line!r}") from None
+        assert isinstance(document, dict), line
+        documents.append(document)
+    return documents
+
+
+# --- the operator token ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",  # none at all
+        "0123456789" * 4,  # 40 characters, but a pattern of 10
+        secrets.token_urlsafe(16),  # random, but only ~22 characters
+    ],
+    ids=["missing", "patterned", "too-short-random"],
+)
+def test_serve_refuses_a_weak_operator_token_with_exit_code_2(pg_server: str, token: str) -> None:
+    base = Path(tempfile.mkdtemp(prefix="bankrail-weak-"))
+    server = RunningServer(
+        data_dir=base / "data",
+        port=free_port(),
+        admin_token=token,
+        # A database that does not exist: serve must stop before it would try to connect.
+        env={**PRODUCTION, "DATABASE_URL": with_database(pg_server, "bankrail_never_created")},
+    )
+    try:
+        with pytest.raises(RuntimeError, match="bankrail serve exited"):
+            server.start(timeout=60)
+        assert server.process is not None
+        assert server.process.returncode == 2, server.log_path.read_text()
+        log = server.log_path.read_text()
+        assert WEAK_TOKEN_MESSAGE in log
+        assert "secrets.token_urlsafe(32)" in log  # says how to make a good one
+        if token:
+            assert token not in log
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_strong_operator_token_is_accepted_and_required(production: RunningServer) -> None:
+    with httpx.Client(base_url=production.base_url, timeout=30) as http:
+        assert http.get("/admin/merchants", headers=bearer(production.admin_token)).is_success
+        assert_problem(http.get("/admin/merchants"), 401)
+        assert_problem(http.get("/admin/merchants", headers=bearer("admin")), 401)
+
+
+# --- sandbox features are absent -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/sandbox/clock/advance", {"seconds": 86400}),
+        ("GET", "/sandbox/clock", None),
+        (
+            "POST",
+            "/sandbox/bank-transfers",
+            {"iban": "GB29NWBK60161331926819", "amount_in_minor": 100, "currency": "GBP"},
+        ),
+        ("GET", "/mock-bank/authorize", None),
+        ("GET", "/mock-bank/embedded", None),
+        ("POST", "/mock-bank/authorize", None),
+        (
+            "POST",
+            f"/mock-bank/api/single-immediate-payments/{uuid.uuid4()}/action",
+            {"action": "authorize"},
+        ),
+    ],
+)
+def test_sandbox_routes_clock_and_mock_bank_are_not_there(
+    prod_operator: Operator, method: str, path: str, body: Any
+) -> None:
+    answer = prod_operator.http.request(method, path, json=body)
+    assert_problem(answer, 404)
+
+
+def test_the_api_description_has_no_sandbox_or_mock_bank_routes(production: RunningServer) -> None:
+    paths = httpx.get(f"{production.base_url}/openapi.json", timeout=30).json()["paths"]
+    assert "/v3/payouts" in paths
+    assert not [p for p in paths if p.startswith(("/sandbox", "/mock-bank"))]
+
+
+# --- webhook destinations --------------------------------------------------------------------
+
+
+REFUSED_URIS = [
+    "http://93.184.216.34/hooks",
+    "https://127.0.0.1/hooks",
+    "https://127.0.0.1:8443/hooks",
+    "https://localhost/hooks",
+    "https://localhost:9000/hooks",
+    "https://10.1.2.3/hooks",
+    "https://172.16.5.4/hooks",
+    "https://192.168.1.10/hooks",
+    "https://169.254.169.254/latest/meta-data",
+    "https://[::1]/hooks",
+    "https://[fe80::1]/hooks",
+    "https://[::ffff:127.0.0.1]/hooks",
+    "https://2130706433/hooks",  # 127.0.0.1 spelled as one number
+]
+
+
+@pytest.mark.parametrize("uri", REFUSED_URIS)
+@pytest.mark.parametrize("field", ["payments_uri", "payouts_uri"])
+def test_webhook_uris_must_be_public_https(prod_operator: Operator, field: str, uri: str) -> None:
+    merchant = prod_operator.post("/admin/merchants", {"name": "Prod Hooks Ltd"}).json()
+    path = f"/admin/merchants/{merchant['id']}/webhooks"
+    accepted = {"payments_uri": "https://93.184.216.34/hooks", "payouts_uri": None}
+    assert prod_operator.put(path, accepted).status_code == 200
+    body = assert_invalid(prod_operator.put(path, {field: uri}), field)
+    assert list(body["errors"]) == [field]
+    # Nothing was stored: a harmless change shows the earlier settings unchanged.
+    kept = prod_operator.put(path, {"payouts_uri": "https://93.184.216.34/payouts"})
+    assert kept.status_code == 200, kept.text
+    assert kept.json() == {
+        "payments_uri": "https://93.184.216.34/hooks",
+        "payouts_uri": "https://93.184.216.34/payouts",
+    }
+
+
+def test_a_public_https_webhook_uri_is_accepted(prod_operator: Operator) -> None:
+    merchant = prod_operator.post("/admin/merchants", {"name": "Prod Public Ltd"}).json()
+    answer = prod_operator.put(
+        f"/admin/merchants/{merchant['id']}/webhooks",
+        {"payments_uri": "https://93.184.216.34/hooks", "payouts_uri": "https://8.8.8.8/p"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "payments_uri": "https://93.184.216.34/hooks",
+        "payouts_uri": "https://8.8.8.8/p",
+    }
+
+
+def test_the_console_settings_form_refuses_a_private_webhook_uri(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    merchant = prod_operator.new_merchant("Prod Console Ltd")
+    console = Console(production.base_url)
+    try:
+        assert console.login_merchant(merchant).status_code == 303
+        token = console.csrf("/console/settings")
+        refused = console.post(
+            "/console/settings/webhooks",
+            {"payments_uri": "https://169.254.169.254/x", "payouts_uri": "https://localhost/y"},
+            csrf=token,
+        )
+        assert refused.status_code == 400, refused.text
+        assert "must not point to a private or local address" in refused.text
+        assert "must not resolve to a private or local address" in refused.text
+        accepted = console.post(
+            "/console/settings/webhooks",
+            {"payments_uri": "https://93.184.216.34/x", "payouts_uri": ""},
+            csrf=token,
+        )
+        assert accepted.status_code == 303, accepted.text
+    finally:
+        console.close()
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def test_metrics_need_the_operator_token(production: RunningServer) -> None:
+    with httpx.Client(base_url=production.base_url, timeout=30) as http:
+        assert_problem(http.get("/metrics"), 401)
+        assert_problem(http.get("/metrics", headers=bearer("not-the-operator-token")), 401)
+        answer = http.get("/metrics", headers=bearer(production.admin_token))
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert "bankrail_http_requests_total{" in answer.text
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+def test_the_log_is_json_lines_with_trace_ids_and_no_credentials(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    merchant: MerchantClient = prod_operator.new_merchant("Prod Logging Ltd")
+    access_token = fresh_token(merchant)["access_token"]
+    guessed_secret = "guess-" + secrets.token_urlsafe(24)
+    credentials = {
+        "grant_type": "client_credentials",
+        "client_id": merchant.client_id,
+        "client_secret": merchant.client_secret,
+    }
+    console = Console(production.base_url)
+    answers: list[httpx.Response] = []
+    try:
+        http = merchant.http
+        answers += [
+            http.post("/connect/token", data=credentials),
+            http.post("/connect/token", json=credentials),
+            http.post("/connect/token", params=credentials),  # secrets in the query string
+            http.post("/connect/token", data={**credentials, "client_secret": guessed_secret}),
+            http.get("/v3/merchant-accounts", headers=bearer(access_token)),
+            http.get("/v3/merchant-accounts", params={"access_token": access_token}),
+            http.get(f"/v3/payouts/{uuid.uuid4()}", headers=bearer(access_token)),
+            http.get("/admin/merchants", params={"token": production.admin_token}),
+            prod_operator.get("/admin/merchants"),
+            console.login_merchant(merchant),
+            console.get("/console"),
+            http.get("/no/such/route"),
+        ]
+    finally:
+        console.close()
+    statuses = [a.status_code for a in answers]
+    assert statuses[0] == statuses[1] == 200, answers[1].text
+    assert statuses[3] in (400, 401)
+    assert answers[3].json()["error"] == "invalid_client"
+    assert statuses[4] == 200
+    assert 200 <= statuses[8] < 300
+    traces = {a.headers["svc-trace-id"]: a for a in answers}
+
+    def access_lines() -> dict[str, dict[str, Any]] | None:
+        found = {
+            d["trace_id"]: d
+            for d in _log_documents(production)
+            if d.get("logger") == "bankrail.access" and d.get("trace_id") in traces
+        }
+        return found if len(found) == len(traces) else None
+
+    lines = wait_for(access_lines, timeout=20, what="an access line for every request")
+    for trace_id, answer in traces.items():
+        line = lines[trace_id]
+        assert line["method"] == answer.request.method
+        assert line["path"] == answer.request.url.path  # never the query string
+        assert line["status"] == answer.status_code
+        assert line["level"] == "info"
+        assert isinstance(line["duration_ms"], int | float)
+
+    documents = _log_documents(production)
+    assert documents
+    for document in documents:
+        assert "trace_id" in document, document
+        assert {"ts", "level", "logger", "message", "pid"} <= set(document), document
+    text = production.log_path.read_text()
+    for secret in (
+        merchant.client_secret,
+        guessed_secret,
+        access_token,
+        production.admin_token,
+    ):
+        assert secret not in text
+    assert access_token.split(".")[1] not in text  # not even the JWT's claims

@@ -17,11 +17,11 @@ from e2e_helpers import wait_for
 from pay_in_helpers import payment_body
 from prometheus_client.parser import text_string_to_metric_families
 from test_payouts_v3_http import GB_IBAN, _beneficiary, _body, _create, _merchant, _wait_status
-from test_production_mode_http import PRODUCTION, _log_documents, own_server
+from test_production_mode_http import PRODUCTION, _log_documents
 
 from support.api import Operator
 from support.receiver import Answer, Received, WebhookReceiver
-from support.server import RunningServer
+from support.server import RunningServer, own_server
 
 PAYOUT_ROUTE = "/v3/payouts/{payout_id}"
 

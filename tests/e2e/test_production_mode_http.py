@@ -10,7 +10,6 @@ token or operator token, however a request carried it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import shutil
@@ -26,35 +25,11 @@ from e2e_helpers import assert_invalid, assert_problem, bearer, fresh_token, wai
 from test_console_http import Console
 
 from support.api import MerchantClient, Operator
-from support.databases import drop_database, fresh_database, run, with_database
-from support.server import RunningServer, free_port
+from support.databases import with_database
+from support.server import RunningServer, free_port, own_server
 
 PRODUCTION = {"BANKRAIL_MODE": "production"}
 WEAK_TOKEN_MESSAGE = "error: production mode needs a strong BANKRAIL_ADMIN_TOKEN"
-
-
-@contextlib.contextmanager
-def own_server(
-    pg_server: str, env: dict[str, str], *serve_args: str, admin_token: str | None = None
-) -> Iterator[RunningServer]:
-    """A started `bankrail serve` of a test module's own, on a fresh database of the
-    session's PostgreSQL, with a strong operator token unless told otherwise."""
-    dsn = str(run(fresh_database(pg_server, migrated=False)))
-    base = Path(tempfile.mkdtemp(prefix="bankrail-own-"))
-    running = RunningServer(
-        data_dir=base / "data",
-        port=free_port(),
-        admin_token=admin_token or secrets.token_urlsafe(32),
-        env={"DATABASE_URL": dsn, **env},
-    )
-    try:
-        running.start(*serve_args, timeout=120)
-        yield running
-    finally:
-        if running.process is not None:
-            running.stop()
-        run(drop_database(pg_server, dsn))
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,9 @@ import httpx
 import pytest
 from e2e_helpers import assert_problem, bearer, fresh_token, wait_for
 from test_payouts_v3_http import GB_IBAN, _beneficiary, _body
-from test_production_mode_http import own_server
 
 from support.api import MerchantClient, Operator
-from support.server import RunningServer
+from support.server import RunningServer, own_server
 
 RATE = 0.5  # requests per second per client, after the burst
 BURST = 4

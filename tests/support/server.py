@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from support.databases import drop_database, fresh_database, run
 
 
 def free_port() -> int:
@@ -94,3 +101,27 @@ class RunningServer:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
         self.process = None
+
+
+@contextlib.contextmanager
+def own_server(
+    pg_server: str, env: dict[str, str], *serve_args: str, admin_token: str | None = None
+) -> Iterator[RunningServer]:
+    """A started `bankrail serve` of a test module's own, on a fresh database of the
+    session's PostgreSQL, with a strong operator token unless told otherwise."""
+    dsn = str(run(fresh_database(pg_server, migrated=False)))
+    base = Path(tempfile.mkdtemp(prefix="bankrail-own-"))
+    running = RunningServer(
+        data_dir=base / "data",
+        port=free_port(),
+        admin_token=admin_token or secrets.token_urlsafe(32),
+        env={"DATABASE_URL": dsn, **env},
+    )
+    try:
+        running.start(*serve_args, timeout=120)
+        yield running
+    finally:
+        if running.process is not None:
+            running.stop()
+        run(drop_database(pg_server, dsn))
+        shutil.rmtree(base, ignore_errors=True)

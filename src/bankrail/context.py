@@ -35,4 +35,10 @@ def get_context(request: Request) -> AppContext:
     return context
 
 
-Context = Annotated[AppContext, Depends(get_context)]
+async def _context(request: Request) -> AppContext:
+    # A coroutine on purpose: FastAPI runs a plain-`def` dependency in a worker thread, which
+    # would cost a thread hop on every request for a one-attribute lookup.
+    return get_context(request)
+
+
+Context = Annotated[AppContext, Depends(_context)]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import PlainValidator, WithJsonSchema
 
 
 def iso_utc(moment: datetime) -> str:
@@ -35,3 +39,32 @@ def parse_timestamp(raw: str) -> datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
+
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def parse_rfc3339(value: Any) -> datetime:
+    """An RFC 3339 date-time with its offset (`2026-01-02T03:04:05Z`), in UTC.
+
+    Raises ValueError for anything else: numbers, dates without a time, times without an
+    offset, and instants outside the years 1 to 9999 once moved to UTC.
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("must include a UTC offset")
+        return value.astimezone(UTC)
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value.strip()):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-02T03:04:05Z")
+    try:
+        return parse_timestamp(value)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError("must be a valid date-time between the years 1 and 9999") from exc
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainValidator(parse_rfc3339),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+"""A request field or query parameter holding an RFC 3339 date-time (see parse_rfc3339)."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
 from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
+from bankrail.core.timefmt import Timestamp
 from bankrail.merchants import service
 from bankrail.merchants.activity import list_activity
 from bankrail.merchants.schemas import (
@@ -62,8 +62,8 @@ async def list_merchant_account_transactions(
     merchant_account_id: uuid.UUID,
     context: Context,
     merchant: Merchant,
-    from_: Annotated[datetime | None, Query(alias="from")] = None,
-    to: Annotated[datetime | None, Query()] = None,
+    from_: Annotated[Timestamp | None, Query(alias="from")] = None,
+    to: Annotated[Timestamp | None, Query()] = None,
     type: Annotated[Literal["payment", "payout", "topup"] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

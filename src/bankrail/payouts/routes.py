@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -14,7 +14,7 @@ from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
-from bankrail.core.timefmt import iso_utc_7, parse_timestamp
+from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
 from bankrail.db.pool import Connection
 from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payouts import service
@@ -229,8 +229,8 @@ def _v1_record(row: Any) -> dict[str, Any]:
 async def list_v1_transactions(
     context: Context,
     merchant: Merchant,
-    from_: Annotated[datetime | None, Query(alias="from")] = None,
-    to: Annotated[datetime | None, Query()] = None,
+    from_: Annotated[Timestamp | None, Query(alias="from")] = None,
+    to: Annotated[Timestamp | None, Query()] = None,
     type: Annotated[Literal["Payout", "Topup", "payout", "topup"] | None, Query()] = None,
     currency: Annotated[str | None, Query(pattern=r"^[A-Z]{3}$")] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
 
 from bankrail.context import Context
 from bankrail.core.jsonbody import json_response
@@ -57,7 +57,9 @@ class BankTransferOut(BaseModel):
 class ClockAdvance(StrictModel):
     """How far to move the service clock."""
 
-    seconds: Annotated[StrictInt | StrictFloat, Field(ge=0, le=10 * 365 * 86400)]
+    # One numeric type, so that the bounds appear in the published schema (on a union
+    # pydantic drops them); strict mode still takes a JSON integer for a float field.
+    seconds: Annotated[float, Field(ge=0, le=10 * 365 * 86400, allow_inf_nan=False)]
 
 
 class ClockOut(BaseModel):

@@ -108,6 +108,8 @@ async def issue_token(request: Request, context: Context) -> Response:
         )
     assert isinstance(client_id, str)
     assert isinstance(client_secret, str)
+    if "\x00" in client_id or "\x00" in client_secret:
+        return _oauth_error("invalid_request", "Fields must not contain NUL characters.")
     if grant_type != "client_credentials":
         return _oauth_error("unsupported_grant_type", "Only client_credentials is supported.")
     row = await context.pool.fetchrow(

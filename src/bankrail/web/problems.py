@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -191,6 +192,16 @@ def install_problem_handlers(app: FastAPI) -> None:
             errors={"amount_in_minor": ["too large for the account's balance"]},
         )
 
+    async def on_unstorable_text(request: Request, exc: Exception) -> Response:
+        # PostgreSQL cannot store U+0000 in text or jsonb; no field of the API needs it.
+        return problem_response(
+            INVALID_PARAMETERS,
+            "Text fields must not contain the NUL character (U+0000).",
+            _public_url(request),
+        )
+
+    app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, on_unstorable_text)
+    app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, on_unstorable_text)
     app.add_exception_handler(ProblemError, on_problem)
     app.add_exception_handler(BalanceOverflow, on_overflow)
     app.add_exception_handler(StarletteHTTPException, on_http)

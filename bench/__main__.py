@@ -18,7 +18,8 @@ from typing import Any
 from bankrail.db.embedded import EmbeddedPostgres
 from bankrail.db.migrations import migrate
 from bench.baselines import es512_rates, insert_commit_rate
-from bench.http_scenarios import scenarios
+from bench.http_scenarios import Options, scenarios
+from bench.loadgen import run as run_loadgen
 from bench.webhooks import delivery_rate
 
 
@@ -32,6 +33,22 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=3_000, help="requests per HTTP scenario")
     parser.add_argument("--concurrency", type=int, default=32, help="connections per scenario")
     parser.add_argument("--workers", default="1,2", help="API process counts to compare, e.g. 1,2")
+    parser.add_argument(
+        "--seed-rows",
+        type=int,
+        default=1_000_000,
+        help="growth: payouts and payments to store before rerunning POST and GET (0: skip)",
+    )
+    parser.add_argument(
+        "--soak-seconds",
+        type=float,
+        default=0.0,
+        help="memory: mixed load this long while sampling the API processes' RSS (e.g. 300)",
+    )
+    parser.add_argument("--rss-interval", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument(
+        "--wrk", action="store_true", help="also measure GET /v3/payouts/{id} with wrk"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/latest.json"))
     return parser.parse_args(argv)
 
@@ -70,31 +87,69 @@ def _table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_SCENARIOS = {
+    "post_payouts": "signed POST /v3/payouts",
+    "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
+    "post_payments": "signed POST /v3/payments",
+    "get_payout": "GET /v3/payouts/{id}",
+    "get_merchant_accounts": "GET /v3/merchant-accounts",
+    "post_payouts_grown": "signed POST /v3/payouts, grown database",
+    "get_payout_grown": "GET /v3/payouts/{id}, grown database",
+}
+
+
 def _http_table(http: dict[str, Any], verify_rate: float) -> str:
-    names = {
-        "post_payouts": "signed POST /v3/payouts",
-        "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
-        "post_payments": "signed POST /v3/payments",
-        "get_payout": "GET /v3/payouts/{id}",
-        "get_merchant_accounts": "GET /v3/merchant-accounts",
-    }
     lines = [
         f"{'scenario':<42} {'procs':>5} {'conc':>5} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'max ms':>8} {'2xx':>6}"
+        f" {'max ms':>8} {'2xx':>6}  CPU ms per request by process group"
     ]
     for run in http.values():
-        for key, label in names.items():
-            row = run[key]
+        for key, label in _SCENARIOS.items():
+            row = run.get(key)
+            if row is None:
+                continue
+            cpu = ", ".join(f"{k} {v:.2f}" for k, v in sorted(row["cpu_ms_per_request"].items()))
             lines.append(
                 f"{label:<42} {run['workers']:>5} {run['concurrency']:>5}"
                 f" {row['requests_per_s']:>9,.0f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f}"
-                f" {row['max_ms']:>8.1f} {row['ok_ratio']:>6.0%}"
+                f" {row['max_ms']:>8.1f} {row['ok_ratio']:>6.0%}  {cpu}"
             )
+    lines.append("")
     for run in http.values():
+        procs = run["workers"]
         ratio = run["post_payouts"]["requests_per_s"] / verify_rate
+        lines.append(f"POST /v3/payouts ÷ one-core verify rate, {procs} process(es): {ratio:.2f}")
         lines.append(
-            f"POST /v3/payouts ÷ one-core verify rate, {run['workers']} process(es): {ratio:.2f}"
+            f"ready on a fresh / existing data directory, {procs} process(es):"
+            f" {run['ready_seconds_fresh']:.2f} s / {run['ready_seconds_existing']:.2f} s"
         )
+        if "post_payouts_grown" in run:
+            rows = run["seeded"]["rows_each"]
+            for name in ("post_payouts", "get_payout"):
+                empty, full = run[name], run[name + "_grown"]
+                grown = full["requests_per_s"] / empty["requests_per_s"]
+                cpu = sum(empty["cpu_ms_per_request"].values()) / sum(
+                    full["cpu_ms_per_request"].values()
+                )
+                lines.append(
+                    f"{name} with {rows:,} payouts and payments stored ÷ empty: {grown:.2f}"
+                    f" by req/s, {cpu:.2f} by CPU per request"
+                    f" (seeded in {run['seeded']['seconds']} s)"
+                )
+        rss = run.get("rss") or {}
+        if rss:
+            lines.append(
+                f"API process RSS MB ({procs} process(es)): first {rss['first_mb']},"
+                f" max {rss['max_mb']}, last {rss['last_mb']},"
+                f" drift over the second half {rss['drift_second_half_mb']}"
+                + (f" after a {run['soak']['seconds']:.0f} s soak" if "soak" in run else "")
+            )
+        if "wrk_get_payout" in run:
+            wrk = run["wrk_get_payout"]
+            lines.append(
+                f"GET /v3/payouts/{{id}}: wrk {wrk.get('requests_per_s', 0):,.0f} req/s,"
+                f" bench/loadgen just before {wrk.get('loadgen_requests_per_s', 0):,.0f} req/s"
+            )
     return "\n".join(lines)
 
 
@@ -102,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.smoke:
         args.events, args.seconds, args.requests, args.workers = 300, 0.3, 60, "1"
+        args.seed_rows, args.soak_seconds, args.rss_interval = 1_000, 0.0, 0.5
     with tempfile.TemporaryDirectory(prefix="bankrail-bench-") as tmp:
         server = EmbeddedPostgres(Path(tmp))
         dsn = server.start()
@@ -110,9 +166,19 @@ def main(argv: list[str] | None = None) -> int:
             figures = asyncio.run(_measure(dsn, args))
         finally:
             server.stop()
+    counts = [int(n) for n in args.workers.split(",")]
+    # Growth, soak and wrk run with the first process count only: they take minutes.
+    first = Options(args.seed_rows, args.soak_seconds, args.rss_interval, args.wrk)
     http = {
-        f"workers_{n}": asyncio.run(scenarios(int(n), args.requests, args.concurrency))
-        for n in args.workers.split(",")
+        f"workers_{n}": run_loadgen(
+            scenarios(
+                n,
+                args.requests,
+                args.concurrency,
+                first if i == 0 else Options(rss_interval=args.rss_interval),
+            )
+        )
+        for i, n in enumerate(counts)
     }
     figures["http"] = http
     result = {

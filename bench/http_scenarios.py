@@ -3,9 +3,12 @@ GET /v3/payouts/{id} and GET /v3/merchant-accounts, against `bankrail serve --wo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bankrail.security import signing
-from bench.loadgen import http_request, run_load
+from bench.loadgen import LoadResult, http_request, run, run_load
+from bench.processes import CpuMeter, RssSampler, server_processes
+from bench.seed import seed_rows
 
 
 def _free_port() -> int:
@@ -39,16 +44,34 @@ class Server:
     admin_token: str = ""
     data_dir: Path | None = None
 
+    ready_seconds: float = 0.0
+
     def start(self) -> None:
-        """Start and wait until it answers."""
+        """Start on a fresh data directory and wait until it answers."""
         self.port = _free_port()
         self.admin_token = "admin-" + secrets.token_urlsafe(16)
         self.data_dir = Path(tempfile.mkdtemp(prefix="bankrail-bench-serve-"))
+        self._launch()
+
+    def restart(self) -> float:
+        """Stop, start again on the same (existing) data directory, and return the seconds
+        until it answered `/readyz` (the "ready within 3 s" figure)."""
+        self.stop()
+        self._launch()
+        return self.ready_seconds
+
+    def _launch(self) -> None:
+        assert self.data_dir is not None
         env = {
             **os.environ,
             "BANKRAIL_ADMIN_TOKEN": self.admin_token,
             "BANKRAIL_LOG_LEVEL": "WARNING",
+            # The per-client rate limit (1,000/s by default) would answer 429 to the
+            # benchmark's single client: it measures the server, so the limit is lifted.
+            "BANKRAIL_RATE_LIMIT_PER_SECOND": "1000000",
+            "BANKRAIL_RATE_LIMIT_BURST": "1000000",
         }
+        started = time.monotonic()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -67,14 +90,28 @@ class Server:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        deadline = started + 60
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.base}/openapi.json", timeout=1):  # noqa: S310
+                with urllib.request.urlopen(f"{self.base}/readyz", timeout=1):  # noqa: S310
+                    self.ready_seconds = time.monotonic() - started
                     return
             except OSError:
-                time.sleep(0.05)
+                time.sleep(0.02)
         raise RuntimeError("bankrail serve did not start")
+
+    def dsn(self) -> str:
+        """The connection URL of the server's embedded PostgreSQL (joined as a guest)."""
+        from bankrail.db.embedded import EmbeddedPostgres
+
+        assert self.data_dir is not None
+        return EmbeddedPostgres(self.data_dir / "d").start(join_running=True)
+
+    def processes(self) -> dict[int, str]:
+        """The server's processes by group (API, worker, PostgreSQL)."""
+        assert self.process is not None
+        assert self.data_dir is not None
+        return server_processes(self.process.pid, self.data_dir)
 
     @property
     def base(self) -> str:
@@ -119,6 +156,7 @@ class Merchant:
     kid: str
     key: Any
     account_id: str
+    merchant_id: str
 
 
 def seed(server: Server, balance: int) -> Merchant:
@@ -153,7 +191,7 @@ def seed(server: Server, balance: int) -> Merchant:
     request = urllib.request.Request(f"{server.base}/connect/token", data=form)  # noqa: S310
     with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
         token = json.loads(answer.read())["access_token"]
-    return Merchant(token, kid, key, account["id"])
+    return Merchant(token, kid, key, account["id"], merchant["id"])
 
 
 def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> bytes:
@@ -214,64 +252,178 @@ def payment_body(merchant: Merchant) -> dict[str, Any]:
     }
 
 
-async def scenarios(workers: int, requests: int, concurrency: int) -> dict[str, Any]:
+@dataclass
+class Options:
+    """What the HTTP scenarios do, beyond the request count and concurrency."""
+
+    seed_rows: int = 0  # growth: rerun POST and GET with this many payouts and payments
+    soak_seconds: float = 0.0  # memory: mixed load this long while sampling RSS
+    rss_interval: float = 5.0
+    compare_wrk: bool = False  # run `wrk` on the GET scenario too, if it is installed
+
+
+async def _measured(
+    server: Server, requests: list[bytes], concurrency: int, rate: float | None = None
+) -> dict[str, Any]:
+    """Run one scenario and add the CPU it cost each process group per request."""
+    assert server.process is not None
+    assert server.data_dir is not None
+    meter = CpuMeter(server.process.pid, server.data_dir)
+    meter.start()
+    result: LoadResult = await run_load(
+        "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
+    )
+    meter.stop()
+    summary: dict[str, Any] = dict(result.summary())
+    summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
+    return summary
+
+
+async def scenarios(
+    workers: int, requests: int, concurrency: int, options: Options | None = None
+) -> dict[str, Any]:
     """Every HTTP scenario against one server with `workers` API processes."""
+    options = options or Options()
     server = Server(workers)
     server.start()
     try:
-        merchant = seed(server, balance=10**12)
+        results: dict[str, Any] = {
+            "workers": workers,
+            "concurrency": concurrency,
+            "ready_seconds_fresh": server.ready_seconds,
+        }
+        merchant = seed(server, balance=10**15)
         host = f"127.0.0.1:{server.port}"
-        results: dict[str, Any] = {"workers": workers, "concurrency": concurrency}
+        auth = {"Authorization": f"Bearer {merchant.token}"}
         warm = [
             signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
             for _ in range(min(200, requests))
         ]
         await run_load("127.0.0.1", server.port, warm, concurrency=concurrency)
-        payouts = [
-            signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
-            for _ in range(requests)
-        ]
-        results["post_payouts"] = (
-            await run_load("127.0.0.1", server.port, payouts, concurrency=concurrency)
-        ).summary()
-        payments = [
-            signed_post(server, merchant, "/v3/payments", payment_body(merchant))
-            for _ in range(requests)
-        ]
-        results["post_payments"] = (
-            await run_load("127.0.0.1", server.port, payments, concurrency=concurrency)
-        ).summary()
-        ids = [
-            server.call("POST", "/v3/payouts", raw=None, token=merchant.token) if False else None
-        ]
-        del ids
-        sample = _created_payout_ids(server, merchant, 50)
-        auth = {"Authorization": f"Bearer {merchant.token}"}
-        gets = [
-            http_request("GET", f"/v3/payouts/{sample[i % len(sample)]}", host, auth)
-            for i in range(requests * 2)
-        ]
-        results["get_payout"] = (
-            await run_load("127.0.0.1", server.port, gets, concurrency=concurrency)
-        ).summary()
-        lists = [
-            http_request("GET", "/v3/merchant-accounts", host, auth) for _ in range(requests * 2)
-        ]
-        results["get_merchant_accounts"] = (
-            await run_load("127.0.0.1", server.port, lists, concurrency=concurrency)
-        ).summary()
-        rate = results["post_payouts"]["requests_per_s"] * 0.8
-        paced = [
-            signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
-            for _ in range(requests)
-        ]
-        results["post_payouts_at_80pct"] = (
-            await run_load("127.0.0.1", server.port, paced, concurrency=concurrency * 2, rate=rate)
-        ).summary()
-        results["post_payouts_at_80pct"]["target_rate"] = rate
+        with RssSampler(server.processes(), options.rss_interval) as rss:
+            await _core(server, merchant, requests, concurrency, results, suffix="")
+            rate = results["post_payouts"]["requests_per_s"] * 0.8
+            paced = [
+                signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
+                for _ in range(requests)
+            ]
+            results["post_payouts_at_80pct"] = await _measured(
+                server, paced, concurrency * 2, rate=rate
+            )
+            results["post_payouts_at_80pct"]["target_rate"] = rate
+            payments = [
+                signed_post(server, merchant, "/v3/payments", payment_body(merchant))
+                for _ in range(requests)
+            ]
+            results["post_payments"] = await _measured(server, payments, concurrency)
+            lists = [
+                http_request("GET", "/v3/merchant-accounts", host, auth)
+                for _ in range(requests * 2)
+            ]
+            results["get_merchant_accounts"] = await _measured(server, lists, concurrency)
+            if options.soak_seconds:
+                results["soak"] = await _soak(server, merchant, concurrency, options.soak_seconds)
+        results["rss"] = rss.summary()
+        if options.compare_wrk:
+            results["wrk_get_payout"] = await asyncio.to_thread(_wrk, server, merchant, concurrency)
+        if options.seed_rows:
+            results["seeded"] = await seed_rows(
+                server.dsn(), merchant.merchant_id, merchant.account_id, options.seed_rows
+            )
+            await _core(server, merchant, requests, concurrency, results, suffix="_grown")
+        results["ready_seconds_existing"] = server.restart()
         return results
     finally:
         server.stop()
+        if server.data_dir is not None:
+            shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+async def _core(
+    server: Server,
+    merchant: Merchant,
+    requests: int,
+    concurrency: int,
+    results: dict[str, Any],
+    suffix: str,
+) -> None:
+    """The headline POST and the GET by id (run again on the grown database)."""
+    host = f"127.0.0.1:{server.port}"
+    payouts = [
+        signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
+    ]
+    results["post_payouts" + suffix] = await _measured(server, payouts, concurrency)
+    sample = _created_payout_ids(server, merchant, 50)
+    auth = {"Authorization": f"Bearer {merchant.token}"}
+    gets = [
+        http_request("GET", f"/v3/payouts/{sample[i % len(sample)]}", host, auth)
+        for i in range(requests * 3)
+    ]
+    results["get_payout" + suffix] = await _measured(server, gets, concurrency)
+
+
+async def _soak(
+    server: Server, merchant: Merchant, concurrency: int, seconds: float
+) -> dict[str, Any]:
+    """Mixed load (1 signed POST to 4 GETs) for `seconds`, in bounded rounds."""
+    host = f"127.0.0.1:{server.port}"
+    auth = {"Authorization": f"Bearer {merchant.token}"}
+    sample = _created_payout_ids(server, merchant, 20)
+    gets = [
+        http_request("GET", f"/v3/payouts/{sample[i % len(sample)]}", host, auth)
+        for i in range(4000)
+    ]
+    deadline = time.monotonic() + seconds
+    done = rounds = 0
+    while time.monotonic() < deadline and rounds < 100_000:
+        posts = [
+            signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(1000)
+        ]
+        mixed = [r for i, post in enumerate(posts) for r in (post, *gets[4 * i : 4 * i + 4])]
+        result = await run_load("127.0.0.1", server.port, mixed, concurrency=concurrency)
+        done += result.requests
+        rounds += 1
+    return {"seconds": seconds, "requests": done}
+
+
+def _wrk(server: Server, merchant: Merchant, concurrency: int) -> dict[str, Any]:
+    """`wrk` (if installed) on GET /v3/payouts/{id}, 5 s, same connections, one thread:
+    a C load generator to show that the asyncio one is not the bottleneck."""
+    if shutil.which("wrk") is None:
+        return {"skipped": "wrk is not installed (apt-get install wrk)"}
+    payout_id = _created_payout_ids(server, merchant, 1)[0]
+    # Our generator on the same request just before, so both see the same machine.
+    host = f"127.0.0.1:{server.port}"
+    auth = {"Authorization": f"Bearer {merchant.token}"}
+    ours = run(
+        run_load(
+            "127.0.0.1",
+            server.port,
+            [http_request("GET", f"/v3/payouts/{payout_id}", host, auth)] * 3000,
+            concurrency=concurrency,
+        )
+    ).rate
+    done = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{concurrency}",
+            "-d5s",
+            "-H",
+            f"Authorization: Bearer {merchant.token}",
+            f"{server.base}/v3/payouts/{payout_id}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
+    return {
+        "requests_per_s": float(found.group(1)) if found else 0.0,
+        "loadgen_requests_per_s": ours,
+        "output": done.stdout,
+    }
 
 
 def _created_payout_ids(server: Server, merchant: Merchant, count: int) -> list[str]:

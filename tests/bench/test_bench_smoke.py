@@ -30,3 +30,12 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         "webhook_deliveries_per_s",
     ):
         assert figures[name] > 0, name
+    run = figures["http"]["workers_1"]
+    for scenario in ("post_payouts", "get_payout", "post_payouts_grown", "get_payout_grown"):
+        assert run[scenario]["ok_ratio"] == 1.0, scenario
+        assert run[scenario]["cpu_ms_per_request"]["api"] > 0, scenario
+    assert run["seeded"]["rows_each"] == 1_000
+    assert 0 < run["ready_seconds_existing"] < 60
+    assert run["rss"]["processes"] == 1
+    assert 0 < max(run["rss"]["max_mb"]) < 1_000
+    assert "with 1,000 payouts and payments stored" in done.stdout

@@ -24,10 +24,21 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to undo when a connection goes back to the pool.
+
+    asyncpg's default reset runs `RESET ALL; UNLISTEN *; CLOSE ALL; pg_advisory_unlock_all()`
+    on every release: one more round trip per request. Bankrail sets no session state on
+    pooled connections (advisory locks are transaction-scoped, LISTEN has its own
+    connection), and asyncpg still rolls back a transaction left open before this runs.
+    """
+    del conn
+
+
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
     """Open a pool whose connections decode json/jsonb to Python values."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
     )
     assert pool is not None
     return pool

@@ -44,30 +44,25 @@ async def record_event(
     """Store the event and its pending delivery; returns the event id."""
     event_id = uuid.uuid4()
     column = "payments_webhook_uri" if family == "payments" else "payouts_webhook_uri"
-    uri = await conn.fetchval(f"SELECT {column} FROM merchants WHERE id = $1", merchant_id)
+    # One round trip: read the merchant's URI, store the event and its delivery, and wake the
+    # delivery workers when there is somewhere to deliver.
     await conn.execute(
-        "INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6)",
+        f"WITH m AS (SELECT {column} AS uri FROM merchants WHERE id = $2),"
+        " e AS (INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id),"
+        " d AS (INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri,"
+        " status, next_attempt_at, created_at, updated_at, window_start)"
+        " SELECT $7, e.id, $2, $4, (SELECT uri FROM m),"
+        " CASE WHEN (SELECT uri FROM m) IS NULL THEN 'skipped' ELSE 'pending' END,"
+        " CASE WHEN (SELECT uri FROM m) IS NULL THEN NULL ELSE $6::timestamptz END, $6, $6, $6"
+        " FROM e)"
+        f" SELECT pg_notify('{WEBHOOK_CHANNEL}', '') FROM m WHERE uri IS NOT NULL",
         event_id,
         merchant_id,
         family,
         event_type,
         envelope(family, event_type, event_id, body),
         now,
-    )
-    await conn.execute(
-        "INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,"
-        " next_attempt_at, created_at, updated_at, window_start)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)",
         uuid.uuid4(),
-        event_id,
-        merchant_id,
-        event_type,
-        uri,
-        "pending" if uri else "skipped",
-        now if uri else None,
-        now,
     )
-    if uri:
-        await conn.execute(f"NOTIFY {WEBHOOK_CHANNEL}")
     return event_id

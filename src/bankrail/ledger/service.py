@@ -20,18 +20,23 @@ from bankrail.ledger.models import (
 
 __all__ = ["check_ledger", "ensure_account", "post"]
 
+# Raised by bankrail_ledger_post: an unknown ledger account, or mixed currencies.
+_UNBALANCED_STATES = frozenset({"BRL01", "BRL02"})
+
 
 async def ensure_account(
     conn: Connection, code: str, currency: str, *, allow_negative: bool
 ) -> int:
     """The id of the ledger account with this code, created if it does not exist."""
-    account_id = await conn.fetchval(
-        "INSERT INTO ledger_accounts (code, currency, allow_negative) VALUES ($1, $2, $3)"
-        " ON CONFLICT (code) DO NOTHING RETURNING id",
-        code,
-        currency,
-        allow_negative,
-    )
+    account_id = await conn.fetchval("SELECT id FROM ledger_accounts WHERE code = $1", code)
+    if account_id is None:
+        account_id = await conn.fetchval(
+            "INSERT INTO ledger_accounts (code, currency, allow_negative) VALUES ($1, $2, $3)"
+            " ON CONFLICT (code) DO NOTHING RETURNING id",
+            code,
+            currency,
+            allow_negative,
+        )
     if account_id is None:
         account_id = await conn.fetchval("SELECT id FROM ledger_accounts WHERE code = $1", code)
     assert isinstance(account_id, int)
@@ -56,47 +61,28 @@ async def post(
     """
     validate_postings(postings)
     transaction_id = uuid.uuid4()
-    await conn.execute(
-        "INSERT INTO ledger_transactions (id, kind, reference_id, created_at)"
-        " VALUES ($1, $2, $3, $4)",
-        transaction_id,
-        kind,
-        reference_id,
-        now,
-    )
     ordered = sorted(postings, key=lambda p: p.account_id)
-    account_ids = sorted({p.account_id for p in ordered})
-    # Lock the accounts in id order first, so that concurrent transactions over overlapping
-    # accounts can never deadlock (an UPDATE ... FROM locks rows in its join's order).
-    currencies = await conn.fetch(
-        "SELECT currency FROM ledger_accounts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
-        account_ids,
-    )
-    if len(currencies) != len(account_ids):
-        raise UnbalancedTransaction("a posting names an unknown ledger account")
-    if len({row["currency"] for row in currencies}) != 1:
-        raise UnbalancedTransaction("a transaction's postings must share one currency")
+    # One round trip (migration 0005): the transaction row, the account locks taken in id
+    # order (so concurrent transactions over overlapping accounts never deadlock), the
+    # balance updates and the postings.
     try:
         await conn.execute(
-            "WITH p AS (SELECT unnest($1::bigint[]) AS account_id, unnest($2::bigint[]) AS amount),"
-            " agg AS (SELECT account_id, sum(amount) AS amount FROM p GROUP BY account_id)"
-            " UPDATE ledger_accounts a SET balance = a.balance + agg.amount"
-            " FROM agg WHERE a.id = agg.account_id",
+            "SELECT bankrail_ledger_post($1, $2, $3, $4::bigint[], $5::bigint[], $6)",
+            transaction_id,
+            kind,
+            reference_id,
             [p.account_id for p in ordered],
             [p.amount for p in ordered],
+            now,
         )
     except asyncpg.CheckViolationError as exc:
         raise InsufficientFunds(str(exc)) from exc
     except asyncpg.NumericValueOutOfRangeError as exc:
         raise BalanceOverflow(str(exc)) from exc
-    await conn.execute(
-        "INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)"
-        " SELECT $1, unnest($2::bigint[]), unnest($3::bigint[]), $4",
-        transaction_id,
-        [p.account_id for p in ordered],
-        [p.amount for p in ordered],
-        now,
-    )
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate in _UNBALANCED_STATES:
+            raise UnbalancedTransaction(str(exc)) from exc
+        raise
     return transaction_id
 
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
+from bankrail.context import Context, get_context
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, json_response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
@@ -27,6 +27,7 @@ from bankrail.payouts.schemas import (
     V3PayoutRequest,
 )
 from bankrail.security.auth import Merchant, SignedBody, signed_body
+from bankrail.security.idempotency import fingerprint
 from bankrail.web.idempotent import respond_once
 from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
@@ -53,7 +54,6 @@ V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
 async def create_v3_payout(
     body: V3PayoutRequest,
     request: Request,
-    context: Context,
     merchant: Merchant,
     raw: SignedBody,
     idempotency_key: IdempotencyKey,
@@ -62,6 +62,24 @@ async def create_v3_payout(
 
     Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
     """
+    context = get_context(request)  # not a dependency: see security.auth._access_claims
+    scope = f"v3:{merchant.client_id}"
+    beneficiary = body.beneficiary.model_dump()
+    answer = await service.accept_v3_payout_at_once(
+        context.pool,
+        service.IdempotentRequest(
+            scope, idempotency_key, fingerprint(request.method, request.url.path, raw)
+        ),
+        merchant_id=merchant.merchant_id,
+        account_id=uuid.UUID(body.merchant_account_id),
+        currency=body.currency,
+        amount=body.amount_in_minor,
+        beneficiary=beneficiary,
+        metadata=body.metadata,
+        now=context.clock.now(),
+    )
+    if answer is not None:
+        return Response(answer, status_code=202, media_type=JSON_MEDIA_TYPE)
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
@@ -72,7 +90,6 @@ async def create_v3_payout(
             raise invalid_field(
                 "currency", f"must be {account.currency}, the merchant account's currency"
             )
-        beneficiary = body.beneficiary.model_dump()
         if beneficiary["type"] == "payment_source":
             destination = await service.closed_loop_destination(conn, account, beneficiary)
         else:
@@ -94,7 +111,7 @@ async def create_v3_payout(
     return await respond_once(
         context,
         request,
-        scope=f"v3:{merchant.client_id}",
+        scope=scope,
         key=idempotency_key,
         body=raw,
         effect=effect,
@@ -107,8 +124,9 @@ async def create_v3_payout(
     response_model=PayoutOut,
     responses=ERRORS_AUTH_NOT_FOUND,
 )
-async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
+async def get_v3_payout(payout_id: uuid.UUID, request: Request, merchant: Merchant) -> Response:
     """A payout with its status, and `failure_reason` when it failed."""
+    context = get_context(request)  # not a dependency: see security.auth._access_claims
     async with context.pool.acquire() as conn:
         record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
     return json_response(200, record)

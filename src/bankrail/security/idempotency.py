@@ -21,7 +21,7 @@ from bankrail.core.problems import (
 )
 from bankrail.db.pool import Connection
 
-__all__ = ["Decision", "StoredAnswer", "decide", "fingerprint", "run_idempotent"]
+__all__ = ["Decision", "StoredAnswer", "decide", "fingerprint", "lock_key", "run_idempotent"]
 
 
 def fingerprint(method: str, path: str, body: bytes) -> bytes:
@@ -64,7 +64,8 @@ def decide(
     return Decision.REUSE
 
 
-def _lock_key(scope: str, key: str) -> int:
+def lock_key(scope: str, key: str) -> int:
+    """The transaction-level advisory lock that marks (scope, key) as in flight."""
     digest = hashlib.sha256(f"{scope}\0{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -93,7 +94,7 @@ async def run_idempotent(
     unless `store_client_errors` is false; anything else it raises propagates, and nothing
     is stored.
     """
-    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _lock_key(scope, key))
+    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock_key(scope, key))
     if not locked:
         raise ProblemError(
             IDEMPOTENCY_CONCURRENCY,

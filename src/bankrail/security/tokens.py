@@ -36,6 +36,10 @@ _DECODE_OPTIONS: jwt.types.Options = {
 }
 
 
+# Access tokens whose signature this process has verified, at most this many at once.
+_VERIFIED_CACHE_SIZE = 10_000
+
+
 class TokenError(ValueError):
     """The token is malformed, forged, expired or of the wrong kind."""
 
@@ -70,6 +74,7 @@ class TokenIssuer:
     def __init__(self, access_key: bytes, resource_key: bytes) -> None:
         self._access_key = access_key
         self._resource_key = resource_key
+        self._verified: dict[str, tuple[float, AccessClaims]] = {}
 
     def issue_access_token(
         self,
@@ -94,7 +99,26 @@ class TokenIssuer:
         return jwt.encode(claims, self._access_key, algorithm=_ALGORITHM)
 
     def read_access_token(self, token: str, now: datetime) -> AccessClaims:
-        """Verify an access token and return its claims; raises TokenError."""
+        """Verify an access token and return its claims; raises TokenError.
+
+        A token whose signature was verified once is remembered (bounded), so a client
+        reusing its token pays for one dictionary lookup and the expiry check, not for
+        a JWT decode on every request. Tokens are never revoked before they expire, so what
+        was verified stays true.
+        """
+        known = self._verified.get(token)
+        if known is not None:
+            expires, claims_of_token = known
+            if expires <= now.timestamp():
+                raise TokenError("token has expired")
+            return claims_of_token
+        access = self._read_access_token(token, now)
+        if len(self._verified) >= _VERIFIED_CACHE_SIZE:
+            self._verified.clear()
+        self._verified[token] = (access.expires_at.timestamp(), access)
+        return access
+
+    def _read_access_token(self, token: str, now: datetime) -> AccessClaims:
         claims = self._decode(token, self._access_key, "access", now)
         try:
             scopes = frozenset(str(claims.get("scope", "")).split())

@@ -190,3 +190,29 @@ async def test_two_workers_run_each_of_200_jobs_exactly_once(pool: asyncpg.Pool)
             for r in await conn.fetch("SELECT worker, count(*) FROM job_effects GROUP BY worker")
         }
     assert per_worker == {name: n for name, n in zip(("a", "b"), ran, strict=True) if n}
+
+
+async def test_a_batch_commits_its_jobs_together_and_reschedules_only_the_failing_one(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ServiceClock()
+    queue = JobQueue(pool, clock)
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE batch_effects (n int PRIMARY KEY)")
+
+    async def handler(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        await conn.execute("INSERT INTO batch_effects (n) VALUES ($1)", payload["n"])
+        if payload["n"] == 2:
+            raise ValueError("two is unlucky")
+
+    queue.register("batched", handler)
+    for n in range(5):
+        await _enqueue(pool, "batched", {"n": n}, clock.now() - timedelta(seconds=10 - n))
+    with caplog.at_level(logging.CRITICAL, logger="bankrail.jobs.queue"):
+        assert await queue.run_batch(10) == 5
+    async with pool.acquire() as conn:
+        effects = await conn.fetchval("SELECT array_agg(n ORDER BY n) FROM batch_effects")
+    assert effects == [0, 1, 3, 4]  # the failing job's own insert was rolled back
+    [job] = await _jobs(pool)
+    assert job["payload"] == {"n": 2}
+    assert job["attempts"] == 1

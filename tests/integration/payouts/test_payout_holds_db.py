@@ -341,7 +341,7 @@ async def test_accepted_payout_survives_a_restart_and_executes_once(pool: asyncp
     # and a new queue.
     restarted_clock = await _clock(pool)
     ran = await _drain(_queue(pool, restarted_clock), pool)
-    assert ran == 3  # authorize, submit, execute
+    assert ran == 1  # authorize, submit and execute are due at once: one job, one commit
 
     row = await _payout(pool, payout_id)
     assert row["stage"] == "executed"
@@ -363,11 +363,16 @@ async def test_restart_mid_flight_resumes_from_the_last_committed_step(
 ) -> None:
     clock = await _clock(pool)
     account = await _merchant_account(pool, clock.now(), credit=3_000)
-    payout_id = await _accept(pool, account, 400, _sort_code_beneficiary(), clock.now())
+    payout_id = await _accept(
+        pool, account, 400, _sort_code_beneficiary("payout delay:60"), clock.now()
+    )
     first = _queue(pool, clock)
-    assert await first.run_one()  # authorize, then the process dies
-    assert (await _payout(pool, payout_id))["stage"] == "authorized"
+    assert await first.run_one()  # authorize and submit, then the process dies
+    assert (await _payout(pool, payout_id))["stage"] == "submitted"
+    assert await first.run_one() is False  # the scheme answers in 60 s
 
+    async with pool.acquire() as conn:
+        await clock.advance(conn, 60)
     await _drain(_queue(pool, await _clock(pool)), pool)
     row = await _payout(pool, payout_id)
     assert row["stage"] == "executed"

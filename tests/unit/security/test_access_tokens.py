@@ -205,3 +205,23 @@ def test_new_client_secrets_are_distinct_and_long() -> None:
     secrets_ = {new_client_secret() for _ in range(50)}
     assert len(secrets_) == 50
     assert all(len(s) >= 40 for s in secrets_)
+
+
+def test_a_remembered_token_still_expires_by_the_service_clock(issuer: TokenIssuer) -> None:
+    token = _access(issuer)
+    assert issuer.read_access_token(token, NOW).client_id == "client-1"  # verified, remembered
+    assert issuer.read_access_token(token, NOW + HOUR - timedelta(seconds=1)).expires_at == (
+        NOW + HOUR
+    )
+    with pytest.raises(TokenError, match="expired"):
+        issuer.read_access_token(token, NOW + HOUR)
+
+
+def test_a_forgery_of_a_remembered_token_is_refused(issuer: TokenIssuer) -> None:
+    token = _access(issuer)
+    issuer.read_access_token(token, NOW)
+    with pytest.raises(TokenError):
+        issuer.read_access_token(_tamper_payload(token, mid=str(uuid.uuid4())), NOW)
+    other = TokenIssuer(b"x" * 32, RESOURCE_KEY)  # another service's key: not remembered here
+    with pytest.raises(TokenError):
+        other.read_access_token(token, NOW)

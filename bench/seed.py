@@ -1,0 +1,155 @@
+"""Bulk seeding for the growth scenario: N executed payouts and N settled payments, with the
+rows the service keeps for each (activity, stored idempotent answer, ledger transaction and
+postings, event and its delivery), written with set-based SQL straight into the database."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import asyncpg
+
+_CHUNK = 100_000
+
+_PAYOUTS = """
+WITH g AS (
+    SELECT n, gen_random_uuid() AS id, gen_random_uuid() AS tx, gen_random_uuid() AS ev,
+           $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at,
+           1 + n % 5000 AS amount,
+           lpad((n % 100000000)::text, 8, '0') AS number
+    FROM generate_series($4::bigint, $4 + $6 - 1) AS n
+), p AS (
+    INSERT INTO payouts (id, api, merchant_id, merchant_account_id, amount_in_minor, currency,
+        beneficiary, beneficiary_name, beneficiary_sort_code, beneficiary_account_number,
+        reference, scheme_id, stage, created_at, authorized_at, submitted_at, executed_at)
+    SELECT id, 'v3', $1, $2, amount, 'GBP',
+        jsonb_build_object('type', 'external_account', 'reference', 'seed ' || n,
+            'account_holder_name', 'Payee ' || n,
+            'account_identifier', jsonb_build_object('type', 'sort_code_account_number',
+                'sort_code', '040004', 'account_number', number),
+            'account_identifiers', jsonb_build_array(jsonb_build_object(
+                'type', 'sort_code_account_number', 'sort_code', '040004',
+                'account_number', number))),
+        'Payee ' || n, '040004', number, 'seed ' || n, 'faster_payments', 'executed',
+        at, at, at, at
+    FROM g RETURNING id
+), a AS (
+    INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor, currency,
+        status, created_at, updated_at, details)
+    SELECT id, $2, 'payout', amount, 'GBP', 'executed', at, at,
+        jsonb_build_object('api', 'v3', 'transaction_id', id::text,
+            'beneficiary_name', 'Payee ' || n, 'reference', 'seed ' || n,
+            'scheme_id', 'faster_payments', 'authorized_at', at, 'submitted_at', at,
+            'executed_at', at, 'v1_status', 'settled')
+    FROM g
+), k AS (
+    INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
+    SELECT 'v3:seed', id::text, sha256(id::text::bytea), 202,
+        convert_to('{"id":"' || id || '"}', 'UTF8'), at
+    FROM g
+), t AS (
+    INSERT INTO ledger_transactions (id, kind, reference_id, created_at)
+    SELECT tx, 'payout_execution', id, at FROM g
+), l AS (
+    INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)
+    SELECT tx, $7::bigint, -amount, at FROM g UNION ALL SELECT tx, $8::bigint, amount, at FROM g
+), e AS (
+    INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)
+    SELECT ev, $1, 'payments', 'payout_executed',
+        convert_to('{"type":"payout_executed","event_version":1,"event_id":"' || ev
+            || '","payout_id":"' || id || '"}', 'UTF8'), at
+    FROM g
+), d AS (
+    INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,
+        created_at, updated_at, window_start)
+    SELECT gen_random_uuid(), ev, $1, 'payout_executed', NULL, 'skipped', at, at, at FROM g
+)
+SELECT sum(amount) FROM g
+"""
+
+_PAYMENTS = """
+WITH g AS (
+    SELECT n, gen_random_uuid() AS id,
+           $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at,
+           100 + n % 5000 AS amount
+    FROM generate_series($4::bigint, $4 + $6 - 1) AS n
+), p AS (
+    INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,
+        user_id, user_details, selection_type, provider_id, scheme_id, status, created_at,
+        authorized_at, executed_at, settled_at)
+    SELECT id, $1, $2, amount, 'GBP', 'user-' || (n % 10000),
+        jsonb_build_object('id', 'user-' || (n % 10000), 'name', 'Payer ' || n),
+        'user_selected', 'mock-payments-gb-redirect', 'faster_payments', 'settled', at, at,
+        at, at
+    FROM g
+), a AS (
+    INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor, currency,
+        status, created_at, updated_at, details)
+    SELECT id, $2, 'payment', amount, 'GBP', 'settled', at, at,
+        jsonb_build_object('settled_at', at)
+    FROM g
+)
+INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
+SELECT 'v3:seed-payments', id::text, sha256(id::text::bytea), 201,
+    convert_to('{"id":"' || id || '"}', 'UTF8'), at
+FROM g
+"""
+
+
+async def seed_rows(
+    dsn: str, merchant_id: str, account_id: str, count: int
+) -> dict[str, float | int]:
+    """Insert `count` payouts and `count` payments (and their companion rows) for the
+    merchant's account, in chunks; returns how long it took."""
+    started = time.perf_counter()
+    conn = await asyncpg.connect(dsn)
+    try:
+        now = await conn.fetchval("SELECT now()")
+        # Two ledger accounts of their own take the seeded postings, so the merchant's
+        # balances and the ledger's invariants stay as they were.
+        ledger_ids = []
+        for side in ("from", "to"):
+            ledger_ids.append(
+                await conn.fetchval(
+                    "INSERT INTO ledger_accounts (code, currency, allow_negative)"
+                    " VALUES ($1, 'GBP', true) RETURNING id",
+                    f"bench-seed:{side}:{uuid.uuid4()}",
+                )
+            )
+        total = 0
+        for first in range(0, count, _CHUNK):
+            size = min(_CHUNK, count - first)
+            async with conn.transaction():
+                moved = await conn.fetchval(
+                    _PAYOUTS,
+                    uuid.UUID(merchant_id),
+                    uuid.UUID(account_id),
+                    now,
+                    first,
+                    count,
+                    size,
+                    *ledger_ids,
+                )
+                total += int(moved or 0)
+                await conn.execute(
+                    _PAYMENTS,
+                    uuid.UUID(merchant_id),
+                    uuid.UUID(account_id),
+                    now,
+                    first,
+                    count,
+                    size,
+                )
+        await conn.execute(
+            "UPDATE ledger_accounts SET balance = CASE id WHEN $1 THEN -$3::bigint"
+            " ELSE $3::bigint END WHERE id IN ($1, $2)",
+            ledger_ids[0],
+            ledger_ids[1],
+            total,
+        )
+        # Vacuumed and analysed now, so that autovacuum does not do it (and count as the
+        # server's CPU) during the grown scenarios.
+        await conn.execute("VACUUM (ANALYZE)")
+    finally:
+        await conn.close()
+    return {"rows_each": count, "seconds": round(time.perf_counter() - started, 1)}

@@ -1,0 +1,253 @@
+"""The one-statement `POST /v3/payouts` (migration 0005) on real PostgreSQL.
+
+Promise: in the common case it commits exactly the rows the general path writes (payout,
+hold, activity, first job, stored answer), and in every other case it writes nothing and
+says so, so the general path decides the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from bankrail.core.clock import ServiceClock
+from bankrail.ledger.service import check_ledger
+from bankrail.merchants.balances import credit_from_clearing
+from bankrail.merchants.models import MerchantAccount
+from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
+from bankrail.payouts.service import (
+    ADVANCE_JOB,
+    IdempotentRequest,
+    accept_payout,
+    accept_v3_payout_at_once,
+    open_loop_destination,
+)
+from bankrail.rails.screening import replace_screening_list
+from bankrail.security.idempotency import fingerprint, lock_key
+
+
+async def _account(pool: asyncpg.Pool, now: datetime, credit: int) -> MerchantAccount:
+    async with pool.acquire() as conn, conn.transaction():
+        merchant_id = await create_merchant(conn, "Fast Ltd", now)
+        account = await create_merchant_account(conn, merchant_id, "GBP", None, now)
+        await credit_from_clearing(
+            conn,
+            account,
+            rail="bank_transfer",
+            amount=credit,
+            kind="topup",
+            reference_id=uuid.uuid4(),
+            now=now,
+        )
+        fresh = await get_account(conn, account.id)
+    assert fresh is not None
+    return fresh
+
+
+def _beneficiary(
+    name: str = "Jane Doe", sort_code: str = "040004", number: str = "12345678"
+) -> dict[str, Any]:
+    return {
+        "type": "external_account",
+        "reference": "rent",
+        "account_holder_name": name,
+        "account_identifier": {
+            "type": "sort_code_account_number",
+            "sort_code": sort_code,
+            "account_number": number,
+        },
+        "date_of_birth": None,
+        "address": None,
+    }
+
+
+async def _at_once(
+    pool: asyncpg.Pool,
+    account: MerchantAccount,
+    now: datetime,
+    *,
+    key: str = "k1",
+    amount: int = 300,
+    beneficiary: dict[str, Any] | None = None,
+    currency: str = "GBP",
+    merchant_id: uuid.UUID | None = None,
+) -> bytes | None:
+    return await accept_v3_payout_at_once(
+        pool,
+        IdempotentRequest("v3:client", key, fingerprint("POST", "/v3/payouts", b"{}")),
+        merchant_id=merchant_id or account.merchant_id,
+        account_id=account.id,
+        currency=currency,
+        amount=amount,
+        beneficiary=beneficiary or _beneficiary(),
+        metadata={"order": "42"},
+        now=now,
+    )
+
+
+_COMPARED = (
+    "api, merchant_account_id, transaction_id, amount_in_minor, currency, beneficiary,"
+    " beneficiary_name, beneficiary_iban, beneficiary_sort_code, beneficiary_account_number,"
+    " reference, context_code, scheme_id, destination_account_id, stage, pending_failure"
+)
+
+
+async def _written(pool: asyncpg.Pool, payout_id: uuid.UUID) -> dict[str, Any]:
+    """Everything a payout's acceptance wrote, without its id and time."""
+    async with pool.acquire() as conn:
+        payout = await conn.fetchrow(f"SELECT {_COMPARED} FROM payouts WHERE id = $1", payout_id)
+        activity = await conn.fetchrow(
+            "SELECT type, amount_in_minor, status, details FROM account_activity WHERE id = $1",
+            payout_id,
+        )
+        ledger = await conn.fetch(
+            "SELECT t.kind, p.amount FROM ledger_transactions t"
+            " JOIN ledger_postings p ON p.transaction_id = t.id"
+            " WHERE t.reference_id = $1 ORDER BY p.amount",
+            payout_id,
+        )
+        jobs = await conn.fetch(
+            "SELECT kind, payload FROM jobs WHERE payload ->> 'payout_id' = $1", str(payout_id)
+        )
+    assert payout is not None
+    assert activity is not None
+    details = dict(activity["details"])
+    details.pop("transaction_id")  # the payout's own id
+    return {
+        "payout": dict(payout),
+        "activity": {**dict(activity), "details": details},
+        "ledger": [tuple(r) for r in ledger],
+        "jobs": [(r["kind"], r["payload"] == {"payout_id": str(payout_id)}) for r in jobs],
+    }
+
+
+async def _counts(pool: asyncpg.Pool) -> tuple[int, ...]:
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT (SELECT count(*) FROM payouts), (SELECT count(*) FROM ledger_transactions),"
+            " (SELECT count(*) FROM jobs), (SELECT count(*) FROM idempotency_keys),"
+            " (SELECT count(*) FROM account_activity)"
+        )
+    assert row is not None
+    return tuple(row)
+
+
+async def test_the_common_case_commits_what_the_general_path_writes(pool: asyncpg.Pool) -> None:
+    now = ServiceClock().now()
+    account = await _account(pool, now, credit=1_000)
+    answer = await _at_once(pool, account, now)
+    assert answer is not None
+    payout_id = uuid.UUID(orjson.loads(answer)["id"])
+
+    async with pool.acquire() as conn, conn.transaction():
+        destination = await open_loop_destination(conn, account, "GBP", _beneficiary())
+        general_id = await accept_payout(
+            conn,
+            api="v3",
+            account=account,
+            amount=300,
+            destination=destination,
+            reference="rent",
+            metadata={"order": "42"},
+            now=now,
+        )
+    fast, general = await _written(pool, payout_id), await _written(pool, general_id)
+    assert fast == general
+    assert fast["jobs"] == [(ADVANCE_JOB, True)]
+    async with pool.acquire() as conn:
+        stored = await conn.fetchrow(
+            "SELECT status_code, body FROM idempotency_keys WHERE scope = 'v3:client'"
+            " AND key = 'k1'"
+        )
+        metadata = await conn.fetchval("SELECT metadata FROM payouts WHERE id = $1", payout_id)
+        assert await check_ledger(conn) == []
+    assert stored is not None
+    assert (stored["status_code"], stored["body"]) == (202, answer)
+    assert metadata == {"order": "42"}
+    after = await get_account(pool, account.id)  # type: ignore[arg-type]
+    assert after is not None
+    assert (after.available_balance, after.held_balance) == (400, 600)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "key_already_used",
+        "insufficient_funds",
+        "screened_name",
+        "payee_is_a_bankrail_account",
+        "balance_threshold",
+        "another_merchants_account",
+        "currency_mismatch",
+        "gbp_to_a_foreign_iban",
+    ],
+)
+async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) -> None:
+    now = ServiceClock().now()
+    account = await _account(pool, now, credit=1_000)
+    kwargs: dict[str, Any] = {}
+    if case == "key_already_used":
+        assert await _at_once(pool, account, now) is not None
+    elif case == "insufficient_funds":
+        kwargs["amount"] = 1_001
+    elif case == "screened_name":
+        async with pool.acquire() as conn:
+            await replace_screening_list(conn, ["Jane Doe"])
+    elif case == "payee_is_a_bankrail_account":
+        other = await _account(pool, now, credit=1)
+        assert other.identifiers.sort_code
+        assert other.identifiers.account_number
+        kwargs["beneficiary"] = _beneficiary(
+            sort_code=other.identifiers.sort_code, number=other.identifiers.account_number
+        )
+    elif case == "balance_threshold":
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE merchant_accounts SET balance_threshold = 10 WHERE id = $1", account.id
+            )
+    elif case == "another_merchants_account":
+        kwargs["merchant_id"] = uuid.uuid4()
+    elif case == "currency_mismatch":
+        kwargs["currency"] = "EUR"
+    else:
+        kwargs["beneficiary"] = {
+            **_beneficiary(),
+            "account_identifier": {"type": "iban", "iban": "DE89370400440532013000"},
+        }
+    before = await _counts(pool)
+    assert await _at_once(pool, account, now, **kwargs) is None
+    assert await _counts(pool) == before
+
+
+async def test_a_key_in_flight_elsewhere_is_left_to_the_general_path(pool: asyncpg.Pool) -> None:
+    now = ServiceClock().now()
+    account = await _account(pool, now, credit=1_000)
+    before = await _counts(pool)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("v3:client", "k1"))
+        assert await _at_once(pool, account, now) is None
+    assert await _counts(pool) == before
+
+
+async def test_concurrent_payouts_share_commits_and_never_overdraw(pool: asyncpg.Pool) -> None:
+    now = ServiceClock().now()
+    account = await _account(pool, now, credit=1_000)
+    answers = await asyncio.gather(
+        *(_at_once(pool, account, now, key=f"k{i}", amount=300) for i in range(8)),
+        *(_at_once(pool, account, now, key="twice", amount=1) for _ in range(2)),
+    )
+    taken = [a for a in answers[:8] if a is not None]
+    assert len(taken) == 3  # 3 x 300 fit in 1,000 (after the 1 below, 999 is left)
+    assert sum(a is not None for a in answers[8:]) == 1  # one key, one payout
+    after = await get_account(pool, account.id)  # type: ignore[arg-type]
+    assert after is not None
+    assert (after.available_balance, after.held_balance) == (99, 901)
+    async with pool.acquire() as conn:
+        assert await check_ledger(conn) == []
+        assert await conn.fetchval("SELECT count(*) FROM payouts") == 4

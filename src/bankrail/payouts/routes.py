@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import Context, get_context
+from bankrail.context import Context
 from bankrail.core.jsonbody import JSON_MEDIA_TYPE, json_response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
@@ -54,6 +54,7 @@ V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
 async def create_v3_payout(
     body: V3PayoutRequest,
     request: Request,
+    context: Context,
     merchant: Merchant,
     raw: SignedBody,
     idempotency_key: IdempotencyKey,
@@ -62,7 +63,6 @@ async def create_v3_payout(
 
     Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
     """
-    context = get_context(request)  # not a dependency: see security.auth._access_claims
     scope = f"v3:{merchant.client_id}"
     beneficiary = body.beneficiary.model_dump()
     answer = await service.accept_v3_payout_at_once(
@@ -124,9 +124,8 @@ async def create_v3_payout(
     response_model=PayoutOut,
     responses=ERRORS_AUTH_NOT_FOUND,
 )
-async def get_v3_payout(payout_id: uuid.UUID, request: Request, merchant: Merchant) -> Response:
+async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
     """A payout with its status, and `failure_reason` when it failed."""
-    context = get_context(request)  # not a dependency: see security.auth._access_claims
     async with context.pool.acquire() as conn:
         record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
     return json_response(200, record)

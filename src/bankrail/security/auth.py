@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext, Context, get_context
+from bankrail.context import AppContext, Context
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.security.signing import SignatureError, parse_signature, verify_request
 from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
@@ -62,10 +62,8 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
     return claims
 
 
-async def _access_claims(request: Request) -> AccessClaims:
-    # The context is read directly rather than through the `Context` dependency: FastAPI
-    # runs a plain-`def` dependency in a worker thread, a thread hop on every request.
-    return await read_access_claims(request, get_context(request))
+async def _access_claims(request: Request, context: Context) -> AccessClaims:
+    return await read_access_claims(request, context)
 
 
 AuthenticatedClient = Annotated[AccessClaims, Depends(_access_claims)]
@@ -150,10 +148,10 @@ def signed_body(
     """
     names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
 
-    async def dependency(request: Request, claims: Merchant) -> bytes:
+    async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
         return await verify_signature(
             request,
-            get_context(request),
+            context,
             claims,
             names=names,
             require_idempotency_key=require_idempotency_key,

@@ -15,13 +15,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
 from bankrail.core.problems import (
     INVALID_PARAMETERS,
-    SERVICE_UNAVAILABLE,
     UNKNOWN_ERROR,
     ProblemError,
     ProblemType,
     problem_type_for_status,
 )
-from bankrail.db.outage import is_database_outage
 from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
@@ -170,14 +168,8 @@ def install_problem_handlers(app: FastAPI) -> None:
         )
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        if is_database_outage(exc):
-            log.warning("database unavailable for %s %s", request.method, request.url.path)
-            return problem_response(
-                SERVICE_UNAVAILABLE,
-                "The database is unreachable; retry shortly.",
-                _public_url(request),
-                headers={"Retry-After": "1"},
-            )
+        # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,
+        # answers route errors itself (503 for a database outage, 500 otherwise).
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem_response(
             UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request)

@@ -95,6 +95,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             clock=clock,
             tokens=TokenIssuer(access_key, resource_key),
             admin_token_hash=admin_hash,
+            payout_batcher=payouts_service.PayoutBatcher(pool),
             rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
             token_rate_limits=RateLimiter(
                 settings.token_rate_limit_per_second, settings.token_rate_limit_burst

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import asyncpg
 from fastapi import Depends, Request
@@ -13,6 +13,9 @@ from bankrail.core.clock import ServiceClock
 from bankrail.security.keys import PublicKeyCache
 from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.tokens import TokenIssuer
+
+if TYPE_CHECKING:
+    from bankrail.payouts.service import PayoutBatcher
 
 
 @dataclass
@@ -24,6 +27,7 @@ class AppContext:
     clock: ServiceClock
     tokens: TokenIssuer
     admin_token_hash: bytes | None
+    payout_batcher: PayoutBatcher
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))

@@ -66,7 +66,7 @@ async def create_v3_payout(
     scope = f"v3:{merchant.client_id}"
     beneficiary = body.beneficiary.model_dump()
     answer = await service.accept_v3_payout_at_once(
-        context.pool,
+        context.payout_batcher,
         service.IdempotentRequest(
             scope, idempotency_key, fingerprint(request.method, request.url.path, raw)
         ),

@@ -225,23 +225,8 @@ class PayoutBatcher:
                     future.set_result(bool(done))
 
 
-_batchers: dict[int, tuple[Pool, PayoutBatcher]] = {}
-
-
-def _batcher(pool: Pool) -> PayoutBatcher:
-    known = _batchers.get(id(pool))
-    if known is not None and known[0] is pool:
-        return known[1]
-    for key, (other, _) in list(_batchers.items()):
-        if other.is_closing():
-            del _batchers[key]
-    batcher = PayoutBatcher(pool)
-    _batchers[id(pool)] = (pool, batcher)
-    return batcher
-
-
 async def accept_v3_payout_at_once(
-    pool: Pool,
+    batcher: PayoutBatcher,
     request: IdempotentRequest,
     *,
     merchant_id: uuid.UUID,
@@ -306,7 +291,7 @@ async def accept_v3_payout_at_once(
         },
         "now": now,
     }
-    return answer if await _batcher(pool).submit(item) else None
+    return answer if await batcher.submit(item) else None
 
 
 async def accept_payout(

@@ -24,6 +24,7 @@ from bankrail.merchants.service import create_merchant, create_merchant_account,
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     IdempotentRequest,
+    PayoutBatcher,
     accept_payout,
     accept_v3_payout_at_once,
     open_loop_destination,
@@ -68,7 +69,7 @@ def _beneficiary(
 
 
 async def _at_once(
-    pool: asyncpg.Pool,
+    batcher: PayoutBatcher,
     account: MerchantAccount,
     now: datetime,
     *,
@@ -79,7 +80,7 @@ async def _at_once(
     merchant_id: uuid.UUID | None = None,
 ) -> bytes | None:
     return await accept_v3_payout_at_once(
-        pool,
+        batcher,
         IdempotentRequest("v3:client", key, fingerprint("POST", "/v3/payouts", b"{}")),
         merchant_id=merchant_id or account.merchant_id,
         account_id=account.id,
@@ -141,7 +142,7 @@ async def _counts(pool: asyncpg.Pool) -> tuple[int, ...]:
 async def test_the_common_case_commits_what_the_general_path_writes(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
     account = await _account(pool, now, credit=1_000)
-    answer = await _at_once(pool, account, now)
+    answer = await _at_once(PayoutBatcher(pool), account, now)
     assert answer is not None
     payout_id = uuid.UUID(orjson.loads(answer)["id"])
 
@@ -193,7 +194,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
     account = await _account(pool, now, credit=1_000)
     kwargs: dict[str, Any] = {}
     if case == "key_already_used":
-        assert await _at_once(pool, account, now) is not None
+        assert await _at_once(PayoutBatcher(pool), account, now) is not None
     elif case == "insufficient_funds":
         kwargs["amount"] = 1_001
     elif case == "screened_name":
@@ -221,7 +222,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
             "account_identifier": {"type": "iban", "iban": "DE89370400440532013000"},
         }
     before = await _counts(pool)
-    assert await _at_once(pool, account, now, **kwargs) is None
+    assert await _at_once(PayoutBatcher(pool), account, now, **kwargs) is None
     assert await _counts(pool) == before
 
 
@@ -231,16 +232,17 @@ async def test_a_key_in_flight_elsewhere_is_left_to_the_general_path(pool: async
     before = await _counts(pool)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("v3:client", "k1"))
-        assert await _at_once(pool, account, now) is None
+        assert await _at_once(PayoutBatcher(pool), account, now) is None
     assert await _counts(pool) == before
 
 
 async def test_concurrent_payouts_share_commits_and_never_overdraw(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
     account = await _account(pool, now, credit=1_000)
+    batcher = PayoutBatcher(pool)  # one per process, as in the service
     answers = await asyncio.gather(
-        *(_at_once(pool, account, now, key=f"k{i}", amount=300) for i in range(8)),
-        *(_at_once(pool, account, now, key="twice", amount=1) for _ in range(2)),
+        *(_at_once(batcher, account, now, key=f"k{i}", amount=300) for i in range(8)),
+        *(_at_once(batcher, account, now, key="twice", amount=1) for _ in range(2)),
     )
     taken = [a for a in answers[:8] if a is not None]
     assert len(taken) == 3  # 3 x 300 fit in 1,000 (after the 1 below, 999 is left)

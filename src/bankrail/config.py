@@ -48,6 +48,8 @@ class Settings:
     token_rate_limit_per_second: float = 50.0
     token_rate_limit_burst: int = 200
     request_timeout_seconds: float = 30.0
+    opentelemetry: bool = False
+    fast_lane: bool = True
 
     @property
     def public_url(self) -> str:
@@ -100,4 +102,6 @@ def settings_from_env() -> Settings:
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),
         token_rate_limit_burst=_env_int("BANKRAIL_TOKEN_RATE_LIMIT_BURST", 200),
         request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
+        opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
+        fast_lane=os.environ.get("BANKRAIL_FAST_LANE", "1").lower() not in ("0", "false"),
     )

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import Context
+from bankrail.context import AppContext, Context
 from bankrail.core.jsonbody import JSON_MEDIA_TYPE, json_response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
@@ -28,6 +28,7 @@ from bankrail.payouts.schemas import (
 )
 from bankrail.security.auth import Merchant, SignedBody, signed_body
 from bankrail.security.idempotency import fingerprint
+from bankrail.security.tokens import AccessClaims
 from bankrail.web.idempotent import respond_once
 from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
@@ -63,23 +64,13 @@ async def create_v3_payout(
 
     Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
     """
-    scope = f"v3:{merchant.client_id}"
-    beneficiary = body.beneficiary.model_dump()
-    answer = await service.accept_v3_payout_at_once(
-        context.payout_batcher,
-        service.IdempotentRequest(
-            scope, idempotency_key, fingerprint(request.method, request.url.path, raw)
-        ),
-        merchant_id=merchant.merchant_id,
-        account_id=uuid.UUID(body.merchant_account_id),
-        currency=body.currency,
-        amount=body.amount_in_minor,
-        beneficiary=beneficiary,
-        metadata=body.metadata,
-        now=context.clock.now(),
+    answer = await accept_common_case(
+        context, merchant, body, request.url.path, raw, idempotency_key
     )
     if answer is not None:
         return Response(answer, status_code=202, media_type=JSON_MEDIA_TYPE)
+
+    beneficiary = body.beneficiary.model_dump()
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
@@ -111,10 +102,34 @@ async def create_v3_payout(
     return await respond_once(
         context,
         request,
-        scope=scope,
+        scope=f"v3:{merchant.client_id}",
         key=idempotency_key,
         body=raw,
         effect=effect,
+    )
+
+
+async def accept_common_case(
+    context: AppContext,
+    merchant: AccessClaims,
+    body: V3PayoutRequest,
+    path: str,
+    raw: bytes,
+    idempotency_key: str,
+) -> bytes | None:
+    """The 202 body of a verified `POST /v3/payouts` when it is the common case, committed
+    (service.accept_v3_payout_at_once); None when it is not, with nothing written."""
+    scope = f"v3:{merchant.client_id}"
+    return await service.accept_v3_payout_at_once(
+        context.payout_batcher,
+        service.IdempotentRequest(scope, idempotency_key, fingerprint("POST", path, raw)),
+        merchant_id=merchant.merchant_id,
+        account_id=uuid.UUID(body.merchant_account_id),
+        currency=body.currency,
+        amount=body.amount_in_minor,
+        beneficiary=body.beneficiary.model_dump(),
+        metadata=body.metadata,
+        now=context.clock.now(),
     )
 
 

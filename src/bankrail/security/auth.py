@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Awaitable, Callable
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -19,9 +19,15 @@ __all__ = [
     "AuthenticatedClient",
     "Merchant",
     "SignedBody",
+    "access_claims",
+    "bearer_of",
     "bearer_token",
+    "charge_rate_limit",
+    "merchant_claims",
     "require_operator",
+    "require_payments_audience",
     "signed_body",
+    "verify_signed_request",
 ]
 
 PAYMENTS_SCOPE = "payments"
@@ -29,26 +35,52 @@ PAYMENTS_SCOPE = "payments"
 
 def bearer_token(request: Request) -> str | None:
     """The bearer token of the Authorization header, if any."""
-    header = request.headers.get("authorization")
-    if not header:
+    return bearer_of(request.headers.get("authorization"))
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer ...` header value, if it is one."""
+    if not authorization:
         return None
-    scheme, _, token = header.partition(" ")
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
 
 
-async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
-    """The caller's access-token claims; 401 when the token is missing or invalid."""
-    token = bearer_token(request)
+# Marks, in the ASGI scope, a request already charged to its client's rate limit: the fast
+# lane (web/fastlane.py) charges a request before it may hand it on to the router.
+_RATE_LIMIT_CHARGED = "bankrail.rate_limit_charged"
+
+
+def charge_rate_limit(scope: MutableMapping[str, Any], context: AppContext, client_id: str) -> None:
+    """Charge the request to its client's rate limit, once however often it is called;
+    raises RateLimited (429) when the client is over its rate."""
+    if scope.get(_RATE_LIMIT_CHARGED):
+        return
+    context.rate_limits.take(client_id)
+    scope[_RATE_LIMIT_CHARGED] = True
+    scope.setdefault("state", {})["client_id"] = client_id
+
+
+def access_claims(authorization: str | None, context: AppContext) -> AccessClaims:
+    """The claims of the access token in an Authorization header value; raises
+    Unauthenticated (401) when it is missing or invalid. Does not charge the rate limit."""
+    token = bearer_of(authorization)
     if token is None:
         raise Unauthenticated("Missing bearer access token.")
     try:
-        claims = context.tokens.read_access_token(token, context.clock.now())
+        return context.tokens.read_access_token(token, context.clock.now())
     except TokenError as exc:
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
+
+
+async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
+    """The caller's access-token claims, charged to the caller's rate limit; 401 when the
+    token is missing or invalid, 429 when the client is over its rate."""
+    claims = access_claims(request.headers.get("authorization"), context)
     request.state.client_id = claims.client_id
-    context.rate_limits.take(claims.client_id)
+    charge_rate_limit(request.scope, context, claims.client_id)
     return claims
 
 
@@ -59,6 +91,17 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
             "InvalidAudience: the access token's audience does not include this API; "
             "request a token with the `payments` scope."
         )
+    return claims
+
+
+def merchant_claims(
+    scope: MutableMapping[str, Any], headers: Mapping[str, str], context: AppContext
+) -> AccessClaims:
+    """What the `Merchant` dependency gives a route, for a handler outside the router:
+    the claims of a token with the payments audience, charged to the client's rate limit.
+    `headers` maps lower-cased names to values."""
+    claims = require_payments_audience(access_claims(headers.get("authorization"), context))
+    charge_rate_limit(scope, context, claims.client_id)
     return claims
 
 
@@ -104,34 +147,63 @@ async def verify_signature(
 ) -> bytes:
     """Verify the request's signature with the caller's registered key; returns the body."""
     body = await request.body()
-    value = next((request.headers[n] for n in names if n in request.headers), None)
-    if value is None:
+    raw_path = request.scope.get("raw_path")
+    await verify_signed_request(
+        context,
+        claims,
+        method=request.method,
+        path=raw_path.decode("latin-1") if raw_path else request.url.path,
+        headers={k.lower(): v for k, v in request.headers.items()},
+        signature=next((request.headers[n] for n in names if n in request.headers), None),
+        body=body,
+        names=names,
+        require_idempotency_key=require_idempotency_key,
+        allow_body_only=allow_body_only,
+    )
+    return body
+
+
+async def verify_signed_request(
+    context: AppContext,
+    claims: AccessClaims,
+    *,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    signature: str | None,
+    body: bytes,
+    names: tuple[str, ...] = ("Svc-Signature", "X-SVC-Signature"),
+    require_idempotency_key: bool = True,
+    allow_body_only: bool = False,
+) -> None:
+    """Check `signature` (the value of the first of `names` present) over the request with
+    the caller's registered key; raises Unauthenticated (401) when it does not verify.
+
+    `headers` maps lower-cased names to values; `path` is the path as sent."""
+    if signature is None:
         raise Unauthenticated(f"Invalid request signature: the {names[0]} header is missing.")
-    if require_idempotency_key and not request.headers.get("idempotency-key"):
+    if require_idempotency_key and not headers.get("idempotency-key"):
         raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     try:
-        parsed = parse_signature(value)
+        parsed = parse_signature(signature)
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
         if key is None:
             raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
-        raw_path = request.scope.get("raw_path")
-        path = raw_path.decode("latin-1") if raw_path else request.url.path
         # ECDSA verification releases the GIL: in a thread it uses another core while the
         # event loop goes on serving other requests.
         await asyncio.to_thread(
             verify_request,
             key,
             parsed,
-            method=request.method,
+            method=method,
             path=path,
-            headers={k.lower(): v for k, v in request.headers.items()},
+            headers=headers,
             body=body,
             required_headers=("Idempotency-Key",) if require_idempotency_key else (),
             allow_body_only=allow_body_only,
         )
     except SignatureError as exc:
         raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
-    return body
 
 
 def signed_body(

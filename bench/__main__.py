@@ -119,6 +119,19 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
         procs = run["workers"]
         ratio = run["post_payouts"]["requests_per_s"] / verify_rate
         lines.append(f"POST /v3/payouts ÷ one-core verify rate, {procs} process(es): {ratio:.2f}")
+        for name in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
+            execution = run.get(name, {}).get("execution")
+            if execution:
+                cpu = ", ".join(
+                    f"{k} {v:.2f}" for k, v in sorted(execution["cpu_ms_per_payout"].items())
+                )
+                lines.append(
+                    f"{_SCENARIOS[name]}, {procs} process(es): executed end to end"
+                    f" {execution['executed_per_s']:,.0f}/s"
+                    f" ({execution['unexecuted_when_load_ended']:,} not yet executed when the"
+                    f" load ended, all executed {execution['drain_seconds']} s later);"
+                    f" CPU ms per payout, acceptance and execution: {cpu}"
+                )
         lines.append(
             f"ready on a fresh / existing data directory, {procs} process(es):"
             f" {run['ready_seconds_fresh']:.2f} s / {run['ready_seconds_existing']:.2f} s"

@@ -300,6 +300,7 @@ async def scenarios(
             for _ in range(min(200, requests))
         ]
         await run_load("127.0.0.1", server.port, warm, concurrency=concurrency)
+        await _drained(server)
         with RssSampler(server.processes(), options.rss_interval) as rss:
             await _core(server, merchant, requests, concurrency, results, suffix="")
             rate = results["post_payouts"]["requests_per_s"] * 0.8
@@ -311,6 +312,9 @@ async def scenarios(
                 server, paced, concurrency * 2, rate=rate
             )
             results["post_payouts_at_80pct"]["target_rate"] = rate
+            results["post_payouts_at_80pct"]["execution"] = await _drained(
+                server, results["post_payouts_at_80pct"]
+            )
             payments = [
                 signed_post(server, merchant, "/v3/payments", payment_body(merchant))
                 for _ in range(requests)
@@ -353,6 +357,9 @@ async def _core(
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
     results["post_payouts" + suffix] = await _measured(server, payouts, concurrency)
+    results["post_payouts" + suffix]["execution"] = await _drained(
+        server, results["post_payouts" + suffix]
+    )
     sample = _created_payout_ids(server, merchant, 50)
     auth = {"Authorization": f"Bearer {merchant.token}"}
     gets = [
@@ -360,6 +367,50 @@ async def _core(
         for i in range(requests * 3)
     ]
     results["get_payout" + suffix] = await _measured(server, gets, concurrency)
+
+
+async def _drained(
+    server: Server, accepted: dict[str, Any] | None = None, limit_seconds: float = 300.0
+) -> dict[str, Any]:
+    """Wait (bounded) until every accepted payout has executed, so that the next scenario
+    does not pay for this one's background work, and report the end-to-end figures: a 202
+    means the payout is committed, and its execution (authorise, submit, execute, ledger,
+    webhook event) is a job that runs after it."""
+    import asyncpg
+
+    assert server.process is not None
+    assert server.data_dir is not None
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        unfinished = "SELECT count(*) FROM payouts WHERE stage NOT IN ('executed', 'failed')"
+        left_at_end: int = await conn.fetchval(unfinished)
+        meter = CpuMeter(server.process.pid, server.data_dir)
+        meter.start()
+        began = time.monotonic()
+        left = left_at_end
+        while left and time.monotonic() - began < limit_seconds:
+            await asyncio.sleep(0.05)
+            left = await conn.fetchval(unfinished)
+        drain = time.monotonic() - began
+        meter.stop()
+    finally:
+        await conn.close()
+    if accepted is None:
+        return {}
+    requests = int(accepted["requests"])
+    load_seconds = requests / accepted["requests_per_s"]
+    drain_cpu = meter.per_request_ms(requests)
+    load_cpu = accepted["cpu_ms_per_request"]
+    return {
+        "unexecuted_when_load_ended": left_at_end,
+        "unexecuted_after_drain": left,
+        "drain_seconds": round(drain, 2),
+        "executed_per_s": requests / (load_seconds + drain),
+        "cpu_ms_per_payout": {
+            group: round(load_cpu.get(group, 0.0) + drain_cpu.get(group, 0.0), 3)
+            for group in {*load_cpu, *drain_cpu}
+        },
+    }
 
 
 async def _soak(

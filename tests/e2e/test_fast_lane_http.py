@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import assert_problem, is_uuid, wait_for
+from e2e_helpers import assert_problem, fresh_token, is_uuid, wait_for
 
 from support.api import MerchantClient, Operator
 from support.server import RunningServer, free_port, own_server
@@ -68,14 +68,10 @@ def pair(pg_server: str) -> Iterator[Pair]:
             client = fast_operator.post(
                 f"/admin/merchants/{merchant.merchant_id}/clients", {"scopes": ["payouts"]}
             ).json()
-            token = merchant.http.post(
-                "/connect/token",
-                data={
-                    "grant_type": "client_credentials",
-                    "client_id": client["client_id"],
-                    "client_secret": client["client_secret"],
-                },
-            ).json()["access_token"]
+            answer = fresh_token(
+                merchant, client_id=client["client_id"], client_secret=client["client_secret"]
+            )
+            token = answer["access_token"]
             yield Pair(fast_operator, router_operator, merchant, other, token)
         finally:
             fast_operator.close()

@@ -128,7 +128,8 @@ class FastLane:
     ) -> None:
         raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers}
-        context: AppContext | None = getattr(scope["app"].state, "context", None)
+        state = getattr(scope.get("app"), "state", None)
+        context: AppContext | None = getattr(state, "context", None)
         if len(headers) != len(raw_headers) or context is None:
             await self.app(scope, receive, send)
             return

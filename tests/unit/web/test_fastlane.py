@@ -127,6 +127,7 @@ def test_a_request_handed_on_reaches_the_router_with_its_body_intact() -> None:
         _scope(root_path="/mounted"),
         _scope(headers=[(b"idempotency-key", b"a"), (b"idempotency-key", b"b")]),
         _scope(app=SimpleNamespace(state=SimpleNamespace())),  # not started: no context
+        {k: v for k, v in _scope().items() if k != "app"},  # mounted without an application
         {"type": "websocket", "path": "/v3/things/abc", "headers": []},
     ],
     ids=[
@@ -138,6 +139,7 @@ def test_a_request_handed_on_reaches_the_router_with_its_body_intact() -> None:
         "root path",
         "repeated header",
         "no context",
+        "no application",
         "websocket",
     ],
 )

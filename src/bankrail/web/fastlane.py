@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.context import AppContext
 from bankrail.core.jsonbody import JSON_MEDIA_TYPE
+from bankrail.web.middleware import replay
 
 __all__ = ["FastAnswer", "FastLane", "FastRequest", "FastRoute", "HandOn", "route_of"]
 
@@ -139,12 +140,12 @@ class FastLane:
         if route.reads_body:
             request.body, consumed = await _read_body(receive)
             if consumed[-1]["type"] != "http.request":
-                await self.app(scope, _replay(consumed, receive), send)
+                await self.app(scope, replay(consumed, receive), send)
                 return
         try:
             answer = await route.handler(request)
         except HandOn:
-            await self.app(scope, _replay(consumed, receive), send)
+            await self.app(scope, replay(consumed, receive), send)
             return
         await send(
             {
@@ -173,18 +174,6 @@ async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:
         if not message.get("more_body", False):
             break
     return b"".join(chunks), messages
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """A receive() that gives back `messages` in order, then defers to the real one."""
-    pending = list(messages)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay
 
 
 def route_of(routes: list[BaseRoute], endpoint: Callable[..., Any]) -> BaseRoute:

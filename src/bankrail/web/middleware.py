@@ -84,7 +84,8 @@ class ServiceMiddleware:
                 if buffered is None:
                     await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                     return
-                receive = _replay(buffered, receive)
+                whole: Message = {"type": "http.request", "body": buffered, "more_body": False}
+                receive = replay([whole], receive)
             deadline = asyncio.timeout(self.request_timeout)
             try:
                 async with deadline:
@@ -209,15 +210,14 @@ def _has_chunked_body(scope: Scope) -> bool:
     return False
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive() that yields the buffered body once, then defers to the real one."""
-    sent = False
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive() that gives back `messages` (already read) in order, then defers to the
+    real one."""
+    pending = list(messages)
 
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+    async def replaying() -> Message:
+        if pending:
+            return pending.pop(0)
         return await receive()
 
-    return replay
+    return replaying

@@ -18,6 +18,12 @@ log = logging.getLogger(__name__)
 
 JOBS_CHANNEL = "bankrail_jobs"
 
+# The claim of up to $2 due jobs, oldest first, skipping those another worker holds.
+_CLAIM = (
+    "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
+    " ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
 
 
@@ -67,12 +73,7 @@ class JobQueue:
             return await self._run_alone()
         now = self._clock.now()
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(
-                "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
-                " ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
-                now,
-                size,
-            )
+            rows = await conn.fetch(_CLAIM, now, size)
             done: list[int] = []
             for row in rows:
                 if await self._run_job(conn, row, now):
@@ -90,11 +91,7 @@ class JobQueue:
             row: asyncpg.Record | None = None
             try:
                 async with conn.transaction():
-                    row = await conn.fetchrow(
-                        "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
-                        " ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                        now,
-                    )
+                    row = await conn.fetchrow(_CLAIM, now, 1)
                     if row is None:
                         return 0
                     await self._handler(row)(conn, row["payload"], now)

@@ -19,16 +19,13 @@ from bankrail.web.fastlane import FastAnswer, FastRequest, FastRoute, HandOn, ro
 
 __all__ = ["fast_routes"]
 
-# What the route's `IdempotencyKey` header parameter accepts.
-_MAX_IDEMPOTENCY_KEY = 200
-
 
 async def create_v3_payout(request: FastRequest) -> FastAnswer:
     """`POST /v3/payouts` of an open-loop payout under a new Idempotency-Key."""
     headers = request.headers
     key = headers.get("idempotency-key")
     media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if not key or len(key) > _MAX_IDEMPOTENCY_KEY or media_type != "application/json":
+    if not key or len(key) > routes.MAX_IDEMPOTENCY_KEY_LENGTH or media_type != "application/json":
         raise HandOn
     context = request.context
     try:

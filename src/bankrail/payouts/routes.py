@@ -40,7 +40,8 @@ V1SignedBody = Annotated[
         signed_body(header="X-SVC-Signature", require_idempotency_key=False, allow_body_only=True)
     ),
 ]
-IdempotencyKey = Annotated[str, Header(min_length=1, max_length=200)]
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+IdempotencyKey = Annotated[str, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
 

@@ -60,7 +60,6 @@ def charge_rate_limit(scope: MutableMapping[str, Any], context: AppContext, clie
         return
     context.rate_limits.take(client_id)
     scope[_RATE_LIMIT_CHARGED] = True
-    scope.setdefault("state", {})["client_id"] = client_id
 
 
 def access_claims(authorization: str | None, context: AppContext) -> AccessClaims:
@@ -79,7 +78,6 @@ async def read_access_claims(request: Request, context: AppContext) -> AccessCla
     """The caller's access-token claims, charged to the caller's rate limit; 401 when the
     token is missing or invalid, 429 when the client is over its rate."""
     claims = access_claims(request.headers.get("authorization"), context)
-    request.state.client_id = claims.client_id
     charge_rate_limit(request.scope, context, claims.client_id)
     return claims
 

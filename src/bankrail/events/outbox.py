@@ -7,6 +7,7 @@ or payouts API v1); with no URI configured the delivery is recorded as `skipped`
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -32,6 +33,33 @@ def envelope(family: Family, event_type: str, event_id: uuid.UUID, body: dict[st
     return dumps(document)
 
 
+@dataclass(frozen=True)
+class NewEvent:
+    """An event ready to be stored: its id, its delivery's id and the exact bytes to deliver."""
+
+    id: uuid.UUID
+    delivery_id: uuid.UUID
+    merchant_id: uuid.UUID
+    family: Family
+    event_type: str
+    payload: bytes
+
+
+def new_event(
+    *, merchant_id: uuid.UUID, family: Family, event_type: str, body: dict[str, Any]
+) -> NewEvent:
+    """A new event of `family` for the merchant, with fresh ids and its envelope."""
+    event_id = uuid.uuid4()
+    return NewEvent(
+        event_id,
+        uuid.uuid4(),
+        merchant_id,
+        family,
+        event_type,
+        envelope(family, event_type, event_id, body),
+    )
+
+
 async def record_event(
     conn: Connection,
     *,
@@ -42,7 +70,7 @@ async def record_event(
     now: datetime,
 ) -> uuid.UUID:
     """Store the event and its pending delivery; returns the event id."""
-    event_id = uuid.uuid4()
+    event = new_event(merchant_id=merchant_id, family=family, event_type=event_type, body=body)
     column = "payments_webhook_uri" if family == "payments" else "payouts_webhook_uri"
     # One round trip: read the merchant's URI, store the event and its delivery, and wake the
     # delivery workers when there is somewhere to deliver.
@@ -57,12 +85,12 @@ async def record_event(
         " CASE WHEN (SELECT uri FROM m) IS NULL THEN NULL ELSE $6::timestamptz END, $6, $6, $6"
         " FROM e)"
         f" SELECT pg_notify('{WEBHOOK_CHANNEL}', '') FROM m WHERE uri IS NOT NULL",
-        event_id,
+        event.id,
         merchant_id,
         family,
         event_type,
-        envelope(family, event_type, event_id, body),
+        event.payload,
         now,
-        uuid.uuid4(),
+        event.delivery_id,
     )
-    return event_id
+    return event.id

@@ -15,6 +15,7 @@ from bankrail.merchants.models import MerchantAccount
 
 __all__ = [
     "clearing_account",
+    "clearing_code",
     "consume_hold",
     "credit_from_clearing",
     "hold_funds",
@@ -23,13 +24,18 @@ __all__ = [
 ]
 
 
+def clearing_code(rail: str, currency: str, account_id: uuid.UUID) -> str:
+    """The code of the clearing ledger account of one merchant account on one rail."""
+    return f"clearing:{rail}:{currency}:{account_id}"
+
+
 async def clearing_account(conn: Connection, rail: str, account: MerchantAccount) -> int:
     """The ledger account that stands for the outside world on one rail, for one merchant
     account. (One per merchant account rather than one per rail: a single shared account
     would sum every merchant's volume and could overflow 64 bits, failing everyone.)"""
     return await ensure_account(
         conn,
-        f"clearing:{rail}:{account.currency}:{account.id}",
+        clearing_code(rail, account.currency, account.id),
         account.currency,
         allow_negative=True,
     )

@@ -14,7 +14,7 @@ failure as `payout_rejected` (insufficient funds, AML) or `payout_failed` (anyth
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 
@@ -115,3 +115,49 @@ def v1_reason(reason: FailureReason) -> str:
     if reason is FailureReason.INVALID_IBAN:
         return "scheme_error"
     return reason.value
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What one run of a payout's job does: every state it reaches, in order, and what follows."""
+
+    state: PayoutState
+    steps: tuple[PayoutState, ...]
+    next_step_at: datetime | None
+    moves_money: bool
+
+
+def advance(
+    state: PayoutState,
+    now: datetime,
+    *,
+    pending_failure: FailureReason | None,
+    scheme_failure: FailureReason | None,
+    execution_delay: timedelta,
+) -> Advance:
+    """Take every step that is due at `now`: authorisation (or the rejection decided at
+    acceptance), submission, and execution (or the scheme's failure) once the scheme's delay
+    has passed. `moves_money` is true when the held funds leave or come back; `next_step_at`
+    is when the job must run again, or None when nothing is left to do now."""
+    steps: list[PayoutState] = []
+    next_step_at: datetime | None = None if state.stage in TERMINAL else now
+    moves_money = False
+    while next_step_at is not None and next_step_at <= now:
+        next_step_at = None
+        if state.stage is Stage.PENDING:
+            if pending_failure is not None:
+                state = state.fail(now, pending_failure)
+            else:
+                state = state.authorize(now)
+                next_step_at = now
+        elif state.stage is Stage.AUTHORIZED:
+            state = state.submit(now)
+            next_step_at = now + execution_delay
+        else:  # SUBMITTED
+            moves_money = True
+            if scheme_failure is not None:
+                state = state.fail(now, scheme_failure)
+            else:
+                state = state.execute(now)
+        steps.append(state)
+    return Advance(state, tuple(steps), next_step_at, moves_money)

@@ -35,9 +35,11 @@ from bankrail.merchants.service import find_account_by_identifier, get_account
 from bankrail.payments.sources import payable_source
 from bankrail.payouts.models import (
     REJECTIONS,
+    Advance,
     FailureReason,
     PayoutState,
     Stage,
+    advance,
     v1_reason,
 )
 from bankrail.rails.incoming import record_internal_credit
@@ -193,7 +195,7 @@ class PayoutBatcher:
         self._flusher: asyncio.Task[None] | None = None
 
     async def submit(self, item: dict[str, Any]) -> bool:
-        """Commit `item` with the next batch; True when it was taken (see migration 0005)."""
+        """Commit `item` with the next batch; True when it was taken (see migration 0006)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         if self._flusher is None or self._flusher.done():
@@ -212,8 +214,9 @@ class PayoutBatcher:
                     ADVANCE_JOB,
                 )
             except asyncpg.PostgresError:
-                # Rolled back whole (e.g. a balance at the edge of the 64-bit range): the
-                # general path decides each answer.
+                # Rolled back whole (a balance at the edge of the 64-bit range, or an
+                # available balance that fell below the batch's holds meanwhile): the general
+                # path decides each answer.
                 taken = [False] * len(batch)
             except Exception as exc:
                 for _, future in batch:
@@ -238,7 +241,7 @@ async def accept_v3_payout_at_once(
     now: datetime,
 ) -> bytes | None:
     """The common open-loop `POST /v3/payouts`, committed with the other requests of the
-    moment in one statement (migration 0005, `bankrail_accept_v3_payouts`); returns the
+    moment in one statement (`bankrail_accept_v3_payouts`, migration 0006); returns the
     202 body once committed.
 
     None means "not the common case" and that nothing was written: the caller then takes the
@@ -371,7 +374,8 @@ async def accept_payout(
     return payout_id
 
 
-_STATE_COLUMNS = (
+# The payouts columns that `state_of`, `render_v3` and the job need.
+STATE_COLUMNS = (
     "id, api, merchant_id, merchant_account_id, transaction_id, amount_in_minor, currency,"
     " beneficiary, reference, metadata, scheme_id, destination_account_id, stage,"
     " pending_failure, failure_reason, created_at, authorized_at, submitted_at, executed_at,"
@@ -392,52 +396,53 @@ def state_of(row: Any) -> PayoutState:
     )
 
 
-async def advance_payout(
-    conn: Connection, payload: dict[str, Any], now: datetime, default_delay: int = 0
-) -> None:
+def planned_advance(row: Any, now: datetime) -> Advance:
+    """The steps a payouts row takes when its job runs at `now` (its sandbox tokens decide
+    the scheme's delay and outcome)."""
+    outcome = sandbox_outcome(row["reference"])
+    pending_failure = row["pending_failure"]
+    return advance(
+        state_of(row),
+        now,
+        pending_failure=FailureReason(pending_failure) if pending_failure else None,
+        scheme_failure=outcome.failure,
+        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
+    )
+
+
+async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """Take the payout's next steps (a job handler; runs in the job's transaction).
 
     Steps that are due at once (authorisation, then submission, then execution when the
     scheme answers without delay) are taken one after the other in this one transaction,
     each with its own events, rather than as one job each: the payout goes through the same
-    states and emits the same events, with one commit instead of three.
+    states and emits the same events, with one commit instead of three. `payouts.jobs` does
+    the same for many payouts at a time.
     """
     row = await conn.fetchrow(
-        f"SELECT {_STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
+        f"SELECT {STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["payout_id"]),
     )
     if row is None:
         return
-    state = state_of(row)
-    if state.stage in (Stage.EXECUTED, Stage.FAILED):
+    plan = planned_advance(row, now)
+    if not plan.steps:
         return  # terminal: a duplicate job finds nothing to do
     account = await get_account(conn, row["merchant_account_id"])
     assert account is not None
     payout_id: uuid.UUID = row["id"]
-    amount: int = row["amount_in_minor"]
-    next_step_at: datetime | None = now
-    moves_money = False
-    while next_step_at is not None and next_step_at <= now:
-        next_step_at = None
-        if state.stage is Stage.PENDING:
-            if row["pending_failure"]:
-                state = state.fail(now, FailureReason(row["pending_failure"]))
-            else:
-                state = state.authorize(now)
-                next_step_at = now
-        elif state.stage is Stage.AUTHORIZED:
-            state = state.submit(now)
-            outcome = sandbox_outcome(row["reference"], default_delay)
-            next_step_at = now + timedelta(seconds=outcome.execution_delay_seconds)
-        else:  # SUBMITTED
-            outcome = sandbox_outcome(row["reference"], default_delay)
-            moves_money = True
-            if outcome.failure is not None:
-                state = state.fail(now, outcome.failure)
-            else:
-                state = state.execute(now)
-        if row["api"] == "v1":
-            await _v1_event(conn, row, state, now)
+    state = plan.state
+    if row["api"] == "v1":
+        for step in plan.steps:
+            event_type, body = v1_event(row, step, now)
+            await record_event(
+                conn,
+                merchant_id=row["merchant_id"],
+                family="payouts",
+                event_type=event_type,
+                body=body,
+                now=now,
+            )
     await conn.execute(
         "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
         " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
@@ -449,14 +454,36 @@ async def advance_payout(
         state.failed_at,
         state.failure_reason.value if state.failure_reason else None,
     )
-    await _record_step(conn, row, account, state, now)
-    if next_step_at is not None:
-        await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, next_step_at)
+    await record_activity(
+        conn,
+        item_id=payout_id,
+        merchant_account_id=account.id,
+        type_="payout",
+        amount=row["amount_in_minor"],
+        currency=row["currency"],
+        status=state.v3_status,
+        now=now,
+        details=activity_details(state),
+    )
+    terminal = v3_terminal_event(row, state)
+    if terminal is not None:
+        await record_event(
+            conn,
+            merchant_id=row["merchant_id"],
+            family="payments",
+            event_type=terminal[0],
+            body=terminal[1],
+            now=now,
+        )
+    if plan.next_step_at is not None:
+        await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, plan.next_step_at)
     # The money moves last in the transaction: the merchant's ledger rows, which every new
     # payout of the account also locks, are then held only until the commit.
-    if moves_money and state.stage is Stage.FAILED:
-        await release_hold(conn, account, amount=amount, reference_id=payout_id, now=now)
-    elif moves_money:
+    if plan.moves_money and state.stage is Stage.FAILED:
+        await release_hold(
+            conn, account, amount=row["amount_in_minor"], reference_id=payout_id, now=now
+        )
+    elif plan.moves_money:
         await _pay(conn, row, account, now)
 
 
@@ -492,54 +519,41 @@ def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
 
 
-async def _record_step(
-    conn: Connection, row: Any, account: MerchantAccount, state: PayoutState, now: datetime
-) -> None:
-    await record_activity(
-        conn,
-        item_id=row["id"],
-        merchant_account_id=account.id,
-        type_="payout",
-        amount=row["amount_in_minor"],
-        currency=row["currency"],
-        status=state.v3_status,
-        now=now,
-        details={
-            "authorized_at": _iso(state.authorized_at),
-            "submitted_at": _iso(state.submitted_at),
-            "executed_at": _iso(state.executed_at),
-            "failed_at": _iso(state.failed_at),
-            "failure_reason": state.failure_reason.value if state.failure_reason else None,
-            "v1_status": state.v1_status,
-        },
-    )
-    if row["api"] == "v3" and state.stage in (Stage.EXECUTED, Stage.FAILED):
-        record = render_v3(row, state)
-        body: dict[str, Any] = {
-            "payout_id": record["id"],
-            "merchant_account_id": record["merchant_account_id"],
-            "scheme_id": record["scheme_id"],
-            "beneficiary": record["beneficiary"],
-            "metadata": record.get("metadata") or {},
-        }
-        if state.stage is Stage.EXECUTED:
-            event_type = "payout_executed"
-            body["executed_at"] = record["executed_at"]
-        else:
-            event_type = "payout_failed"
-            body["failed_at"] = record["failed_at"]
-            body["failure_reason"] = record["failure_reason"]
-        await record_event(
-            conn,
-            merchant_id=row["merchant_id"],
-            family="payments",
-            event_type=event_type,
-            body=body,
-            now=now,
-        )
+def activity_details(state: PayoutState) -> dict[str, Any]:
+    """What a payout's row in the account's activity list records of its lifecycle."""
+    return {
+        "authorized_at": _iso(state.authorized_at),
+        "submitted_at": _iso(state.submitted_at),
+        "executed_at": _iso(state.executed_at),
+        "failed_at": _iso(state.failed_at),
+        "failure_reason": state.failure_reason.value if state.failure_reason else None,
+        "v1_status": state.v1_status,
+    }
 
 
-async def _v1_event(conn: Connection, row: Any, state: PayoutState, now: datetime) -> None:
+def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]] | None:
+    """The `payout_executed` or `payout_failed` event (type and body) of a v3 payout that
+    has reached `state`; None for v1 payouts and states that are not terminal."""
+    if row["api"] != "v3" or state.stage not in (Stage.EXECUTED, Stage.FAILED):
+        return None
+    record = render_v3(row, state)
+    body: dict[str, Any] = {
+        "payout_id": record["id"],
+        "merchant_account_id": record["merchant_account_id"],
+        "scheme_id": record["scheme_id"],
+        "beneficiary": record["beneficiary"],
+        "metadata": record.get("metadata") or {},
+    }
+    if state.stage is Stage.EXECUTED:
+        body["executed_at"] = record["executed_at"]
+        return "payout_executed", body
+    body["failed_at"] = record["failed_at"]
+    body["failure_reason"] = record["failure_reason"]
+    return "payout_failed", body
+
+
+def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str, Any]]:
+    """The payouts API v1 event (type and body) for a payout reaching `state` at `now`."""
     transaction_id = str(row["transaction_id"])
     stamp = iso_utc_7(now)
     if state.stage is Stage.AUTHORIZED:
@@ -555,14 +569,7 @@ async def _v1_event(conn: Connection, row: Any, state: PayoutState, now: datetim
             event_type, body = "payout_rejected", {"rejected_at": stamp, "reason": reason}
         else:
             event_type, body = "payout_failed", {"failed_at": stamp, "reason": reason}
-    await record_event(
-        conn,
-        merchant_id=row["merchant_id"],
-        family="payouts",
-        event_type=event_type,
-        body={"transaction_id": transaction_id, **body},
-        now=now,
-    )
+    return event_type, {"transaction_id": transaction_id, **body}
 
 
 def render_v3(row: Any, state: PayoutState | None = None) -> dict[str, Any]:
@@ -595,7 +602,7 @@ async def get_v3_payout(
 ) -> dict[str, Any]:
     """The caller's payout; another merchant's is 404."""
     row = await conn.fetchrow(
-        f"SELECT {_STATE_COLUMNS} FROM payouts WHERE id = $1 AND merchant_id = $2",
+        f"SELECT {STATE_COLUMNS} FROM payouts WHERE id = $1 AND merchant_id = $2",
         payout_id,
         merchant_id,
     )

@@ -15,6 +15,7 @@ from bankrail.payouts.models import (
     InvalidTransition,
     PayoutState,
     Stage,
+    advance,
     v1_reason,
 )
 
@@ -293,3 +294,68 @@ def test_v1_reasons_are_the_documented_set() -> None:
             assert name in {"insufficient_funds", "aml_check_failed"}
         else:
             assert name in {"scheme_error", "server_error"}
+
+
+# --- advance: the steps one run of a payout's job takes ---------------------------------------
+
+NO_DELAY = timedelta(0)
+
+
+def test_advance_takes_every_step_due_at_once_and_moves_the_money() -> None:
+    plan = advance(
+        pending(), T1, pending_failure=None, scheme_failure=None, execution_delay=NO_DELAY
+    )
+    assert [s.stage for s in plan.steps] == [Stage.AUTHORIZED, Stage.SUBMITTED, Stage.EXECUTED]
+    assert plan.state == plan.steps[-1]
+    assert (plan.state.authorized_at, plan.state.executed_at) == (T1, T1)
+    assert plan.moves_money
+    assert plan.next_step_at is None
+
+
+def test_advance_stops_at_submission_until_the_scheme_answers() -> None:
+    delay = timedelta(seconds=60)
+    plan = advance(pending(), T1, pending_failure=None, scheme_failure=None, execution_delay=delay)
+    assert [s.stage for s in plan.steps] == [Stage.AUTHORIZED, Stage.SUBMITTED]
+    assert not plan.moves_money
+    assert plan.next_step_at == T1 + delay
+    later = advance(
+        plan.state, T1 + delay, pending_failure=None, scheme_failure=None, execution_delay=delay
+    )
+    assert [s.stage for s in later.steps] == [Stage.EXECUTED]
+    assert later.moves_money
+
+
+def test_advance_rejects_at_once_what_acceptance_found_wrong_without_moving_money() -> None:
+    plan = advance(
+        pending(),
+        T1,
+        pending_failure=FailureReason.INSUFFICIENT_FUNDS,
+        scheme_failure=None,
+        execution_delay=NO_DELAY,
+    )
+    assert [s.stage for s in plan.steps] == [Stage.FAILED]
+    assert plan.state.failure_reason is FailureReason.INSUFFICIENT_FUNDS
+    assert not plan.moves_money  # nothing was held
+
+
+def test_advance_fails_after_submission_when_the_scheme_refuses_and_releases_the_hold() -> None:
+    plan = advance(
+        pending(),
+        T1,
+        pending_failure=None,
+        scheme_failure=FailureReason.SCHEME_ERROR,
+        execution_delay=NO_DELAY,
+    )
+    assert [s.stage for s in plan.steps] == [Stage.AUTHORIZED, Stage.SUBMITTED, Stage.FAILED]
+    assert plan.state.failure_reason is FailureReason.SCHEME_ERROR
+    assert plan.moves_money
+
+
+@pytest.mark.parametrize("final", [Stage.EXECUTED, Stage.FAILED])
+def test_advance_does_nothing_for_a_finished_payout(final: Stage) -> None:
+    if final is Stage.EXECUTED:
+        done = submitted().execute(T3)
+    else:
+        done = pending().fail(T1, FailureReason.BLOCKED)
+    plan = advance(done, T4, pending_failure=None, scheme_failure=None, execution_delay=NO_DELAY)
+    assert (plan.steps, plan.state, plan.moves_money, plan.next_step_at) == ((), done, False, None)

@@ -18,13 +18,17 @@ log = logging.getLogger(__name__)
 
 JOBS_CHANNEL = "bankrail_jobs"
 
-# The claim of up to $2 due jobs, oldest first, skipping those another worker holds.
+# The claim of up to $2 due jobs, oldest first, skipping those another worker holds and
+# those of the kinds in $3.
 _CLAIM = (
     "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
-    " ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+    " AND kind <> ALL($3::text[]) ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
 )
 
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
+# Claims up to n due jobs of its kind that it can run together, runs and deletes them in the
+# transaction it is given, and returns how many it took.
+BatchRunner = Callable[[Connection, datetime, int], Awaitable[int]]
 
 
 async def enqueue(conn: Connection, kind: str, payload: dict[str, Any], run_at: datetime) -> None:
@@ -50,6 +54,10 @@ class JobQueue:
         self._pool = pool
         self._clock = clock
         self._handlers: dict[str, JobHandler] = {}
+        self._batch_runners: dict[str, BatchRunner] = {}
+        # Jobs per transaction of a batch runner: these share one commit without holding
+        # locks for long, since the runner writes them all with one statement.
+        self.runner_batch_size = 128
         # Jobs per transaction in run_due: larger batches share one commit, smaller ones
         # hold the rows they lock (a merchant account's ledger rows) for less time.
         self.batch_size = 1
@@ -57,6 +65,12 @@ class JobQueue:
     def register(self, kind: str, handler: JobHandler) -> None:
         """Use `handler` for jobs of this kind."""
         self._handlers[kind] = handler
+
+    def register_batch(self, kind: str, runner: BatchRunner) -> None:
+        """Run the jobs of this kind that `runner` can take many at a time with it; the
+        others (and all of them while a batch fails) still run one by one with the kind's
+        handler."""
+        self._batch_runners[kind] = runner
 
     async def run_one(self) -> bool:
         """Run one due job, if any; returns False when none is due."""
@@ -73,7 +87,7 @@ class JobQueue:
             return await self._run_alone()
         now = self._clock.now()
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_CLAIM, now, size)
+            rows = await conn.fetch(_CLAIM, now, size, [])
             done: list[int] = []
             for row in rows:
                 if await self._run_job(conn, row, now):
@@ -82,16 +96,16 @@ class JobQueue:
                 await conn.execute("DELETE FROM jobs WHERE id = ANY($1::bigint[])", done)
             return len(rows)
 
-    async def _run_alone(self) -> int:
-        """Run one due job in a transaction of its own, without the savepoint a batch needs
-        (two round trips fewer): when it fails, the whole transaction rolls back and the job
-        is rescheduled afterwards."""
+    async def _run_alone(self, skip_kinds: list[str] | None = None) -> int:
+        """Run one due job (not of `skip_kinds`) in a transaction of its own, without the
+        savepoint a batch needs (two round trips fewer): when it fails, the whole transaction
+        rolls back and the job is rescheduled afterwards."""
         now = self._clock.now()
         async with self._pool.acquire() as conn:
             row: asyncpg.Record | None = None
             try:
                 async with conn.transaction():
-                    row = await conn.fetchrow(_CLAIM, now, 1)
+                    row = await conn.fetchrow(_CLAIM, now, 1, skip_kinds or [])
                     if row is None:
                         return 0
                     await self._handler(row)(conn, row["payload"], now)
@@ -139,11 +153,45 @@ class JobQueue:
             return False
         return True
 
+    async def _run_with_runners(self, limit: int) -> int:
+        """One batch of each kind that has a batch runner; returns how many jobs ran.
+
+        When a batch fails it is rolled back whole, and as many jobs then run one at a time,
+        so a job that keeps failing is rescheduled (and leaves the batches) as it would be
+        without a runner.
+        """
+        ran = 0
+        for kind, runner in self._batch_runners.items():
+            size = min(self.runner_batch_size, limit - ran)
+            if size <= 0:
+                break
+            now = self._clock.now()
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    ran += await runner(conn, now, size)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("a batch of %s jobs failed; running them one at a time", kind)
+                for _ in range(size):
+                    if await self._run_alone() == 0:
+                        break
+                    ran += 1
+        return ran
+
     async def run_due(self, limit: int = 1000) -> int:
         """Run due jobs until none is left (or `limit` ran); returns how many ran."""
         ran = 0
         while ran < limit:
-            took = await self.run_batch(min(self.batch_size, limit - ran))
+            took = await self._run_with_runners(limit - ran)
+            if ran + took < limit:
+                if took and self.batch_size == 1:
+                    # The runners' kinds are left to them while they find work: a job of
+                    # theirs run alone costs several times its share of a batch. The jobs
+                    # they cannot take run once they find none.
+                    took += await self._run_alone(list(self._batch_runners))
+                else:
+                    took += await self.run_batch(min(self.batch_size, limit - ran - took))
             ran += took
             if took == 0:
                 break

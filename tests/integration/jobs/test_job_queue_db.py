@@ -216,3 +216,67 @@ async def test_a_batch_commits_its_jobs_together_and_reschedules_only_the_failin
     [job] = await _jobs(pool)
     assert job["payload"] == {"n": 2}
     assert job["attempts"] == 1
+
+
+async def _batch_setup(pool: asyncpg.Pool, clock: ServiceClock, count: int) -> JobQueue:
+    """A queue whose kind `many` has a handler (one job) and a batch runner (many at a time),
+    each recording which path ran which job."""
+    queue = JobQueue(pool, clock)
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE ran (n int PRIMARY KEY, path text NOT NULL)")
+
+    async def one(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+        await conn.execute("INSERT INTO ran (n, path) VALUES ($1, 'one')", payload["n"])
+
+    async def many(conn: Connection, now: datetime, limit: int) -> int:
+        rows = await conn.fetch(
+            "SELECT id, payload FROM jobs WHERE kind = 'many' AND run_at <= $1 AND"
+            " (payload ->> 'n')::int % 2 = 0 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
+            now,
+            limit,
+        )
+        for row in rows:
+            await conn.execute("INSERT INTO ran (n, path) VALUES ($1, 'many')", row["payload"]["n"])
+        await conn.execute("DELETE FROM jobs WHERE id = ANY($1::bigint[])", [r["id"] for r in rows])
+        return len(rows)
+
+    queue.register("many", one)
+    queue.register_batch("many", many)
+    for n in range(count):
+        await _enqueue(pool, "many", {"n": n}, clock.now() - timedelta(seconds=1))
+    return queue
+
+
+async def _paths(pool: asyncpg.Pool) -> dict[int, str]:
+    async with pool.acquire() as conn:
+        return {r["n"]: r["path"] for r in await conn.fetch("SELECT n, path FROM ran")}
+
+
+async def test_a_batch_runner_takes_what_it_can_and_the_handler_runs_the_rest(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = ServiceClock()
+    queue = await _batch_setup(pool, clock, 10)
+    queue.runner_batch_size = 3
+    assert await queue.run_due() == 10
+    paths = await _paths(pool)
+    assert paths == {n: ("many" if n % 2 == 0 else "one") for n in range(10)}
+    assert await _jobs(pool) == []
+
+
+async def test_a_failing_batch_rolls_back_whole_and_its_jobs_run_one_at_a_time(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ServiceClock()
+    queue = await _batch_setup(pool, clock, 4)
+
+    async def broken(conn: Connection, now: datetime, limit: int) -> int:
+        await conn.execute("INSERT INTO ran (n, path) VALUES (100, 'broken')")
+        raise RuntimeError("the batch statement failed")
+
+    queue.register_batch("many", broken)
+    with caplog.at_level(logging.ERROR, logger="bankrail.jobs.queue"):
+        assert await queue.run_due() == 4
+    assert await _paths(pool) == {n: "one" for n in range(4)}  # the batch's insert is gone
+    assert await _jobs(pool) == []
+    assert any("running them one at a time" in r.getMessage() for r in caplog.records)

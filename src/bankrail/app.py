@@ -31,6 +31,7 @@ from bankrail.payments import service as payments_service
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
+from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
 from bankrail.payouts.fast_routes import fast_routes as payout_fast_routes
 from bankrail.payouts.routes import router as payouts_router
@@ -60,6 +61,7 @@ STATIC_DIR = Path(__file__).parent / "web" / "static"
 def register_jobs(queue: JobQueue, context: AppContext) -> None:
     """Give the queue a handler for every kind of job the areas schedule."""
     queue.register(payouts_service.ADVANCE_JOB, payouts_service.advance_payout)
+    queue.register_batch(payouts_service.ADVANCE_JOB, payouts_jobs.advance_due_payouts)
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     del context

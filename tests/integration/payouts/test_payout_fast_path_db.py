@@ -18,7 +18,7 @@ import pytest
 
 from bankrail.core.clock import ServiceClock
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import credit_from_clearing
+from bankrail.merchants.balances import credit_from_clearing, hold_funds
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
 from bankrail.payouts.service import (
@@ -253,3 +253,38 @@ async def test_concurrent_payouts_share_commits_and_never_overdraw(pool: asyncpg
     async with pool.acquire() as conn:
         assert await check_ledger(conn) == []
         assert await conn.fetchval("SELECT count(*) FROM payouts") == 4
+
+
+async def test_a_balance_that_falls_before_the_batch_locks_it_sends_the_batch_elsewhere(
+    pool: asyncpg.Pool,
+) -> None:
+    """The batch reads balances before it locks the ledger rows; a hold committed in between
+    that leaves too little makes the whole batch roll back, so the general path decides."""
+    now = ServiceClock().now()
+    account = await _account(pool, now, credit=1_000)
+    async with pool.acquire() as other:
+        transaction = other.transaction()
+        await transaction.start()
+        await other.execute(
+            "SELECT 1 FROM ledger_accounts WHERE id = $1 FOR UPDATE", account.available_ledger_id
+        )
+        batch = asyncio.create_task(_at_once(PayoutBatcher(pool), account, now, amount=600))
+        for _ in range(500):  # until the batch waits for the ledger row
+            waiting = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%bankrail_accept_v3_payouts%'"
+            )
+            if waiting or batch.done():
+                break
+            await asyncio.sleep(0.01)
+        assert waiting == 1
+        before = await _counts(pool)
+        await hold_funds(other, account, amount=500, reference_id=uuid.uuid4(), now=now)
+        await transaction.commit()
+        assert await batch is None
+    assert await _counts(pool) == (before[0], before[1] + 1, *before[2:])  # the hold alone
+    after = await get_account(pool, account.id)  # type: ignore[arg-type]
+    assert after is not None
+    assert (after.available_balance, after.held_balance) == (500, 500)
+    async with pool.acquire() as conn:
+        assert await check_ledger(conn) == []

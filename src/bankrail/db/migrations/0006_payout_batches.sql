@@ -112,22 +112,11 @@ BEGIN
         SELECT array_agg(coalesce(x.to_id, a.id) ORDER BY x.n) INTO v_to
             FROM unnest(p_move_to, p_move_to_codes) WITH ORDINALITY AS x (to_id, code, n)
             LEFT JOIN ledger_accounts a ON a.code = x.code;
-        INSERT INTO ledger_transactions (id, kind, reference_id, created_at)
-            SELECT x.id, x.kind, x.payout_id, p_now
-            FROM unnest(p_move_ids, p_move_kinds, p_move_payouts) AS x (id, kind, payout_id);
-        INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)
-            SELECT x.id, x.account_id, x.amount, p_now
-            FROM (SELECT f.id, f.account_id, -f.amount AS amount
-                  FROM unnest(p_move_ids, p_move_from, p_move_amounts)
-                      AS f (id, account_id, amount)
-                  UNION ALL
-                  SELECT t.id, t.account_id, t.amount
-                  FROM unnest(p_move_ids, v_to, p_move_amounts)
-                      AS t (id, account_id, amount)) x;
         -- Every ledger row the batch touches, locked in id order (no deadlock with another
-        -- batch or posting), and only now: they stay locked only for the update and the
-        -- commit. The postings' foreign keys took key-share locks on them already, which
-        -- FOR NO KEY UPDATE (enough for a balance) does not wait for.
+        -- batch or posting), and only now: they stay locked until the commit. The postings
+        -- follow the lock, so that their foreign keys' key-share locks are taken by the
+        -- transaction that already holds the row (others' would make PostgreSQL build a
+        -- multixact on the hottest rows for every batch).
         PERFORM 1 FROM ledger_accounts WHERE id = ANY (p_move_from || v_to)
             ORDER BY id FOR NO KEY UPDATE;
         -- The CHECK on ledger_accounts refuses a held balance that would go negative, and
@@ -141,6 +130,18 @@ BEGIN
                         FROM unnest(v_to, p_move_amounts) AS t (account_id, amount)) s
                   GROUP BY s.account_id) agg
             WHERE a.id = agg.account_id;
+        INSERT INTO ledger_transactions (id, kind, reference_id, created_at)
+            SELECT x.id, x.kind, x.payout_id, p_now
+            FROM unnest(p_move_ids, p_move_kinds, p_move_payouts) AS x (id, kind, payout_id);
+        INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)
+            SELECT x.id, x.account_id, x.amount, p_now
+            FROM (SELECT f.id, f.account_id, -f.amount AS amount
+                  FROM unnest(p_move_ids, p_move_from, p_move_amounts)
+                      AS f (id, account_id, amount)
+                  UNION ALL
+                  SELECT t.id, t.account_id, t.amount
+                  FROM unnest(p_move_ids, v_to, p_move_amounts)
+                      AS t (id, account_id, amount)) x;
     END IF;
 END
 $$;
@@ -162,9 +163,11 @@ DECLARE
     v_item_balances bigint[];
     v_ledgers bigint[] := '{}';
     v_left bigint[] := '{}';
+    v_holds uuid[];
     v_from bigint[];
     v_to bigint[];
     v_hold_amounts bigint[];
+    v_hold_times timestamptz[];
     v_ids bigint[];
     v_amounts numeric[];
     j integer;
@@ -260,20 +263,15 @@ BEGIN
             created_at = EXCLUDED.created_at),
     t AS (
         INSERT INTO ledger_transactions (id, kind, reference_id, created_at)
-        SELECT x.ledger_transaction_id, 'payout_hold', x.payout_id, x.now FROM x),
-    l AS (
-        INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)
-        SELECT x.ledger_transaction_id, x.available_ledger_id, -x.amount, x.now FROM x
-        UNION ALL
-        SELECT x.ledger_transaction_id, x.held_ledger_id, x.amount, x.now FROM x)
-    SELECT array_agg(x.available_ledger_id), array_agg(x.held_ledger_id), array_agg(x.amount)
-        INTO v_from, v_to, v_hold_amounts
+        SELECT x.ledger_transaction_id, 'payout_hold', x.payout_id, x.now FROM x)
+    SELECT array_agg(x.ledger_transaction_id), array_agg(x.available_ledger_id),
+           array_agg(x.held_ledger_id), array_agg(x.amount), array_agg(x.now)
+        INTO v_holds, v_from, v_to, v_hold_amounts, v_hold_times
         FROM x;
-    -- 4. The holds: the ledger rows locked in id order, and only now, so that they stay
-    -- locked only for the update and the commit (the postings' foreign keys took key-share
-    -- locks, which FOR NO KEY UPDATE does not wait for). A balance that fell meanwhile fails
-    -- the CHECK, and the whole batch with it: the caller then takes the general path for
-    -- each request.
+    -- 4. The holds: the ledger rows locked in id order, and only now (they stay locked until
+    -- the commit), then the postings (see bankrail_advance_payouts). A balance that fell
+    -- meanwhile fails the CHECK, and the whole batch with it: the caller then takes the
+    -- general path for each request.
     SELECT array_agg(d.account_id ORDER BY d.account_id), array_agg(d.amount ORDER BY d.account_id)
         INTO v_ids, v_amounts
         FROM (SELECT v.account_id, sum(v.amount) AS amount
@@ -285,14 +283,20 @@ BEGIN
     UPDATE ledger_accounts la SET balance = la.balance + d.amount
         FROM unnest(v_ids, v_amounts) AS d (account_id, amount)
         WHERE la.id = d.account_id;
+    INSERT INTO ledger_postings (transaction_id, account_id, amount, created_at)
+        SELECT h.id, h.from_id, -h.amount, h.at
+        FROM unnest(v_holds, v_from, v_hold_amounts, v_hold_times) AS h (id, from_id, amount, at)
+        UNION ALL
+        SELECT h.id, h.to_id, h.amount, h.at
+        FROM unnest(v_holds, v_to, v_hold_amounts, v_hold_times) AS h (id, to_id, amount, at);
     PERFORM pg_notify('bankrail_jobs', '');
     RETURN v_taken;
 END
 $$;
 
 -- One balanced ledger transaction (migration 0005), locking its accounts FOR NO KEY UPDATE
--- like the batches above: FOR UPDATE would also wait for the key-share locks that a batch's
--- postings hold before it locks the same rows itself, and the two would deadlock.
+-- like the batches above: a balance is not a key, and FOR UPDATE would also conflict with
+-- the key-share locks that foreign keys to the account take.
 CREATE OR REPLACE FUNCTION bankrail_ledger_post(
     p_transaction_id uuid,
     p_kind text,

@@ -447,12 +447,7 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
         "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
         " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
         payout_id,
-        state.stage.value,
-        state.authorized_at,
-        state.submitted_at,
-        state.executed_at,
-        state.failed_at,
-        state.failure_reason.value if state.failure_reason else None,
+        *lifecycle_columns(state),
     )
     await record_activity(
         conn,
@@ -517,6 +512,19 @@ async def _pay(conn: Connection, row: Any, account: MerchantAccount, now: dateti
 
 def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
+
+
+def lifecycle_columns(state: PayoutState) -> tuple[Any, ...]:
+    """The payouts columns stage, authorized_at, submitted_at, executed_at, failed_at and
+    failure_reason, in that order, for `state`."""
+    return (
+        state.stage.value,
+        state.authorized_at,
+        state.submitted_at,
+        state.executed_at,
+        state.failed_at,
+        state.failure_reason.value if state.failure_reason else None,
+    )
 
 
 def activity_details(state: PayoutState) -> dict[str, Any]:

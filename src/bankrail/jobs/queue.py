@@ -76,18 +76,19 @@ class JobQueue:
         """Run one due job, if any; returns False when none is due."""
         return await self.run_batch(1) > 0
 
-    async def run_batch(self, size: int) -> int:
-        """Run up to `size` due jobs in one transaction; returns how many it took.
+    async def run_batch(self, size: int, skip_kinds: list[str] | None = None) -> int:
+        """Run up to `size` due jobs (not of `skip_kinds`) in one transaction; returns how
+        many it took.
 
         Each job runs in its own savepoint, so a failing job rolls back only its own effects
         and is rescheduled, while the others commit. One commit (one WAL flush) for the whole
         batch is what makes a busy queue cheap.
         """
         if size == 1:
-            return await self._run_alone()
+            return await self._run_alone(skip_kinds)
         now = self._clock.now()
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_CLAIM, now, size, [])
+            rows = await conn.fetch(_CLAIM, now, size, skip_kinds or [])
             done: list[int] = []
             for row in rows:
                 if await self._run_job(conn, row, now):
@@ -185,13 +186,11 @@ class JobQueue:
         while ran < limit:
             took = await self._run_with_runners(limit - ran)
             if ran + took < limit:
-                if took and self.batch_size == 1:
-                    # The runners' kinds are left to them while they find work: a job of
-                    # theirs run alone costs several times its share of a batch. The jobs
-                    # they cannot take run once they find none.
-                    took += await self._run_alone(list(self._batch_runners))
-                else:
-                    took += await self.run_batch(min(self.batch_size, limit - ran - took))
+                # The runners' kinds are left to them while they find work: a job of theirs
+                # run alone costs several times its share of a batch. The jobs they cannot
+                # take run once they find none.
+                skip = list(self._batch_runners) if took else None
+                took += await self.run_batch(min(self.batch_size, limit - ran - took), skip)
             ran += took
             if took == 0:
                 break

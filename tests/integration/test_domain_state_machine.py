@@ -76,6 +76,7 @@ from bankrail.payments.schemas import PaymentRequest
 from bankrail.payouts import service as payouts
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list
+from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
 from support.databases import drop_database, fresh_database
 
 T = TypeVar("T")
@@ -97,7 +98,6 @@ SETTINGS = settings(
 # due once the clock has been advanced by its units, and not a moment before.
 UNIT = 900
 DELAY_UNITS = 4  # `delay:3600` and the mock bank's 3 600 s delays
-EXTERNAL_SORT_CODE = "040004"  # not Bankrail's: an outside bank
 SCREENED_NAME = "Model Sanctioned Person"
 PROVIDER = "mock-payments-gb-redirect"
 RETURN_URI = "https://merchant.example/return"
@@ -226,21 +226,6 @@ def notification_step(state: str, threshold: int | None, available: int) -> tupl
     return state, None
 
 
-def _beneficiary(name: str, sort_code: str, account_number: str, reference: str) -> dict[str, Any]:
-    return {
-        "type": "external_account",
-        "reference": reference,
-        "account_holder_name": name,
-        "account_identifier": {
-            "type": "sort_code_account_number",
-            "sort_code": sort_code,
-            "account_number": account_number,
-        },
-        "date_of_birth": None,
-        "address": None,
-    }
-
-
 class DomainMachine(RuleBasedStateMachine):
     """Two GBP accounts of two merchants, and everything that moves their money."""
 
@@ -356,11 +341,11 @@ class DomainMachine(RuleBasedStateMachine):
         async def attempt() -> None:
             async with self.env.pool.acquire() as conn, conn.transaction():
                 if mistake == "payout_to_itself":
-                    beneficiary = _beneficiary(
-                        "Myself",
-                        account.identifiers.sort_code,
-                        account.identifiers.account_number,
+                    beneficiary = sort_code_beneficiary(
                         "to myself",
+                        "Myself",
+                        sort_code=account.identifiers.sort_code,
+                        account_number=account.identifiers.account_number,
                     )
                     await payouts.open_loop_destination(conn, account, "GBP", beneficiary)
                     return
@@ -413,15 +398,15 @@ class DomainMachine(RuleBasedStateMachine):
                     if destination == "internal":
                         assert other.identifiers.sort_code is not None
                         assert other.identifiers.account_number is not None
-                        beneficiary = _beneficiary(
-                            "Model Payee Ltd",
-                            other.identifiers.sort_code,
-                            other.identifiers.account_number,
+                        beneficiary = sort_code_beneficiary(
                             reference,
+                            "Model Payee Ltd",
+                            sort_code=other.identifiers.sort_code,
+                            account_number=other.identifiers.account_number,
                         )
                     else:
                         name = SCREENED_NAME if destination == "screened" else "Jane Doe"
-                        beneficiary = _beneficiary(name, EXTERNAL_SORT_CODE, "12345678", reference)
+                        beneficiary = sort_code_beneficiary(reference, name)
                     target = await payouts.open_loop_destination(conn, fresh, "GBP", beneficiary)
                 return await payouts.accept_payout(
                     conn,

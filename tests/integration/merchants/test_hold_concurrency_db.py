@@ -11,37 +11,19 @@ import pytest
 
 from bankrail.ledger.models import InsufficientFunds
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import credit_from_clearing, hold_funds
-from bankrail.merchants.models import MerchantAccount
+from bankrail.merchants.balances import hold_funds
 from bankrail.merchants.service import (
-    create_merchant,
-    create_merchant_account,
     get_account,
     lock_account,
 )
+from support.accounts import funded_account
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-async def _funded_account(pool: asyncpg.Pool, amount: int) -> MerchantAccount:
-    async with pool.acquire() as conn, conn.transaction():
-        merchant = await create_merchant(conn, "Concurrency Ltd", NOW)
-        account = await create_merchant_account(conn, merchant, "GBP", None, NOW)
-        await credit_from_clearing(
-            conn,
-            account,
-            rail="bank_transfer",
-            amount=amount,
-            kind="topup",
-            reference_id=uuid.uuid4(),
-            now=NOW,
-        )
-    return account
-
-
 @pytest.mark.parametrize("lock_first", [False, True], ids=["ledger-only", "row-locked"])
 async def test_fifty_concurrent_holds_of_100_on_1000(pool: asyncpg.Pool, lock_first: bool) -> None:
-    account = await _funded_account(pool, 1_000)
+    account = await funded_account(pool, NOW, 1_000, name="Concurrency Ltd")
     start = asyncio.Event()
     lowest_seen: list[int] = []
 

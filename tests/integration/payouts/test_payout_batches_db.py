@@ -19,9 +19,8 @@ import orjson
 from bankrail.core.clock import ServiceClock
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import MerchantAccount
-from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
+from bankrail.merchants.service import get_account
 from bankrail.payouts.jobs import advance_due_payouts
 from bankrail.payouts.service import (
     ADVANCE_JOB,
@@ -30,6 +29,7 @@ from bankrail.payouts.service import (
     open_loop_destination,
 )
 from bankrail.rails.screening import replace_screening_list
+from support.accounts import funded_account, sort_code_beneficiary
 
 HOOK = "https://merchant.example/hooks"
 SCREENED = "Sanctioned Person"
@@ -53,20 +53,14 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 async def _account(
     pool: asyncpg.Pool, now: datetime, *, credit: int = 10_000, threshold: int | None = None
 ) -> MerchantAccount:
-    async with pool.acquire() as conn, conn.transaction():
-        merchant_id = await create_merchant(conn, "Batch Ltd", now)
+    """A funded account whose merchant takes payments-API webhooks, with a balance threshold
+    when one is given."""
+    account = await funded_account(pool, now, credit, name="Batch Ltd")
+    async with pool.acquire() as conn:
         await conn.execute(
-            "UPDATE merchants SET payments_webhook_uri = $2 WHERE id = $1", merchant_id, HOOK
-        )
-        account = await create_merchant_account(conn, merchant_id, "GBP", None, now)
-        await credit_from_clearing(
-            conn,
-            account,
-            rail="bank_transfer",
-            amount=credit,
-            kind="topup",
-            reference_id=uuid.uuid4(),
-            now=now,
+            "UPDATE merchants SET payments_webhook_uri = $2 WHERE id = $1",
+            account.merchant_id,
+            HOOK,
         )
         if threshold is not None:
             await conn.execute(
@@ -74,24 +68,7 @@ async def _account(
                 account.id,
                 threshold,
             )
-        fresh = await get_account(conn, account.id)
-    assert fresh is not None
-    return fresh
-
-
-def _beneficiary(reference: str, name: str, account_number: str = "12345678") -> dict[str, Any]:
-    return {
-        "type": "external_account",
-        "reference": reference,
-        "account_holder_name": name,
-        "account_identifier": {
-            "type": "sort_code_account_number",
-            "sort_code": "040004",
-            "account_number": account_number,
-        },
-        "date_of_birth": None,
-        "address": None,
-    }
+    return account
 
 
 async def _accept_all(
@@ -101,7 +78,7 @@ async def _accept_all(
     for i, (api, reference, name, amount) in enumerate(SCENARIOS):
         async with pool.acquire() as conn, conn.transaction():
             destination = await open_loop_destination(
-                conn, account, "GBP", _beneficiary(reference, name)
+                conn, account, "GBP", sort_code_beneficiary(reference, name)
             )
             ids.append(
                 await accept_payout(
@@ -246,7 +223,7 @@ async def test_a_payout_with_two_jobs_in_one_batch_advances_once(pool: asyncpg.P
     account = await _account(pool, now)
     async with pool.acquire() as conn, conn.transaction():
         destination = await open_loop_destination(
-            conn, account, "GBP", _beneficiary("rent", "Jane Doe")
+            conn, account, "GBP", sort_code_beneficiary("rent", "Jane Doe")
         )
         payout_id = await accept_payout(
             conn,
@@ -287,12 +264,16 @@ async def test_jobs_a_batch_cannot_take_are_left_to_advance_payout(pool: asyncpg
     watched = await _account(pool, now, threshold=5_000)
     payee = await _account(pool, now, credit=1)
     assert payee.identifiers.sort_code is not None
-    internal = _beneficiary("to a Bankrail account", "Payee", payee.identifiers.account_number)
-    internal["account_identifier"]["sort_code"] = payee.identifiers.sort_code
+    internal = sort_code_beneficiary(
+        "to a Bankrail account",
+        "Payee",
+        sort_code=payee.identifiers.sort_code,
+        account_number=payee.identifiers.account_number,
+    )
     ids = []
     for account, beneficiary, amount in (
         (payer, internal, 100),
-        (watched, _beneficiary("rent fail:scheme_error", "Jane Doe"), 6_000),
+        (watched, sort_code_beneficiary("rent fail:scheme_error", "Jane Doe"), 6_000),
     ):
         async with pool.acquire() as conn, conn.transaction():
             destination = await open_loop_destination(conn, account, "GBP", beneficiary)

@@ -18,9 +18,9 @@ import pytest
 
 from bankrail.core.clock import ServiceClock
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import credit_from_clearing, hold_funds
+from bankrail.merchants.balances import hold_funds
 from bankrail.merchants.models import MerchantAccount
-from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
+from bankrail.merchants.service import get_account
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     IdempotentRequest,
@@ -31,41 +31,7 @@ from bankrail.payouts.service import (
 )
 from bankrail.rails.screening import replace_screening_list
 from bankrail.security.idempotency import fingerprint, lock_key
-
-
-async def _account(pool: asyncpg.Pool, now: datetime, credit: int) -> MerchantAccount:
-    async with pool.acquire() as conn, conn.transaction():
-        merchant_id = await create_merchant(conn, "Fast Ltd", now)
-        account = await create_merchant_account(conn, merchant_id, "GBP", None, now)
-        await credit_from_clearing(
-            conn,
-            account,
-            rail="bank_transfer",
-            amount=credit,
-            kind="topup",
-            reference_id=uuid.uuid4(),
-            now=now,
-        )
-        fresh = await get_account(conn, account.id)
-    assert fresh is not None
-    return fresh
-
-
-def _beneficiary(
-    name: str = "Jane Doe", sort_code: str = "040004", number: str = "12345678"
-) -> dict[str, Any]:
-    return {
-        "type": "external_account",
-        "reference": "rent",
-        "account_holder_name": name,
-        "account_identifier": {
-            "type": "sort_code_account_number",
-            "sort_code": sort_code,
-            "account_number": number,
-        },
-        "date_of_birth": None,
-        "address": None,
-    }
+from support.accounts import funded_account, sort_code_beneficiary
 
 
 async def _at_once(
@@ -86,7 +52,7 @@ async def _at_once(
         account_id=account.id,
         currency=currency,
         amount=amount,
-        beneficiary=beneficiary or _beneficiary(),
+        beneficiary=beneficiary or sort_code_beneficiary("rent"),
         metadata={"order": "42"},
         now=now,
     )
@@ -141,13 +107,15 @@ async def _counts(pool: asyncpg.Pool) -> tuple[int, ...]:
 
 async def test_the_common_case_commits_what_the_general_path_writes(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
-    account = await _account(pool, now, credit=1_000)
+    account = await funded_account(pool, now, 1_000)
     answer = await _at_once(PayoutBatcher(pool), account, now)
     assert answer is not None
     payout_id = uuid.UUID(orjson.loads(answer)["id"])
 
     async with pool.acquire() as conn, conn.transaction():
-        destination = await open_loop_destination(conn, account, "GBP", _beneficiary())
+        destination = await open_loop_destination(
+            conn, account, "GBP", sort_code_beneficiary("rent")
+        )
         general_id = await accept_payout(
             conn,
             api="v3",
@@ -191,7 +159,7 @@ async def test_the_common_case_commits_what_the_general_path_writes(pool: asyncp
 )
 async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) -> None:
     now = ServiceClock().now()
-    account = await _account(pool, now, credit=1_000)
+    account = await funded_account(pool, now, 1_000)
     kwargs: dict[str, Any] = {}
     if case == "key_already_used":
         assert await _at_once(PayoutBatcher(pool), account, now) is not None
@@ -201,11 +169,13 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
         async with pool.acquire() as conn:
             await replace_screening_list(conn, ["Jane Doe"])
     elif case == "payee_is_a_bankrail_account":
-        other = await _account(pool, now, credit=1)
+        other = await funded_account(pool, now, 1)
         assert other.identifiers.sort_code
         assert other.identifiers.account_number
-        kwargs["beneficiary"] = _beneficiary(
-            sort_code=other.identifiers.sort_code, number=other.identifiers.account_number
+        kwargs["beneficiary"] = sort_code_beneficiary(
+            "rent",
+            sort_code=other.identifiers.sort_code,
+            account_number=other.identifiers.account_number,
         )
     elif case == "balance_threshold":
         async with pool.acquire() as conn:
@@ -218,7 +188,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
         kwargs["currency"] = "EUR"
     else:
         kwargs["beneficiary"] = {
-            **_beneficiary(),
+            **sort_code_beneficiary("rent"),
             "account_identifier": {"type": "iban", "iban": "DE89370400440532013000"},
         }
     before = await _counts(pool)
@@ -228,7 +198,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
 
 async def test_a_key_in_flight_elsewhere_is_left_to_the_general_path(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
-    account = await _account(pool, now, credit=1_000)
+    account = await funded_account(pool, now, 1_000)
     before = await _counts(pool)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("v3:client", "k1"))
@@ -238,7 +208,7 @@ async def test_a_key_in_flight_elsewhere_is_left_to_the_general_path(pool: async
 
 async def test_concurrent_payouts_share_commits_and_never_overdraw(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
-    account = await _account(pool, now, credit=1_000)
+    account = await funded_account(pool, now, 1_000)
     batcher = PayoutBatcher(pool)  # one per process, as in the service
     answers = await asyncio.gather(
         *(_at_once(batcher, account, now, key=f"k{i}", amount=300) for i in range(8)),
@@ -261,7 +231,7 @@ async def test_a_balance_that_falls_before_the_batch_locks_it_sends_the_batch_el
     """The batch reads balances before it locks the ledger rows; a hold committed in between
     that leaves too little makes the whole batch roll back, so the general path decides."""
     now = ServiceClock().now()
-    account = await _account(pool, now, credit=1_000)
+    account = await funded_account(pool, now, 1_000)
     async with pool.acquire() as other:
         transaction = other.transaction()
         await transaction.start()

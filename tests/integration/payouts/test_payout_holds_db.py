@@ -18,9 +18,8 @@ from bankrail.core.clock import ServiceClock
 from bankrail.core.problems import InvalidParameters
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
-from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
+from bankrail.merchants.service import get_account
 from bankrail.payments.sources import record_payment_source
 from bankrail.payouts.service import (
     ADVANCE_JOB,
@@ -29,8 +28,7 @@ from bankrail.payouts.service import (
     closed_loop_destination,
     open_loop_destination,
 )
-
-EXTERNAL_SORT_CODE = "040004"
+from support.accounts import funded_account, sort_code_beneficiary
 
 
 async def _clock(pool: asyncpg.Pool) -> ServiceClock:
@@ -60,51 +58,11 @@ async def _drain(queue: JobQueue, pool: asyncpg.Pool, *, max_rounds: int = 50) -
     raise AssertionError(f"jobs left after {max_rounds} rounds")
 
 
-async def _merchant_account(
-    pool: asyncpg.Pool, now: datetime, *, credit: int = 0, name: str = "Payer Ltd"
-) -> MerchantAccount:
-    async with pool.acquire() as conn, conn.transaction():
-        merchant_id = await create_merchant(conn, name, now)
-        account = await create_merchant_account(conn, merchant_id, "GBP", None, now)
-        if credit:
-            await credit_from_clearing(
-                conn,
-                account,
-                rail="bank_transfer",
-                amount=credit,
-                kind="topup",
-                reference_id=uuid.uuid4(),
-                now=now,
-            )
-    return await _fresh(pool, account.id)
-
-
 async def _fresh(pool: asyncpg.Pool, account_id: uuid.UUID) -> MerchantAccount:
     async with pool.acquire() as conn:
         account = await get_account(conn, account_id)
     assert account is not None
     return account
-
-
-def _sort_code_beneficiary(
-    reference: str = "payout",
-    *,
-    sort_code: str = EXTERNAL_SORT_CODE,
-    account_number: str = "12345678",
-    name: str = "Jane Doe",
-) -> dict[str, Any]:
-    return {
-        "type": "external_account",
-        "reference": reference,
-        "account_holder_name": name,
-        "account_identifier": {
-            "type": "sort_code_account_number",
-            "sort_code": sort_code,
-            "account_number": account_number,
-        },
-        "date_of_birth": None,
-        "address": None,
-    }
 
 
 async def _accept(
@@ -154,14 +112,14 @@ async def _assert_ledger_clean(pool: asyncpg.Pool) -> None:
 
 async def test_fifty_concurrent_payouts_against_funds_for_ten(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=1_000)
+    account = await funded_account(pool, clock.now(), 1_000)
     assert (account.available_balance, account.current_balance) == (1_000, 1_000)
 
     start = asyncio.Event()
 
     async def one(i: int) -> uuid.UUID:
         await start.wait()
-        beneficiary = _sort_code_beneficiary(f"payout {i}", account_number=f"{10_000_000 + i}")
+        beneficiary = sort_code_beneficiary(f"payout {i}", account_number=f"{10_000_000 + i}")
         return await _accept(pool, account, 100, beneficiary, clock.now())
 
     tasks = [asyncio.create_task(one(i)) for i in range(50)]
@@ -235,9 +193,9 @@ async def test_fifty_concurrent_payouts_against_funds_for_ten(pool: asyncpg.Pool
 
 async def test_scheme_error_releases_the_hold(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=5_000)
+    account = await funded_account(pool, clock.now(), 5_000)
     payout_id = await _accept(
-        pool, account, 1_200, _sort_code_beneficiary("inv 9 fail:scheme_error"), clock.now()
+        pool, account, 1_200, sort_code_beneficiary("inv 9 fail:scheme_error"), clock.now()
     )
     during = await _fresh(pool, account.id)
     assert (during.available_balance, during.current_balance) == (3_800, 5_000)
@@ -263,11 +221,11 @@ async def test_internal_transfer_credits_the_payee_in_the_same_ledger_transactio
     pool: asyncpg.Pool,
 ) -> None:
     clock = await _clock(pool)
-    payer = await _merchant_account(pool, clock.now(), credit=10_000, name="Payer Ltd")
-    payee = await _merchant_account(pool, clock.now(), credit=50, name="Payee Ltd")
+    payer = await funded_account(pool, clock.now(), 10_000, name="Payer Ltd")
+    payee = await funded_account(pool, clock.now(), 50, name="Payee Ltd")
     assert payee.identifiers.sort_code is not None
     assert payee.identifiers.account_number is not None
-    beneficiary = _sort_code_beneficiary(
+    beneficiary = sort_code_beneficiary(
         "internal",
         sort_code=payee.identifiers.sort_code,
         account_number=payee.identifiers.account_number,
@@ -335,8 +293,8 @@ async def _fingerprint(pool: asyncpg.Pool, payout_id: uuid.UUID) -> tuple[Any, .
 
 async def test_accepted_payout_survives_a_restart_and_executes_once(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=3_000)
-    payout_id = await _accept(pool, account, 700, _sort_code_beneficiary(), clock.now())
+    account = await funded_account(pool, clock.now(), 3_000)
+    payout_id = await _accept(pool, account, 700, sort_code_beneficiary(), clock.now())
     # The process "dies" here: no queue ever ran. A new process starts with a new clock
     # and a new queue.
     restarted_clock = await _clock(pool)
@@ -362,9 +320,9 @@ async def test_restart_mid_flight_resumes_from_the_last_committed_step(
     pool: asyncpg.Pool,
 ) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=3_000)
+    account = await funded_account(pool, clock.now(), 3_000)
     payout_id = await _accept(
-        pool, account, 400, _sort_code_beneficiary("payout delay:60"), clock.now()
+        pool, account, 400, sort_code_beneficiary("payout delay:60"), clock.now()
     )
     first = _queue(pool, clock)
     assert await first.run_one()  # authorize and submit, then the process dies
@@ -392,8 +350,8 @@ async def test_advancing_a_finished_payout_again_is_a_no_op(
     pool: asyncpg.Pool, reference: str
 ) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=1_000)
-    payout_id = await _accept(pool, account, 100, _sort_code_beneficiary(reference), clock.now())
+    account = await funded_account(pool, clock.now(), 1_000)
+    payout_id = await _accept(pool, account, 100, sort_code_beneficiary(reference), clock.now())
     await _drain(_queue(pool, clock), pool)
     before = await _fingerprint(pool, payout_id)
     for _ in range(2):
@@ -408,8 +366,8 @@ async def test_advancing_a_finished_payout_again_is_a_no_op(
 
 async def test_closed_loop_payout_to_a_recorded_payment_source(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
-    account = await _merchant_account(pool, clock.now(), credit=2_000)
-    other = await _merchant_account(pool, clock.now(), credit=2_000)
+    account = await funded_account(pool, clock.now(), 2_000)
+    other = await funded_account(pool, clock.now(), 2_000)
     remitter = AccountIdentifiers("", "040004", "87654321")
     async with pool.acquire() as conn, conn.transaction():
         source = await record_payment_source(

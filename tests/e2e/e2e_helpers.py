@@ -70,6 +70,18 @@ def fresh_token(merchant: MerchantClient, **form: str) -> dict[str, Any]:
     return body
 
 
+def merchant_sending_webhooks(operator: Operator, payments_uri: str, top_up: int) -> MerchantClient:
+    """A new merchant with one GBP account, topped up by `top_up`, whose payments API
+    webhooks go to `payments_uri`."""
+    merchant = operator.new_merchant(currencies=("GBP",))
+    webhooks = operator.put(
+        f"/admin/merchants/{merchant.merchant_id}/webhooks", {"payments_uri": payments_uri}
+    )
+    assert webhooks.status_code == 200, webhooks.text
+    assert operator.top_up(merchant.accounts["GBP"], top_up).status_code == 201
+    return merchant
+
+
 def account_by_currency(merchant: MerchantClient, currency: str) -> dict[str, Any]:
     """The merchant's account in `currency`, as GET /v3/merchant-accounts/{id} answers now."""
     account_id = merchant.accounts[currency]["id"]

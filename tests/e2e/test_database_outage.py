@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import assert_problem, private_data_dir, wait_for
+from e2e_helpers import assert_problem, merchant_sending_webhooks, private_data_dir, wait_for
 
 from bankrail.db.embedded import EmbeddedPostgres
 from support.api import MerchantClient, Operator
@@ -245,13 +245,7 @@ def stack() -> Iterator[Stack]:
         operator = Operator(server.base_url, server.admin_token)
         try:
             server.start()
-            merchant = operator.new_merchant(currencies=("GBP",))
-            webhooks = operator.put(
-                f"/admin/merchants/{merchant.merchant_id}/webhooks",
-                {"payments_uri": f"{receiver.url}/payments"},
-            )
-            assert webhooks.status_code == 200, webhooks.text
-            assert operator.top_up(merchant.accounts["GBP"], TOP_UP).status_code == 201
+            merchant = merchant_sending_webhooks(operator, f"{receiver.url}/payments", TOP_UP)
             merchant.token()
             assert server.process is not None
             yield Stack(postgres, server, operator, merchant, receiver, server.process.pid)

@@ -25,7 +25,13 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import is_uuid, private_data_dir, processes_mentioning, wait_for
+from e2e_helpers import (
+    is_uuid,
+    merchant_sending_webhooks,
+    private_data_dir,
+    processes_mentioning,
+    wait_for,
+)
 
 from support.api import MerchantClient, Operator
 from support.receiver import Answer, Received, WebhookReceiver
@@ -190,13 +196,7 @@ def test_sigterm_answers_in_flight_requests_finishes_deliveries_and_exits_zero(
     try:
         server.start()
         operator = Operator(server.base_url, server.admin_token)
-        merchant = operator.new_merchant(currencies=("GBP",))
-        webhooks = operator.put(
-            f"/admin/merchants/{merchant.merchant_id}/webhooks",
-            {"payments_uri": f"{receiver.url}/payments"},
-        )
-        assert webhooks.status_code == 200, webhooks.text
-        assert operator.top_up(merchant.accounts["GBP"], TOP_UP).status_code == 201
+        merchant = merchant_sending_webhooks(operator, f"{receiver.url}/payments", TOP_UP)
 
         # Payouts that execute at once: their webhooks reach the receiver, which holds them.
         quick: dict[str, int] = {}

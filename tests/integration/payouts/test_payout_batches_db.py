@@ -30,6 +30,7 @@ from bankrail.payouts.service import (
 )
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import funded_account, sort_code_beneficiary
+from support.payouts import accepted_payout
 
 HOOK = "https://merchant.example/hooks"
 SCREENED = "Sanctioned Person"
@@ -221,19 +222,8 @@ async def test_a_batch_writes_what_advance_payout_writes_one_by_one(pool: asyncp
 async def test_a_payout_with_two_jobs_in_one_batch_advances_once(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
     account = await _account(pool, now)
-    async with pool.acquire() as conn, conn.transaction():
-        destination = await open_loop_destination(
-            conn, account, "GBP", sort_code_beneficiary("rent", "Jane Doe")
-        )
-        payout_id = await accept_payout(
-            conn,
-            api="v3",
-            account=account,
-            amount=100,
-            destination=destination,
-            reference="rent",
-            now=now,
-        )
+    payout_id = await accepted_payout(pool, account, 100, sort_code_beneficiary("rent"), now)
+    async with pool.acquire() as conn:
         await conn.execute(
             "INSERT INTO jobs (kind, payload, run_at) VALUES ($1, $2, $3)",
             ADVANCE_JOB,
@@ -275,19 +265,7 @@ async def test_jobs_a_batch_cannot_take_are_left_to_advance_payout(pool: asyncpg
         (payer, internal, 100),
         (watched, sort_code_beneficiary("rent fail:scheme_error", "Jane Doe"), 6_000),
     ):
-        async with pool.acquire() as conn, conn.transaction():
-            destination = await open_loop_destination(conn, account, "GBP", beneficiary)
-            ids.append(
-                await accept_payout(
-                    conn,
-                    api="v3",
-                    account=account,
-                    amount=amount,
-                    destination=destination,
-                    reference=beneficiary["reference"],
-                    now=now,
-                )
-            )
+        ids.append(await accepted_payout(pool, account, amount, beneficiary, now))
     assert await _in_a_batch(pool, now) == 0
 
     queue = JobQueue(pool, clock)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -26,9 +25,9 @@ from bankrail.payouts.service import (
     accept_payout,
     advance_payout,
     closed_loop_destination,
-    open_loop_destination,
 )
 from support.accounts import funded_account, sort_code_beneficiary
+from support.payouts import accepted_payout
 
 
 async def _clock(pool: asyncpg.Pool) -> ServiceClock:
@@ -63,26 +62,6 @@ async def _fresh(pool: asyncpg.Pool, account_id: uuid.UUID) -> MerchantAccount:
         account = await get_account(conn, account_id)
     assert account is not None
     return account
-
-
-async def _accept(
-    pool: asyncpg.Pool,
-    account: MerchantAccount,
-    amount: int,
-    beneficiary: dict[str, Any],
-    now: datetime,
-) -> uuid.UUID:
-    async with pool.acquire() as conn, conn.transaction():
-        destination = await open_loop_destination(conn, account, "GBP", beneficiary)
-        return await accept_payout(
-            conn,
-            api="v3",
-            account=account,
-            amount=amount,
-            destination=destination,
-            reference=beneficiary["reference"],
-            now=now,
-        )
 
 
 async def _payout(pool: asyncpg.Pool, payout_id: uuid.UUID) -> asyncpg.Record:
@@ -120,7 +99,7 @@ async def test_fifty_concurrent_payouts_against_funds_for_ten(pool: asyncpg.Pool
     async def one(i: int) -> uuid.UUID:
         await start.wait()
         beneficiary = sort_code_beneficiary(f"payout {i}", account_number=f"{10_000_000 + i}")
-        return await _accept(pool, account, 100, beneficiary, clock.now())
+        return await accepted_payout(pool, account, 100, beneficiary, clock.now())
 
     tasks = [asyncio.create_task(one(i)) for i in range(50)]
     start.set()
@@ -194,7 +173,7 @@ async def test_fifty_concurrent_payouts_against_funds_for_ten(pool: asyncpg.Pool
 async def test_scheme_error_releases_the_hold(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
     account = await funded_account(pool, clock.now(), 5_000)
-    payout_id = await _accept(
+    payout_id = await accepted_payout(
         pool, account, 1_200, sort_code_beneficiary("inv 9 fail:scheme_error"), clock.now()
     )
     during = await _fresh(pool, account.id)
@@ -231,7 +210,7 @@ async def test_internal_transfer_credits_the_payee_in_the_same_ledger_transactio
         account_number=payee.identifiers.account_number,
         name="Payee Ltd",
     )
-    payout_id = await _accept(pool, payer, 2_500, beneficiary, clock.now())
+    payout_id = await accepted_payout(pool, payer, 2_500, beneficiary, clock.now())
     row = await _payout(pool, payout_id)
     assert row["scheme_id"] == "internal_transfer"
     assert row["destination_account_id"] == payee.id
@@ -294,7 +273,7 @@ async def _fingerprint(pool: asyncpg.Pool, payout_id: uuid.UUID) -> tuple[Any, .
 async def test_accepted_payout_survives_a_restart_and_executes_once(pool: asyncpg.Pool) -> None:
     clock = await _clock(pool)
     account = await funded_account(pool, clock.now(), 3_000)
-    payout_id = await _accept(pool, account, 700, sort_code_beneficiary(), clock.now())
+    payout_id = await accepted_payout(pool, account, 700, sort_code_beneficiary(), clock.now())
     # The process "dies" here: no queue ever ran. A new process starts with a new clock
     # and a new queue.
     restarted_clock = await _clock(pool)
@@ -321,7 +300,7 @@ async def test_restart_mid_flight_resumes_from_the_last_committed_step(
 ) -> None:
     clock = await _clock(pool)
     account = await funded_account(pool, clock.now(), 3_000)
-    payout_id = await _accept(
+    payout_id = await accepted_payout(
         pool, account, 400, sort_code_beneficiary("payout delay:60"), clock.now()
     )
     first = _queue(pool, clock)
@@ -351,7 +330,9 @@ async def test_advancing_a_finished_payout_again_is_a_no_op(
 ) -> None:
     clock = await _clock(pool)
     account = await funded_account(pool, clock.now(), 1_000)
-    payout_id = await _accept(pool, account, 100, sort_code_beneficiary(reference), clock.now())
+    payout_id = await accepted_payout(
+        pool, account, 100, sort_code_beneficiary(reference), clock.now()
+    )
     await _drain(_queue(pool, clock), pool)
     before = await _fingerprint(pool, payout_id)
     for _ in range(2):

@@ -15,8 +15,15 @@ import httpx
 import pytest
 from e2e_helpers import wait_for
 from pay_in_helpers import payment_body
+from payout_helpers import (
+    GB_IBAN,
+    create_payout,
+    external_beneficiary,
+    funded_merchant,
+    payout_body,
+    wait_payout_status,
+)
 from prometheus_client.parser import text_string_to_metric_families
-from test_payouts_v3_http import GB_IBAN, _beneficiary, _body, _create, _merchant, _wait_status
 from test_production_mode_http import PRODUCTION, _log_documents
 
 from support.api import Operator
@@ -68,8 +75,10 @@ def _scrape(base_url: str, token: str | None = None) -> Scrape:
 def test_requests_are_counted_by_route_template_with_latency(
     server: RunningServer, operator: Operator
 ) -> None:
-    merchant = _merchant(operator, gbp=5_000)
-    payout_id = _create(merchant, _body(merchant, "GBP", 1_000, _beneficiary(GB_IBAN)))
+    merchant = funded_merchant(operator, gbp=5_000)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 1_000, external_beneficiary(GB_IBAN))
+    )
     merchant.token()
     unknown_path = f"/no/such/route/{uuid.uuid4()}"
     before = _scrape(server.base_url)
@@ -133,9 +142,11 @@ def test_business_state_webhooks_and_the_pool_are_reported(
     server: RunningServer, operator: Operator, flaky_receiver: WebhookReceiver
 ) -> None:
     before = _scrape(server.base_url)
-    merchant = _merchant(operator, flaky_receiver, gbp=5_000)
-    payout_id = _create(merchant, _body(merchant, "GBP", 1_000, _beneficiary(GB_IBAN)))
-    assert _wait_status(merchant, payout_id, {"executed", "failed"})["status"] == "executed"
+    merchant = funded_merchant(operator, flaky_receiver, gbp=5_000)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 1_000, external_beneficiary(GB_IBAN))
+    )
+    assert wait_payout_status(merchant, payout_id, {"executed", "failed"})["status"] == "executed"
     payment = merchant.signed_post("/v3/payments", payment_body(merchant))
     assert payment.status_code == 201, payment.text
     refused_event = flaky_receiver.wait_for(lambda got: len(got) >= 2)[0].json()["event_id"]

@@ -22,107 +22,25 @@ from e2e_helpers import (
     parse_time,
     wait_for,
 )
+from payout_helpers import (
+    BAD_CHECKSUM_IBAN,
+    DE_IBAN,
+    GB_IBAN,
+    PATH,
+    SORT_CODE,
+    create_payout,
+    external_beneficiary,
+    funded_merchant,
+    get_payout,
+    payout_body,
+    wait_payout_status,
+)
 
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
 
-PATH = "/v3/payouts"
 TERMINAL = {"executed", "failed"}
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")
-
-SORT_CODE = {
-    "type": "sort_code_account_number",
-    "sort_code": "040004",
-    "account_number": "12345678",
-}
-GB_IBAN = {"type": "iban", "iban": "GB29NWBK60161331926819"}
-DE_IBAN = {"type": "iban", "iban": "DE89370400440532013000"}
-BAD_CHECKSUM_IBAN = {"type": "iban", "iban": "GB29NWBK60161331926818"}
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-
-def _merchant(
-    operator: Operator,
-    receiver: WebhookReceiver | None = None,
-    *,
-    gbp: int = 0,
-    eur: int = 0,
-    scopes: list[str] | None = None,
-) -> MerchantClient:
-    merchant = operator.new_merchant(scopes=scopes)
-    if receiver is not None:
-        answer = operator.put(
-            f"/admin/merchants/{merchant.merchant_id}/webhooks",
-            {"payments_uri": f"{receiver.url}/payments", "payouts_uri": f"{receiver.url}/payouts"},
-        )
-        assert answer.status_code == 200, answer.text
-    for currency, amount in (("GBP", gbp), ("EUR", eur)):
-        if amount:
-            answer = operator.top_up(merchant.accounts[currency], amount)
-            assert answer.status_code == 201, answer.text
-    return merchant
-
-
-def _beneficiary(
-    account_identifier: dict[str, Any],
-    *,
-    name: str = "Jane Doe",
-    reference: str = "payout 1",
-    **extra: Any,
-) -> dict[str, Any]:
-    return {
-        "type": "external_account",
-        "reference": reference,
-        "account_holder_name": name,
-        "account_identifier": account_identifier,
-        **extra,
-    }
-
-
-def _body(
-    merchant: MerchantClient,
-    currency: str,
-    amount: int,
-    beneficiary: dict[str, Any],
-    *,
-    account_currency: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    return {
-        "merchant_account_id": merchant.accounts[account_currency or currency]["id"],
-        "amount_in_minor": amount,
-        "currency": currency,
-        "beneficiary": beneficiary,
-        **extra,
-    }
-
-
-def _create(merchant: MerchantClient, body: dict[str, Any]) -> str:
-    answer = merchant.signed_post(PATH, body)
-    assert answer.status_code == 202, answer.text
-    created = answer.json()
-    assert set(created) == {"id"}
-    assert is_uuid(created["id"])
-    return str(created["id"])
-
-
-def _get(merchant: MerchantClient, payout_id: str) -> dict[str, Any]:
-    answer = merchant.get(f"{PATH}/{payout_id}")
-    assert answer.status_code == 200, answer.text
-    record: dict[str, Any] = answer.json()
-    return record
-
-
-def _wait_status(
-    merchant: MerchantClient, payout_id: str, statuses: set[str], timeout: float = 20
-) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        record = _get(merchant, payout_id)
-        return record if record["status"] in statuses else None
-
-    return wait_for(check, timeout=timeout, what=f"payout {payout_id} in {statuses}")
 
 
 def _events(receiver: WebhookReceiver, payout_id: str) -> list[dict[str, Any]]:
@@ -177,9 +95,9 @@ def test_open_loop_payout_executes_and_is_reported(
     account_identifier: dict[str, Any],
     scheme: str,
 ) -> None:
-    merchant = _merchant(operator, receiver, **{currency.lower(): 10_000})
+    merchant = funded_merchant(operator, receiver, **{currency.lower(): 10_000})
     metadata = {"order": "A-17", "customer": "c 42"}
-    beneficiary = _beneficiary(
+    beneficiary = external_beneficiary(
         account_identifier,
         date_of_birth="1990-01-31",
         address={
@@ -190,9 +108,11 @@ def test_open_loop_payout_executes_and_is_reported(
             "country_code": "GB",
         },
     )
-    payout_id = _create(merchant, _body(merchant, currency, 2_500, beneficiary, metadata=metadata))
+    payout_id = create_payout(
+        merchant, payout_body(merchant, currency, 2_500, beneficiary, metadata=metadata)
+    )
 
-    record = _wait_status(merchant, payout_id, TERMINAL)
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "executed", record
     assert record["id"] == payout_id
     assert record["merchant_account_id"] == merchant.accounts[currency]["id"]
@@ -249,17 +169,21 @@ def test_open_loop_payout_executes_and_is_reported(
 def test_payout_without_metadata_reports_empty_metadata(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, gbp=1_000)
-    payout_id = _create(merchant, _body(merchant, "GBP", 100, _beneficiary(SORT_CODE)))
-    assert _wait_status(merchant, payout_id, TERMINAL)["status"] == "executed"
+    merchant = funded_merchant(operator, receiver, gbp=1_000)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
+    )
+    assert wait_payout_status(merchant, payout_id, TERMINAL)["status"] == "executed"
     assert _wait_event(receiver, payout_id, "payout_executed")["metadata"] == {}
 
 
 def test_iban_is_stored_in_its_normalised_form(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
+    merchant = funded_merchant(operator, gbp=1_000)
     spaced = {"type": "iban", "iban": "gb29 nwbk 6016 1331 9268 19"}
-    payout_id = _create(merchant, _body(merchant, "GBP", 100, _beneficiary(spaced)))
-    record = _wait_status(merchant, payout_id, TERMINAL)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 100, external_beneficiary(spaced))
+    )
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "executed"
     assert record["beneficiary"]["account_identifier"] == GB_IBAN
     assert record["beneficiary"]["account_identifiers"] == [GB_IBAN]
@@ -285,14 +209,16 @@ def _wait_submitted(merchant: MerchantClient, currency: str, payout_id: str) -> 
 def test_delayed_payout_holds_funds_until_the_clock_moves(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, gbp=10_000)
-    body = _body(merchant, "GBP", 3_000, _beneficiary(SORT_CODE, reference="slow delay:600"))
-    payout_id = _create(merchant, body)
+    merchant = funded_merchant(operator, receiver, gbp=10_000)
+    body = payout_body(
+        merchant, "GBP", 3_000, external_beneficiary(SORT_CODE, reference="slow delay:600")
+    )
+    payout_id = create_payout(merchant, body)
     # The hold is taken in the request's transaction: available falls before any job runs.
     assert _balances(merchant, "GBP") == (10_000, 7_000)
 
     _wait_submitted(merchant, "GBP", payout_id)
-    record = _get(merchant, payout_id)
+    record = get_payout(merchant, payout_id)
     assert record["status"] == "authorized"
     assert "executed_at" not in record
     assert _balances(merchant, "GBP") == (10_000, 7_000)
@@ -300,22 +226,23 @@ def test_delayed_payout_holds_funds_until_the_clock_moves(
 
     advanced = operator.post("/sandbox/clock/advance", {"seconds": 600})
     assert advanced.status_code == 200, advanced.text
-    record = _wait_status(merchant, payout_id, TERMINAL)
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "executed", record
     assert _balances(merchant, "GBP") == (7_000, 7_000)
     _wait_event(receiver, payout_id, "payout_executed")
 
 
 def test_delayed_payout_executes_no_earlier_than_its_delay(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=5_000)
-    payout_id = _create(
-        merchant, _body(merchant, "GBP", 1_000, _beneficiary(SORT_CODE, reference="DELAY:600"))
+    merchant = funded_merchant(operator, gbp=5_000)
+    payout_id = create_payout(
+        merchant,
+        payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE, reference="DELAY:600")),
     )
     submitted = _wait_submitted(merchant, "GBP", payout_id)
     assert operator.post("/sandbox/clock/advance", {"seconds": 1}).status_code == 200
-    assert _get(merchant, payout_id)["status"] == "authorized"
+    assert get_payout(merchant, payout_id)["status"] == "authorized"
     assert operator.post("/sandbox/clock/advance", {"seconds": 600}).status_code == 200
-    record = _wait_status(merchant, payout_id, TERMINAL)
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "executed"
     elapsed = parse_time(record["executed_at"]) - parse_time(submitted["submitted_at"])
     assert elapsed.total_seconds() >= 600
@@ -327,7 +254,7 @@ def test_delayed_payout_executes_no_earlier_than_its_delay(operator: Operator) -
 def _assert_failed(
     merchant: MerchantClient, receiver: WebhookReceiver, payout_id: str, reason: str
 ) -> dict[str, Any]:
-    record = _wait_status(merchant, payout_id, TERMINAL)
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "failed", record
     assert record["failure_reason"] == reason
     assert ISO_Z.match(record["failed_at"])
@@ -357,8 +284,10 @@ def _assert_failed(
 def test_insufficient_funds_is_accepted_then_fails(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, gbp=500)
-    payout_id = _create(merchant, _body(merchant, "GBP", 501, _beneficiary(SORT_CODE)))
+    merchant = funded_merchant(operator, receiver, gbp=500)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 501, external_beneficiary(SORT_CODE))
+    )
     record = _assert_failed(merchant, receiver, payout_id, "insufficient_funds")
     assert "authorized_at" not in record
     assert _balances(merchant, "GBP") == (500, 500)
@@ -367,8 +296,10 @@ def test_insufficient_funds_is_accepted_then_fails(
 def test_insufficient_funds_on_an_empty_account(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver)
-    payout_id = _create(merchant, _body(merchant, "EUR", 1, _beneficiary(DE_IBAN)))
+    merchant = funded_merchant(operator, receiver)
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "EUR", 1, external_beneficiary(DE_IBAN))
+    )
     _assert_failed(merchant, receiver, payout_id, "insufficient_funds")
     assert _balances(merchant, "EUR") == (0, 0)
 
@@ -386,26 +317,30 @@ def screening(operator: Operator) -> Iterator[None]:
 def test_screened_beneficiary_is_blocked(operator: Operator, receiver: WebhookReceiver) -> None:
     listed = operator.post("/admin/screening-list", {"names": ["Jöhn  SMITH"]})
     assert listed.status_code == 200, listed.text
-    merchant = _merchant(operator, receiver, gbp=2_000)
-    payout_id = _create(
-        merchant, _body(merchant, "GBP", 1_000, _beneficiary(SORT_CODE, name="john smith"))
+    merchant = funded_merchant(operator, receiver, gbp=2_000)
+    payout_id = create_payout(
+        merchant,
+        payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE, name="john smith")),
     )
     _assert_failed(merchant, receiver, payout_id, "blocked")
     assert _balances(merchant, "GBP") == (2_000, 2_000)
     # Someone else is paid normally.
-    other = _create(
-        merchant, _body(merchant, "GBP", 1_000, _beneficiary(SORT_CODE, name="Jo Smith"))
+    other = create_payout(
+        merchant,
+        payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE, name="Jo Smith")),
     )
-    assert _wait_status(merchant, other, TERMINAL)["status"] == "executed"
+    assert wait_payout_status(merchant, other, TERMINAL)["status"] == "executed"
 
 
 def test_scheme_error_fails_and_releases_the_hold(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, gbp=4_000)
-    payout_id = _create(
+    merchant = funded_merchant(operator, receiver, gbp=4_000)
+    payout_id = create_payout(
         merchant,
-        _body(merchant, "GBP", 1_500, _beneficiary(GB_IBAN, reference="x fail:scheme_error")),
+        payout_body(
+            merchant, "GBP", 1_500, external_beneficiary(GB_IBAN, reference="x fail:scheme_error")
+        ),
     )
     record = _assert_failed(merchant, receiver, payout_id, "scheme_error")
     assert "authorized_at" in record  # it got as far as the scheme
@@ -418,15 +353,20 @@ def test_scheme_error_fails_and_releases_the_hold(
 def test_payout_to_another_bankrail_account_is_an_internal_transfer(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    payer = _merchant(operator, receiver, gbp=9_000)
-    payee = _merchant(operator, gbp=100)
+    payer = funded_merchant(operator, receiver, gbp=9_000)
+    payee = funded_merchant(operator, gbp=100)
     payee_account = payee.accounts["GBP"]
     scan = identifier(payee_account, "sort_code_account_number")
-    payout_id = _create(
+    payout_id = create_payout(
         payer,
-        _body(payer, "GBP", 4_000, _beneficiary(scan, name=payee_account["account_holder_name"])),
+        payout_body(
+            payer,
+            "GBP",
+            4_000,
+            external_beneficiary(scan, name=payee_account["account_holder_name"]),
+        ),
     )
-    record = _wait_status(payer, payout_id, TERMINAL)
+    record = wait_payout_status(payer, payout_id, TERMINAL)
     assert record["status"] == "executed", record
     assert record["scheme_id"] == "internal_transfer"
     assert _wait_event(receiver, payout_id, "payout_executed")["scheme_id"] == "internal_transfer"
@@ -436,11 +376,13 @@ def test_payout_to_another_bankrail_account_is_an_internal_transfer(
 
 @pytest.mark.parametrize("currency", ["GBP", "EUR"])
 def test_payout_to_another_bankrail_iban_is_internal(operator: Operator, currency: str) -> None:
-    payer = _merchant(operator, **{currency.lower(): 3_000})
-    payee = _merchant(operator)
+    payer = funded_merchant(operator, **{currency.lower(): 3_000})
+    payee = funded_merchant(operator)
     iban = identifier(payee.accounts[currency], "iban")
-    payout_id = _create(payer, _body(payer, currency, 1_000, _beneficiary(iban)))
-    record = _wait_status(payer, payout_id, TERMINAL)
+    payout_id = create_payout(
+        payer, payout_body(payer, currency, 1_000, external_beneficiary(iban))
+    )
+    record = wait_payout_status(payer, payout_id, TERMINAL)
     assert record["status"] == "executed"
     assert record["scheme_id"] == "internal_transfer"
     assert _balances(payee, currency) == (1_000, 1_000)
@@ -451,14 +393,14 @@ def test_payout_to_another_bankrail_iban_is_internal(operator: Operator, currenc
 
 
 def test_closed_loop_with_an_unknown_payment_source_is_400(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
+    merchant = funded_merchant(operator, gbp=1_000)
     beneficiary = {
         "type": "payment_source",
         "user_id": str(uuid.uuid4()),
         "payment_source_id": str(uuid.uuid4()),
         "reference": "refund",
     }
-    answer = merchant.signed_post(PATH, _body(merchant, "GBP", 100, beneficiary))
+    answer = merchant.signed_post(PATH, payout_body(merchant, "GBP", 100, beneficiary))
     body = assert_invalid(answer, "beneficiary.payment_source_id")
     assert "beneficiary.payment_source_id" in body["errors"]
     assert _balances(merchant, "GBP") == (1_000, 1_000)
@@ -468,8 +410,8 @@ def test_closed_loop_with_an_unknown_payment_source_is_400(operator: Operator) -
 
 
 def test_same_key_same_body_replays_identical_bytes_and_pays_once(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=5_000)
-    body = _body(merchant, "GBP", 1_000, _beneficiary(SORT_CODE))
+    merchant = funded_merchant(operator, gbp=5_000)
+    body = payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE))
     key = str(uuid.uuid4())
     first = merchant.signed_post(PATH, body, idempotency_key=key)
     assert first.status_code == 202, first.text
@@ -478,20 +420,20 @@ def test_same_key_same_body_replays_identical_bytes_and_pays_once(operator: Oper
     assert second.content == first.content
     assert second.headers["content-type"] == first.headers["content-type"]
     payout_id = first.json()["id"]
-    assert _wait_status(merchant, payout_id, TERMINAL)["status"] == "executed"
+    assert wait_payout_status(merchant, payout_id, TERMINAL)["status"] == "executed"
     third = merchant.signed_post(PATH, body, idempotency_key=key)  # after it finished
     assert third.status_code == 202
     assert third.content == first.content
     assert _balances(merchant, "GBP") == (4_000, 4_000)  # paid once
     # A new key is a new payout.
-    other = _create(merchant, body)
+    other = create_payout(merchant, body)
     assert other != payout_id
 
 
 def test_same_key_different_body_is_422(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=5_000)
+    merchant = funded_merchant(operator, gbp=5_000)
     key = str(uuid.uuid4())
-    body = _body(merchant, "GBP", 1_000, _beneficiary(SORT_CODE))
+    body = payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE))
     assert merchant.signed_post(PATH, body, idempotency_key=key).status_code == 202
     changed = {**body, "amount_in_minor": 1_001}
     answer = merchant.signed_post(PATH, changed, idempotency_key=key)
@@ -501,9 +443,11 @@ def test_same_key_different_body_is_422(operator: Operator) -> None:
 
 
 def test_missing_idempotency_key_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
+    merchant = funded_merchant(operator, gbp=1_000)
     answer = merchant.signed_post(
-        PATH, _body(merchant, "GBP", 100, _beneficiary(SORT_CODE)), idempotency_key=None
+        PATH,
+        payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE)),
+        idempotency_key=None,
     )
     body = assert_problem(answer, 401, "Unauthenticated")
     assert "Invalid request signature" in body["detail"]
@@ -511,8 +455,10 @@ def test_missing_idempotency_key_is_401(operator: Operator) -> None:
 
 
 def test_idempotency_key_not_in_signed_headers_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
-    content = json.dumps(_body(merchant, "GBP", 100, _beneficiary(SORT_CODE))).encode()
+    merchant = funded_merchant(operator, gbp=1_000)
+    content = json.dumps(
+        payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
+    ).encode()
     headers = _signed_headers(merchant, content, {})  # tl_headers is empty
     headers["Idempotency-Key"] = str(uuid.uuid4())
     answer = merchant.http.post(PATH, content=content, headers=headers)
@@ -525,10 +471,10 @@ def test_idempotency_key_not_in_signed_headers_is_401(operator: Operator) -> Non
 
 
 def test_unsigned_request_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
+    merchant = funded_merchant(operator, gbp=1_000)
     answer = merchant.http.post(
         PATH,
-        json=_body(merchant, "GBP", 100, _beneficiary(SORT_CODE)),
+        json=payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE)),
         headers={**bearer(merchant.token()), "Idempotency-Key": str(uuid.uuid4())},
     )
     body = assert_problem(answer, 401, "Unauthenticated")
@@ -536,8 +482,8 @@ def test_unsigned_request_is_401(operator: Operator) -> None:
 
 
 def test_body_tampered_after_signing_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=10_000)
-    body = _body(merchant, "GBP", 100, _beneficiary(SORT_CODE))
+    merchant = funded_merchant(operator, gbp=10_000)
+    body = payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
     content = json.dumps(body).encode()
     key = str(uuid.uuid4())
     headers = {
@@ -554,18 +500,20 @@ def test_body_tampered_after_signing_is_401(operator: Operator) -> None:
 
 
 def test_missing_token_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator)
+    merchant = funded_merchant(operator)
     answer = httpx.post(
         f"{merchant.base_url}{PATH}",
-        json=_body(merchant, "GBP", 100, _beneficiary(SORT_CODE)),
+        json=payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE)),
         timeout=30,
     )
     assert_problem(answer, 401, "Unauthenticated")
 
 
 def test_token_without_payments_scope_is_403_invalid_audience(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000, scopes=[])
-    answer = merchant.signed_post(PATH, _body(merchant, "GBP", 100, _beneficiary(SORT_CODE)))
+    merchant = funded_merchant(operator, gbp=1_000, scopes=[])
+    answer = merchant.signed_post(
+        PATH, payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
+    )
     body = assert_problem(answer, 403, "Forbidden")
     assert "InvalidAudience" in body["detail"]
     assert_problem(merchant.get(f"{PATH}/{uuid.uuid4()}"), 403, "Forbidden")
@@ -586,26 +534,28 @@ def test_token_without_payments_scope_is_403_invalid_audience(operator: Operator
 
 
 def test_another_merchants_account_is_404(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
-    other = _merchant(operator, gbp=1_000)
-    body = _body(merchant, "GBP", 100, _beneficiary(SORT_CODE))
+    merchant = funded_merchant(operator, gbp=1_000)
+    other = funded_merchant(operator, gbp=1_000)
+    body = payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
     body["merchant_account_id"] = other.accounts["GBP"]["id"]
     assert_problem(merchant.signed_post(PATH, body), 404, "Not Found")
     assert _balances(other, "GBP") == (1_000, 1_000)
 
 
 def test_unknown_account_is_404(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
-    body = _body(merchant, "GBP", 100, _beneficiary(SORT_CODE))
+    merchant = funded_merchant(operator, gbp=1_000)
+    body = payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE))
     body["merchant_account_id"] = str(uuid.uuid4())
     assert_problem(merchant.signed_post(PATH, body), 404, "Not Found")
 
 
 def test_another_merchants_payout_is_404(operator: Operator) -> None:
-    owner = _merchant(operator, gbp=1_000)
-    stranger = _merchant(operator)
-    payout_id = _create(owner, _body(owner, "GBP", 100, _beneficiary(SORT_CODE)))
-    assert _get(owner, payout_id)["id"] == payout_id
+    owner = funded_merchant(operator, gbp=1_000)
+    stranger = funded_merchant(operator)
+    payout_id = create_payout(
+        owner, payout_body(owner, "GBP", 100, external_beneficiary(SORT_CODE))
+    )
+    assert get_payout(owner, payout_id)["id"] == payout_id
     assert_problem(stranger.get(f"{PATH}/{payout_id}"), 404, "Not Found")
     assert_problem(stranger.get(f"{PATH}/{uuid.uuid4()}"), 404, "Not Found")
 
@@ -629,7 +579,7 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     (
         "iban-checksum",
         "GBP",
-        {"beneficiary": _beneficiary(BAD_CHECKSUM_IBAN)},
+        {"beneficiary": external_beneficiary(BAD_CHECKSUM_IBAN)},
         "beneficiary.account_identifier.iban",
     ),
     ("amount-zero", "GBP", {"amount_in_minor": 0}, "amount_in_minor"),
@@ -640,67 +590,67 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
     (
         "no-reference",
         "GBP",
-        {"beneficiary": _without(_beneficiary(SORT_CODE), "reference")},
+        {"beneficiary": _without(external_beneficiary(SORT_CODE), "reference")},
         "beneficiary.reference",
     ),
     (
         "no-holder-name",
         "GBP",
-        {"beneficiary": _without(_beneficiary(SORT_CODE), "account_holder_name")},
+        {"beneficiary": _without(external_beneficiary(SORT_CODE), "account_holder_name")},
         "beneficiary.account_holder_name",
     ),
     (
         "gbp-to-de-iban",
         "GBP",
-        {"beneficiary": _beneficiary(DE_IBAN)},
+        {"beneficiary": external_beneficiary(DE_IBAN)},
         "beneficiary.account_identifier",
     ),
     (
         "eur-to-sort-code",
         "EUR",
-        {"currency": "EUR", "beneficiary": _beneficiary(SORT_CODE)},
+        {"currency": "EUR", "beneficiary": external_beneficiary(SORT_CODE)},
         "beneficiary.account_identifier",
     ),
     (
         "eur-to-gb-iban",
         "EUR",
-        {"currency": "EUR", "beneficiary": _beneficiary(GB_IBAN)},
+        {"currency": "EUR", "beneficiary": external_beneficiary(GB_IBAN)},
         "beneficiary.account_identifier",
     ),
     (
         "currency-not-the-accounts",
         "GBP",
-        {"currency": "EUR", "beneficiary": _beneficiary(DE_IBAN)},
+        {"currency": "EUR", "beneficiary": external_beneficiary(DE_IBAN)},
         "currency",
     ),
     (
         "date-of-birth-2020-02-30",
         "GBP",
-        {"beneficiary": _beneficiary(SORT_CODE, date_of_birth="2020-02-30")},
+        {"beneficiary": external_beneficiary(SORT_CODE, date_of_birth="2020-02-30")},
         "beneficiary.date_of_birth",
     ),
     (
         "address-without-city",
         "GBP",
-        {"beneficiary": _beneficiary(SORT_CODE, address=ADDRESS)},
+        {"beneficiary": external_beneficiary(SORT_CODE, address=ADDRESS)},
         "beneficiary.address.city",
     ),
     (
         "unknown-beneficiary-type",
         "GBP",
-        {"beneficiary": {**_beneficiary(SORT_CODE), "type": "crypto_wallet"}},
+        {"beneficiary": {**external_beneficiary(SORT_CODE), "type": "crypto_wallet"}},
         "beneficiary",
     ),
     (
         "unknown-identifier-type",
         "GBP",
-        {"beneficiary": _beneficiary({"type": "bic", "bic": "NWBKGB2L"})},
+        {"beneficiary": external_beneficiary({"type": "bic", "bic": "NWBKGB2L"})},
         "beneficiary.account_identifier",
     ),
     (
         "sort-code-too-short",
         "GBP",
-        {"beneficiary": _beneficiary({**SORT_CODE, "sort_code": "04000"})},
+        {"beneficiary": external_beneficiary({**SORT_CODE, "sort_code": "04000"})},
         "beneficiary.account_identifier.sort_code",
     ),
     ("no-merchant-account", "GBP", {"merchant_account_id": None}, "merchant_account_id"),
@@ -711,8 +661,11 @@ BAD_INPUTS: list[tuple[str, str, dict[str, Any], str]] = [
 def _bad_request(
     operator: Operator, account_currency: str, changes: dict[str, Any]
 ) -> tuple[MerchantClient, httpx.Response]:
-    merchant = _merchant(operator, **{account_currency.lower(): 1_000})
-    body = {**_body(merchant, account_currency, 100, _beneficiary(SORT_CODE)), **changes}
+    merchant = funded_merchant(operator, **{account_currency.lower(): 1_000})
+    body = {
+        **payout_body(merchant, account_currency, 100, external_beneficiary(SORT_CODE)),
+        **changes,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     return merchant, merchant.signed_post(PATH, body)
 
@@ -744,15 +697,17 @@ def test_bad_input_errors_name_the_json_path(
 
 
 def test_payout_to_its_own_account_is_400(operator: Operator) -> None:
-    merchant = _merchant(operator, gbp=1_000)
+    merchant = funded_merchant(operator, gbp=1_000)
     own = identifier(merchant.accounts["GBP"], "sort_code_account_number")
-    answer = merchant.signed_post(PATH, _body(merchant, "GBP", 100, _beneficiary(own)))
+    answer = merchant.signed_post(
+        PATH, payout_body(merchant, "GBP", 100, external_beneficiary(own))
+    )
     assert_invalid(answer, "beneficiary.account_identifier")
     assert _balances(merchant, "GBP") == (1_000, 1_000)
 
 
 def test_malformed_json_is_400(operator: Operator) -> None:
-    merchant = _merchant(operator)
+    merchant = funded_merchant(operator)
     answer = merchant.signed_post(PATH, None, raw=b'{"amount_in_minor": ')
     assert_problem(answer, 400, "Invalid Parameters")
 

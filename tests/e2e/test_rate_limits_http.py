@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import assert_problem, bearer, fresh_token, wait_for
-from test_payouts_v3_http import GB_IBAN, _beneficiary, _body
+from payout_helpers import GB_IBAN, external_beneficiary, payout_body
 
 from support.api import MerchantClient, Operator
 from support.server import RunningServer, own_server
@@ -115,7 +115,7 @@ def test_a_refused_payout_does_nothing_and_its_key_still_works(
     merchant = limited_operator.new_merchant("Limited Payouts Ltd")
     assert limited_operator.top_up(merchant.accounts["GBP"], 10_000).status_code == 201
     assert _account(merchant)["available_balance_in_minor"] == 10_000
-    body = _body(merchant, "GBP", 1_000, _beneficiary(GB_IBAN))
+    body = payout_body(merchant, "GBP", 1_000, external_beneficiary(GB_IBAN))
     key = str(uuid.uuid4())
     _spend_budget(lambda: merchant.get("/v3/merchant-accounts"), BURST)
     refused = merchant.signed_post("/v3/payouts", body, idempotency_key=key)

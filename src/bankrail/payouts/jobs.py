@@ -32,19 +32,15 @@ from bankrail.payouts.service import (
 
 __all__ = ["advance_due_payouts"]
 
-_COLUMNS = ", ".join(f"p.{name.strip()}" for name in STATE_COLUMNS.split(","))
+_COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.split(","))
 
-# Due payout jobs whose payout this batch can take: the payout rows are locked with the jobs
-# (a duplicate job waits for them), and the account row is share-locked so that no balance
-# threshold can be set on it before the batch commits (a release would then owe a
-# re-evaluation of the account's notification state).
+# Due payout jobs whose payout this batch can take (migration 0007): the payout rows are
+# locked with the jobs (a duplicate job waits for them), and the account row is share-locked
+# so that no balance threshold can be set on it before the batch commits (a release would
+# then owe a re-evaluation of the account's notification state).
 _CLAIM = (
-    f"SELECT j.id AS job_id, {_COLUMNS}, ma.held_ledger_id, ma.available_ledger_id"
-    " FROM jobs j JOIN payouts p ON p.id = (j.payload ->> 'payout_id')::uuid"
-    " JOIN merchant_accounts ma ON ma.id = p.merchant_account_id"
-    " WHERE j.kind = $3 AND j.run_at <= $1 AND p.destination_account_id IS NULL"
-    " AND ma.balance_threshold IS NULL ORDER BY j.run_at, j.id LIMIT $2"
-    " FOR UPDATE OF j, p SKIP LOCKED FOR SHARE OF ma SKIP LOCKED"
+    f"SELECT c.job_id, {_COLUMNS}, c.held_ledger_id, c.available_ledger_id"
+    " FROM bankrail_claim_payout_jobs($1, $2, $3) c"
 )
 
 _WRITE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 32)))

@@ -19,10 +19,18 @@ log = logging.getLogger(__name__)
 JOBS_CHANNEL = "bankrail_jobs"
 
 # The claim of up to $2 due jobs, oldest first, skipping those another worker holds and
-# those of the kinds in $3.
+# those of the kinds in $3 that fell due after $4.
 _CLAIM = (
     "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
-    " AND kind <> ALL($3::text[]) ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+    " AND (kind <> ALL($3::text[]) OR run_at <= $4)"
+    " ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+
+# Whether _CLAIM would find a job (without locking anything): most of the time it would not,
+# and asking costs one round trip instead of a transaction's three.
+_ANY_DUE = (
+    "SELECT EXISTS (SELECT FROM jobs WHERE run_at <= $1"
+    " AND (kind <> ALL($2::text[]) OR run_at <= $3))"
 )
 
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
@@ -61,6 +69,12 @@ class JobQueue:
         # Jobs per transaction in run_due: larger batches share one commit, smaller ones
         # hold the rows they lock (a merchant account's ledger rows) for less time.
         self.batch_size = 1
+        # How long run_due leaves a due job of a kind with a batch runner to the runner
+        # before running it alone. Under load the runners are busy (or another worker's
+        # batch holds the jobs) at the moment a new job falls due; taken alone at once, it
+        # would cost several times its share of a batch. The jobs a runner cannot take
+        # start this much later.
+        self.runner_grace = timedelta(milliseconds=200)
 
     def register(self, kind: str, handler: JobHandler) -> None:
         """Use `handler` for jobs of this kind."""
@@ -68,27 +82,30 @@ class JobQueue:
 
     def register_batch(self, kind: str, runner: BatchRunner) -> None:
         """Run the jobs of this kind that `runner` can take many at a time with it; the
-        others (and all of them while a batch fails) still run one by one with the kind's
-        handler."""
+        others still run one by one with the kind's handler, once due for `runner_grace`
+        (and all of them do, at once, while a batch fails)."""
         self._batch_runners[kind] = runner
 
     async def run_one(self) -> bool:
         """Run one due job, if any; returns False when none is due."""
         return await self.run_batch(1) > 0
 
-    async def run_batch(self, size: int, skip_kinds: list[str] | None = None) -> int:
-        """Run up to `size` due jobs (not of `skip_kinds`) in one transaction; returns how
-        many it took.
+    async def run_batch(self, size: int, *, leave_to_runners: bool = False) -> int:
+        """Run up to `size` due jobs in one transaction; returns how many it took. With
+        `leave_to_runners`, a job of a kind with a batch runner is taken only once it has been
+        due for `runner_grace`.
 
         Each job runs in its own savepoint, so a failing job rolls back only its own effects
         and is rescheduled, while the others commit. One commit (one WAL flush) for the whole
         batch is what makes a busy queue cheap.
         """
         if size == 1:
-            return await self._run_alone(skip_kinds)
+            return await self._run_alone(leave_to_runners=leave_to_runners)
         now = self._clock.now()
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_CLAIM, now, size, skip_kinds or [])
+            rows = await conn.fetch(
+                _CLAIM, now, size, *self._left_to_runners(now, leave_to_runners)
+            )
             done: list[int] = []
             for row in rows:
                 if await self._run_job(conn, row, now):
@@ -97,16 +114,25 @@ class JobQueue:
                 await conn.execute("DELETE FROM jobs WHERE id = ANY($1::bigint[])", done)
             return len(rows)
 
-    async def _run_alone(self, skip_kinds: list[str] | None = None) -> int:
-        """Run one due job (not of `skip_kinds`) in a transaction of its own, without the
-        savepoint a batch needs (two round trips fewer): when it fails, the whole transaction
-        rolls back and the job is rescheduled afterwards."""
+    def _left_to_runners(self, now: datetime, leave: bool) -> tuple[list[str], datetime]:
+        """The claim's kinds and time for jobs left to the batch runners ($3 and $4)."""
+        if not leave or not self._batch_runners:
+            return [], now
+        return list(self._batch_runners), now - self.runner_grace
+
+    async def _run_alone(self, *, leave_to_runners: bool = False) -> int:
+        """Run one due job in a transaction of its own, without the savepoint a batch needs
+        (two round trips fewer): when it fails, the whole transaction rolls back and the job
+        is rescheduled afterwards."""
         now = self._clock.now()
+        left = self._left_to_runners(now, leave_to_runners)
         async with self._pool.acquire() as conn:
+            if not await conn.fetchval(_ANY_DUE, now, *left):
+                return 0
             row: asyncpg.Record | None = None
             try:
                 async with conn.transaction():
-                    row = await conn.fetchrow(_CLAIM, now, 1, skip_kinds or [])
+                    row = await conn.fetchrow(_CLAIM, now, 1, *left)
                     if row is None:
                         return 0
                     await self._handler(row)(conn, row["payload"], now)
@@ -186,11 +212,8 @@ class JobQueue:
         while ran < limit:
             took = await self._run_with_runners(limit - ran)
             if ran + took < limit:
-                # The runners' kinds are left to them while they find work: a job of theirs
-                # run alone costs several times its share of a batch. The jobs they cannot
-                # take run once they find none.
-                skip = list(self._batch_runners) if took else None
-                took += await self.run_batch(min(self.batch_size, limit - ran - took), skip)
+                size = min(self.batch_size, limit - ran - took)
+                took += await self.run_batch(size, leave_to_runners=True)
             ran += took
             if took == 0:
                 break

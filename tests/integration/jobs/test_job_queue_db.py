@@ -218,7 +218,9 @@ async def test_a_batch_commits_its_jobs_together_and_reschedules_only_the_failin
     assert job["attempts"] == 1
 
 
-async def _batch_setup(pool: asyncpg.Pool, clock: ServiceClock, count: int) -> JobQueue:
+async def _batch_setup(
+    pool: asyncpg.Pool, clock: ServiceClock, count: int, due_ago: timedelta = timedelta(seconds=1)
+) -> JobQueue:
     """A queue whose kind `many` has a handler (one job) and a batch runner (many at a time),
     each recording which path ran which job."""
     queue = JobQueue(pool, clock)
@@ -243,7 +245,7 @@ async def _batch_setup(pool: asyncpg.Pool, clock: ServiceClock, count: int) -> J
     queue.register("many", one)
     queue.register_batch("many", many)
     for n in range(count):
-        await _enqueue(pool, "many", {"n": n}, clock.now() - timedelta(seconds=1))
+        await _enqueue(pool, "many", {"n": n}, clock.now() - due_ago)
     return queue
 
 
@@ -261,6 +263,19 @@ async def test_a_batch_runner_takes_what_it_can_and_the_handler_runs_the_rest(
     assert await queue.run_due() == 10
     paths = await _paths(pool)
     assert paths == {n: ("many" if n % 2 == 0 else "one") for n in range(10)}
+    assert await _jobs(pool) == []
+
+
+async def test_a_job_the_runner_cannot_take_waits_its_grace_before_running_alone(
+    pool: asyncpg.Pool,
+) -> None:
+    clock = ServiceClock()
+    queue = await _batch_setup(pool, clock, 4, due_ago=timedelta(0))
+    assert await queue.run_due() == 2  # the runner's share at once
+    assert await _paths(pool) == {0: "many", 2: "many"}
+    clock.set_offset(queue.runner_grace)
+    assert await queue.run_due() == 2
+    assert await _paths(pool) == {0: "many", 1: "one", 2: "many", 3: "one"}
     assert await _jobs(pool) == []
 
 

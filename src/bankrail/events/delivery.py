@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.metrics import record_webhook_attempt
+from bankrail.core.threadlane import CRYPTO
 from bankrail.db.pool import Connection
 from bankrail.events.destinations import PublicOnlyResolver, check_literal_destination
 from bankrail.events.schedule import next_attempt_at
@@ -190,9 +192,8 @@ class DeliveryWorker:
 
     async def _attempt(self, delivery: Claimed) -> Outcome:
         at = self._clock.now()
-        # Signing releases the GIL, so a thread signs on another core meanwhile.
-        headers = await asyncio.to_thread(
-            signed_headers, self._key, self._jku, delivery.uri, delivery.payload, at
+        headers = await CRYPTO.run(
+            partial(signed_headers, self._key, self._jku, delivery.uri, delivery.payload, at)
         )
         started = time.perf_counter()
         try:

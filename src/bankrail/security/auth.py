@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
 from bankrail.context import AppContext, Context
 from bankrail.core.problems import Forbidden, Unauthenticated
+from bankrail.core.threadlane import CRYPTO
 from bankrail.security.signing import SignatureError, parse_signature, verify_request
 from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
 
@@ -187,18 +188,18 @@ async def verify_signed_request(
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
         if key is None:
             raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
-        # ECDSA verification releases the GIL: in a thread it uses another core while the
-        # event loop goes on serving other requests.
-        await asyncio.to_thread(
-            verify_request,
-            key,
-            parsed,
-            method=method,
-            path=path,
-            headers=headers,
-            body=body,
-            required_headers=("Idempotency-Key",) if require_idempotency_key else (),
-            allow_body_only=allow_body_only,
+        await CRYPTO.run(
+            partial(
+                verify_request,
+                key,
+                parsed,
+                method=method,
+                path=path,
+                headers=headers,
+                body=body,
+                required_headers=("Idempotency-Key",) if require_idempotency_key else (),
+                allow_body_only=allow_body_only,
+            )
         )
     except SignatureError as exc:
         raise Unauthenticated(f"Invalid request signature: {exc}.") from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -122,14 +122,16 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             settings.public_url,
             public_destinations_only=not settings.sandbox,
         )
+        # Each channel wakes the loop whose work it announces (a clock change wakes both):
+        # under load a payout's notification would otherwise wake the webhook loop for
+        # nothing, a claim query each time.
+        woken_by: dict[str, list[BackgroundLoop]] = {JOBS_CHANNEL: [], WEBHOOK_CHANNEL: []}
         if settings.run_workers:
-            loops.append(
-                BackgroundLoop(
-                    "jobs",
-                    [queue.run_due],
-                    poll_interval=settings.worker_poll_interval,
-                    concurrency=2,
-                )
+            job_loop = BackgroundLoop(
+                "jobs",
+                [queue.run_due],
+                poll_interval=settings.worker_poll_interval,
+                concurrency=2,
             )
             webhook_loop = BackgroundLoop(
                 "webhooks",
@@ -137,12 +139,20 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 poll_interval=settings.worker_poll_interval,
                 concurrency=2,
             )
-            loops.append(webhook_loop)
+            loops += [job_loop, webhook_loop]
+            woken_by = {JOBS_CHANNEL: [job_loop], WEBHOOK_CHANNEL: [webhook_loop]}
         app.state.loops = loops
 
         def wake_all() -> None:
             for loop in loops:
                 loop.wake()
+
+        def waker(channel: str) -> Callable[[], None]:
+            def wake() -> None:
+                for loop in woken_by[channel]:
+                    loop.wake()
+
+            return wake
 
         async def on_clock() -> None:
             async with pool.acquire() as conn:
@@ -158,7 +168,11 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
 
         listener = Listener(
             dsn,
-            {CLOCK_CHANNEL: on_clock_notify, JOBS_CHANNEL: wake_all, WEBHOOK_CHANNEL: wake_all},
+            {
+                CLOCK_CHANNEL: on_clock_notify,
+                JOBS_CHANNEL: waker(JOBS_CHANNEL),
+                WEBHOOK_CHANNEL: waker(WEBHOOK_CHANNEL),
+            },
         )
         listener.start()
         for loop in loops:

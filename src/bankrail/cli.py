@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -114,7 +115,9 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "server_header": False,
     }
     if workers == 1:
-        uvicorn.run(create_app(settings, dsn), **common)
+        app = create_app(settings, dsn)
+        tune_gc_for_serving()
+        uvicorn.run(app, **common)
         return
     os.environ["DATABASE_URL"] = dsn
     os.environ["BANKRAIL_DATA_DIR"] = str(settings.data_dir)
@@ -145,7 +148,21 @@ def api_only_app() -> Any:
     configure_logging(production=not settings.sandbox)
     dsn = settings.database_url
     assert dsn is not None
-    return create_app(settings, dsn)
+    app = create_app(settings, dsn)
+    tune_gc_for_serving()
+    return app
+
+
+def tune_gc_for_serving() -> None:
+    """Tune the cycle collector of a serving process, once its application is built.
+
+    What exists by then (modules, routes, schemas, settings) lives as long as the process:
+    frozen, it is not traversed again by every full collection. A request's objects are
+    almost all freed by reference counting, so collecting the youngest generation every 700
+    allocations (the default) mostly re-examines the objects of requests still in flight;
+    every 10,000 costs less and still bounds what cyclic garbage can pile up."""
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 @cli.command()
@@ -162,6 +179,7 @@ def worker(data_dir: DataDir = None) -> None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = embedded.start(join_running=True)
     app = create_app(settings, dsn)
+    tune_gc_for_serving()
 
     async def run() -> None:
         stop = asyncio.Event()

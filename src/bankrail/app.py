@@ -122,16 +122,14 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             settings.public_url,
             public_destinations_only=not settings.sandbox,
         )
-        # Each channel wakes the loop whose work it announces (a clock change wakes both):
-        # under load a payout's notification would otherwise wake the webhook loop for
-        # nothing, a claim query each time.
-        woken_by: dict[str, list[BackgroundLoop]] = {JOBS_CHANNEL: [], WEBHOOK_CHANNEL: []}
         if settings.run_workers:
-            job_loop = BackgroundLoop(
-                "jobs",
-                [queue.run_due],
-                poll_interval=settings.worker_poll_interval,
-                concurrency=2,
+            loops.append(
+                BackgroundLoop(
+                    "jobs",
+                    [queue.run_due],
+                    poll_interval=settings.worker_poll_interval,
+                    concurrency=2,
+                )
             )
             webhook_loop = BackgroundLoop(
                 "webhooks",
@@ -139,18 +137,21 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 poll_interval=settings.worker_poll_interval,
                 concurrency=2,
             )
-            loops += [job_loop, webhook_loop]
-            woken_by = {JOBS_CHANNEL: [job_loop], WEBHOOK_CHANNEL: [webhook_loop]}
+            loops.append(webhook_loop)
         app.state.loops = loops
 
         def wake_all() -> None:
             for loop in loops:
                 loop.wake()
 
-        def waker(channel: str) -> Callable[[], None]:
+        def waker(name: str) -> Callable[[], None]:
+            """Wakes the loop called `name`: a NOTIFY wakes only the loop whose work it
+            announces (a payout job's would otherwise cost the webhook loop a claim)."""
+
             def wake() -> None:
-                for loop in woken_by[channel]:
-                    loop.wake()
+                for loop in loops:
+                    if loop.name == name:
+                        loop.wake()
 
             return wake
 
@@ -170,8 +171,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             dsn,
             {
                 CLOCK_CHANNEL: on_clock_notify,
-                JOBS_CHANNEL: waker(JOBS_CHANNEL),
-                WEBHOOK_CHANNEL: waker(WEBHOOK_CHANNEL),
+                JOBS_CHANNEL: waker("jobs"),
+                WEBHOOK_CHANNEL: waker("webhooks"),
             },
         )
         listener.start()

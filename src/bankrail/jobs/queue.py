@@ -18,20 +18,18 @@ log = logging.getLogger(__name__)
 
 JOBS_CHANNEL = "bankrail_jobs"
 
-# The claim of up to $2 due jobs, oldest first, skipping those another worker holds and
-# those of the kinds in $3 that fell due after $4.
+# A due job, unless it is of a kind in $2 and fell due after $3 (left to the batch runners).
+_DUE = "run_at <= $1 AND (kind <> ALL($2::text[]) OR run_at <= $3)"
+
+# The claim of up to $4 such jobs, oldest first, skipping those another worker holds.
 _CLAIM = (
-    "SELECT id, kind, payload, attempts FROM jobs WHERE run_at <= $1"
-    " AND (kind <> ALL($3::text[]) OR run_at <= $4)"
-    " ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+    f"SELECT id, kind, payload, attempts FROM jobs WHERE {_DUE}"
+    " ORDER BY run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED"
 )
 
 # Whether _CLAIM would find a job (without locking anything): most of the time it would not,
 # and asking costs one round trip instead of a transaction's three.
-_ANY_DUE = (
-    "SELECT EXISTS (SELECT FROM jobs WHERE run_at <= $1"
-    " AND (kind <> ALL($2::text[]) OR run_at <= $3))"
-)
+_ANY_DUE = f"SELECT EXISTS (SELECT FROM jobs WHERE {_DUE})"
 
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
 # Claims up to n due jobs of its kind that it can run together, runs and deletes them in the
@@ -104,7 +102,7 @@ class JobQueue:
         now = self._clock.now()
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
-                _CLAIM, now, size, *self._left_to_runners(now, leave_to_runners)
+                _CLAIM, now, *self._left_to_runners(now, leave_to_runners), size
             )
             done: list[int] = []
             for row in rows:
@@ -115,7 +113,7 @@ class JobQueue:
             return len(rows)
 
     def _left_to_runners(self, now: datetime, leave: bool) -> tuple[list[str], datetime]:
-        """The claim's kinds and time for jobs left to the batch runners ($3 and $4)."""
+        """The kinds and time of the jobs left to the batch runners ($2 and $3 of _DUE)."""
         if not leave or not self._batch_runners:
             return [], now
         return list(self._batch_runners), now - self.runner_grace
@@ -132,7 +130,7 @@ class JobQueue:
             row: asyncpg.Record | None = None
             try:
                 async with conn.transaction():
-                    row = await conn.fetchrow(_CLAIM, now, 1, *left)
+                    row = await conn.fetchrow(_CLAIM, now, *left, 1)
                     if row is None:
                         return 0
                     await self._handler(row)(conn, row["payload"], now)

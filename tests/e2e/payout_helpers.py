@@ -1,4 +1,4 @@
-"""Payouts over HTTP, shared by the payout, metrics and rate-limit tests."""
+"""Payouts over HTTP: accounts, bodies and polling shared by the end-to-end tests."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import assert_problem, merchant_sending_webhooks, private_data_dir, wait_for
+from payout_helpers import SORT_CODE, external_beneficiary, payout_body
 
 from bankrail.db.embedded import EmbeddedPostgres
 from support.api import MerchantClient, Operator
@@ -31,11 +32,6 @@ from support.server import RunningServer, free_port
 TOP_UP = 100_000_000
 # No answer may take longer than this, whether the database is up or down.
 ANSWER_BOUND = 10.0
-SORT_CODE = {
-    "type": "sort_code_account_number",
-    "sort_code": "040004",
-    "account_number": "12345678",
-}
 
 
 @dataclasses.dataclass
@@ -79,17 +75,12 @@ class Load:
             reference = f"outage {number}" + (" delay:60" if number % 3 == 0 else "")
             attempt = Attempt(
                 key=str(uuid.uuid4()),
-                body={
-                    "merchant_account_id": self.merchant.accounts["GBP"]["id"],
-                    "amount_in_minor": 100 + number,
-                    "currency": "GBP",
-                    "beneficiary": {
-                        "type": "external_account",
-                        "reference": reference,
-                        "account_holder_name": "Jane Doe",
-                        "account_identifier": SORT_CODE,
-                    },
-                },
+                body=payout_body(
+                    self.merchant,
+                    "GBP",
+                    100 + number,
+                    external_beneficiary(SORT_CODE, reference=reference),
+                ),
             )
             self.attempts.append(attempt)
         return attempt

@@ -32,6 +32,7 @@ from e2e_helpers import (
     processes_mentioning,
     wait_for,
 )
+from payout_helpers import SORT_CODE, external_beneficiary, payout_body
 
 from support.api import MerchantClient, Operator
 from support.receiver import Answer, Received, WebhookReceiver
@@ -43,26 +44,12 @@ TOP_UP = 1_000_000
 DELIVERED_BEFORE = 2
 IN_FLIGHT = 5  # requests the server is reading when SIGTERM comes
 EXIT_BOUND = 45.0  # seconds from SIGTERM to exit
-SORT_CODE = {
-    "type": "sort_code_account_number",
-    "sort_code": "040004",
-    "account_number": "12345678",
-}
 _LISTEN = "0A"
 
 
 def _payout(merchant: MerchantClient, amount: int, reference: str) -> dict[str, Any]:
-    return {
-        "merchant_account_id": merchant.accounts["GBP"]["id"],
-        "amount_in_minor": amount,
-        "currency": "GBP",
-        "beneficiary": {
-            "type": "external_account",
-            "reference": reference,
-            "account_holder_name": "Jane Doe",
-            "account_identifier": SORT_CODE,
-        },
-    }
+    beneficiary = external_beneficiary(SORT_CODE, reference=reference)
+    return payout_body(merchant, "GBP", amount, beneficiary)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import assert_invalid, assert_problem, bearer, is_uuid, parse_time, wait_for
+from payout_helpers import funded_merchant
 
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
@@ -45,27 +46,6 @@ def screening(operator: Operator) -> Iterator[None]:
     assert before.status_code == 200, before.text
     yield
     operator.post("/admin/screening-list", {"names": before.json()["names"]})
-
-
-def _merchant(
-    operator: Operator,
-    receiver: WebhookReceiver | None = None,
-    *,
-    gbp: int = 0,
-    eur: int = 0,
-) -> MerchantClient:
-    merchant = operator.new_merchant()
-    if receiver is not None:
-        answer = operator.put(
-            f"/admin/merchants/{merchant.merchant_id}/webhooks",
-            {"payments_uri": f"{receiver.url}/payments", "payouts_uri": f"{receiver.url}/payouts"},
-        )
-        assert answer.status_code == 200, answer.text
-    for currency, amount in (("GBP", gbp), ("EUR", eur)):
-        if amount:
-            answer = operator.top_up(merchant.accounts[currency], amount)
-            assert answer.status_code == 201, answer.text
-    return merchant
 
 
 def _request(
@@ -192,7 +172,7 @@ def _balance(merchant: MerchantClient, currency: str) -> tuple[int, int]:
 def test_tl_version_2_signed_payout_settles_with_events_in_order(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, eur=10_000)
+    merchant = funded_merchant(operator, receiver, eur=10_000)
     body = _request(amount=2_500)
     transaction_id = _accept(merchant, body)
 
@@ -240,7 +220,7 @@ def test_tl_version_2_signed_payout_settles_with_events_in_order(
 
 
 def test_body_only_jws_payout_is_accepted(operator: Operator, receiver: WebhookReceiver) -> None:
-    merchant = _merchant(operator, receiver, gbp=5_000)
+    merchant = funded_merchant(operator, receiver, gbp=5_000)
     body = _request(currency="GBP", iban=GB_IBAN, amount=1_234, context_code="service_payment")
     content = json.dumps(body).encode()
     answer = _post_body_only(merchant, content)
@@ -255,7 +235,7 @@ def test_body_only_jws_payout_is_accepted(operator: Operator, receiver: WebhookR
 
 
 def test_body_only_jws_over_another_body_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     body = _request()
     content = json.dumps(body).encode()
     tampered = json.dumps({**body, "amount_in_minor": 4_999}).encode()
@@ -266,14 +246,14 @@ def test_body_only_jws_over_another_body_is_401(operator: Operator) -> None:
 
 
 def test_unsigned_payout_is_401(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     answer = merchant.http.post(PATH, json=_request(), headers=bearer(merchant.token()))
     problem = assert_problem(answer, 401, "Unauthenticated")
     assert "Invalid request signature" in problem["detail"]
 
 
 def test_context_code_defaults_to_withdrawal(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     body = _request()
     del body["context_code"]
     transaction_id = _accept(merchant, body)
@@ -287,7 +267,7 @@ def test_context_code_defaults_to_withdrawal(operator: Operator) -> None:
 def test_repeat_with_the_same_body_is_202_and_creates_nothing(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, eur=10_000)
+    merchant = funded_merchant(operator, receiver, eur=10_000)
     body = _request(amount=1_000)
     transaction_id = _accept(merchant, body)
     again = _post(merchant, body)
@@ -305,7 +285,7 @@ def test_repeat_with_the_same_body_is_202_and_creates_nothing(
 
 
 def test_same_transaction_id_with_another_body_is_409(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=10_000)
+    merchant = funded_merchant(operator, eur=10_000)
     body = _request(amount=1_000)
     transaction_id = _accept(merchant, body)
     answer = _post(merchant, {**body, "amount_in_minor": 2_000})
@@ -319,8 +299,8 @@ def test_same_transaction_id_with_another_body_is_409(operator: Operator) -> Non
 
 def test_transaction_ids_are_per_merchant(operator: Operator) -> None:
     """Two merchants may use the same transaction_id without colliding."""
-    first = _merchant(operator, eur=5_000)
-    second = _merchant(operator, eur=5_000)
+    first = funded_merchant(operator, eur=5_000)
+    second = funded_merchant(operator, eur=5_000)
     body = _request(amount=100)
     _accept(first, body)
     _accept(second, {**body, "amount_in_minor": 200})
@@ -334,7 +314,7 @@ def test_transaction_ids_are_per_merchant(operator: Operator) -> None:
 def test_insufficient_funds_is_accepted_then_rejected(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, eur=999)
+    merchant = funded_merchant(operator, receiver, eur=999)
     transaction_id = _accept(merchant, _request(amount=1_000))
     by_type = _wait_events(receiver, transaction_id, "payout_rejected")
     assert set(by_type) == {"payout_rejected"}  # and no payout_authorised
@@ -352,7 +332,7 @@ def test_insufficient_funds_is_accepted_then_rejected(
 @pytest.mark.usefixtures("screening")
 def test_aml_hit_is_rejected(operator: Operator, receiver: WebhookReceiver) -> None:
     assert operator.post("/admin/screening-list", {"names": ["Jöhn  SMITH"]}).status_code == 200
-    merchant = _merchant(operator, receiver, eur=5_000)
+    merchant = funded_merchant(operator, receiver, eur=5_000)
     transaction_id = _accept(merchant, _request(amount=1_000, name="john smith"))
     by_type = _wait_events(receiver, transaction_id, "payout_rejected")
     assert set(by_type) == {"payout_rejected"}
@@ -364,7 +344,7 @@ def test_aml_hit_is_rejected(operator: Operator, receiver: WebhookReceiver) -> N
 def test_scheme_error_is_authorised_submitted_then_failed(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, eur=5_000)
+    merchant = funded_merchant(operator, receiver, eur=5_000)
     transaction_id = _accept(merchant, _request(amount=1_000, reference="fail:scheme_error"))
     by_type = _wait_events(receiver, transaction_id, "payout_failed")
     _assert_in_order(by_type, ["payout_authorised", "payout_submitted", "payout_failed"])
@@ -381,7 +361,7 @@ def test_scheme_error_is_authorised_submitted_then_failed(
 def test_invalid_iban_outcome_is_reported_as_scheme_error(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:
-    merchant = _merchant(operator, receiver, eur=5_000)
+    merchant = funded_merchant(operator, receiver, eur=5_000)
     transaction_id = _accept(merchant, _request(amount=1_000, reference="fail:invalid_iban"))
     by_type = _wait_events(receiver, transaction_id, "payout_failed")
     assert by_type["payout_failed"]["event_body"]["reason"] == "scheme_error"
@@ -418,7 +398,7 @@ def test_invalid_iban_outcome_is_reported_as_scheme_error(
     ],
 )
 def test_invalid_request_is_400(operator: Operator, changes: dict[str, Any], field: str) -> None:
-    merchant = _merchant(operator, eur=5_000, gbp=5_000)
+    merchant = funded_merchant(operator, eur=5_000, gbp=5_000)
     answer = _post(merchant, {**_request(), **changes})
     assert_invalid(answer, field)
     assert _balance(merchant, "EUR") == (5_000, 5_000)
@@ -445,7 +425,7 @@ def test_corrected_retry_after_a_400_is_accepted(
     operator: Operator, bad: dict[str, Any], field: str
 ) -> None:
     """A 400 creates no payout, so the transaction_id is still free for the fixed request."""
-    merchant = _merchant(operator, eur=5_000, gbp=5_000)
+    merchant = funded_merchant(operator, eur=5_000, gbp=5_000)
     body = _request(amount=100)
     assert_invalid(_post(merchant, {**body, **bad}), field)
     _accept(merchant, body)
@@ -453,7 +433,7 @@ def test_corrected_retry_after_a_400_is_accepted(
 
 
 def test_names_and_references_of_18_characters_are_accepted(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     _accept(merchant, _request(name="N" * 18, reference="R" * 18))
 
 
@@ -469,14 +449,14 @@ def test_names_and_references_of_18_characters_are_accepted(operator: Operator) 
     ],
 )
 def test_missing_field_is_400(operator: Operator, missing: str) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     body = _request()
     del body[missing]
     assert_invalid(_post(merchant, body), missing)
 
 
 def test_all_fields_missing_names_each_of_them(operator: Operator) -> None:
-    merchant = _merchant(operator, eur=5_000)
+    merchant = funded_merchant(operator, eur=5_000)
     assert_invalid(
         _post(merchant, {}),
         "transaction_id",
@@ -492,7 +472,7 @@ def test_all_fields_missing_names_each_of_them(operator: Operator) -> None:
 
 
 def test_transaction_filters_and_pagination(operator: Operator, receiver: WebhookReceiver) -> None:
-    merchant = _merchant(operator, receiver, eur=5_000, gbp=3_000)
+    merchant = funded_merchant(operator, receiver, eur=5_000, gbp=3_000)
     eur_payout = _accept(merchant, _request(amount=700))
     gbp_payout = _accept(merchant, _request(amount=300, currency="GBP", iban=GB_IBAN))
     for transaction_id in (eur_payout, gbp_payout):
@@ -543,7 +523,7 @@ def test_transaction_filters_and_pagination(operator: Operator, receiver: Webhoo
 
 
 def test_from_and_to_are_inclusive(operator: Operator) -> None:
-    merchant = _merchant(operator)
+    merchant = funded_merchant(operator)
     account = merchant.accounts["EUR"]
     for amount in (100, 200, 300):
         assert operator.top_up(account, amount).status_code == 201
@@ -563,7 +543,7 @@ def test_from_and_to_are_inclusive(operator: Operator) -> None:
 
 
 def test_bad_transaction_queries_are_400(operator: Operator) -> None:
-    merchant = _merchant(operator)
+    merchant = funded_merchant(operator)
     for params in (
         {"type": "Refund"},
         {"limit": 0},
@@ -577,8 +557,8 @@ def test_bad_transaction_queries_are_400(operator: Operator) -> None:
 
 
 def test_transactions_are_only_the_callers(operator: Operator) -> None:
-    mine = _merchant(operator, eur=100)
-    theirs = _merchant(operator, eur=5_000)
+    mine = funded_merchant(operator, eur=100)
+    theirs = funded_merchant(operator, eur=5_000)
     _accept(theirs, _request(amount=100))
     results = _transactions(mine)["results"]
     assert [r["amount_in_minor"] for r in results] == [100]

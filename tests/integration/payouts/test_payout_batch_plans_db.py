@@ -17,9 +17,9 @@ from bankrail.core.clock import ServiceClock
 from bankrail.db.pool import create_pool
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payouts.jobs import advance_due_payouts
-from bankrail.payouts.service import IdempotentRequest, PayoutBatcher, accept_v3_payout_at_once
-from bankrail.security.idempotency import fingerprint
+from bankrail.payouts.service import PayoutBatcher
 from support.accounts import funded_account, sort_code_beneficiary
+from support.payouts import accept_at_once
 
 # The tables a payout writes to, which grow with traffic.
 _GROWING = (
@@ -49,18 +49,13 @@ async def _accept(
 ) -> None:
     answers = await asyncio.gather(
         *(
-            accept_v3_payout_at_once(
+            accept_at_once(
                 batcher,
-                IdempotentRequest(
-                    "v3:client", f"{round_}-{n}", fingerprint("POST", "/v3/payouts", b"{}")
-                ),
-                merchant_id=account.merchant_id,
-                account_id=account.id,
-                currency="GBP",
+                account,
+                now,
+                key=f"{round_}-{n}",
                 amount=1,
                 beneficiary=sort_code_beneficiary(f"bench {n}"),
-                metadata=None,
-                now=now,
             )
             for n in range(count)
         )

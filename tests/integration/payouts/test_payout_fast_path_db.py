@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -19,44 +18,17 @@ import pytest
 from bankrail.core.clock import ServiceClock
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.balances import hold_funds
-from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.payouts.service import (
     ADVANCE_JOB,
-    IdempotentRequest,
     PayoutBatcher,
     accept_payout,
-    accept_v3_payout_at_once,
     open_loop_destination,
 )
 from bankrail.rails.screening import replace_screening_list
-from bankrail.security.idempotency import fingerprint, lock_key
+from bankrail.security.idempotency import lock_key
 from support.accounts import funded_account, sort_code_beneficiary
-
-
-async def _at_once(
-    batcher: PayoutBatcher,
-    account: MerchantAccount,
-    now: datetime,
-    *,
-    key: str = "k1",
-    amount: int = 300,
-    beneficiary: dict[str, Any] | None = None,
-    currency: str = "GBP",
-    merchant_id: uuid.UUID | None = None,
-) -> bytes | None:
-    return await accept_v3_payout_at_once(
-        batcher,
-        IdempotentRequest("v3:client", key, fingerprint("POST", "/v3/payouts", b"{}")),
-        merchant_id=merchant_id or account.merchant_id,
-        account_id=account.id,
-        currency=currency,
-        amount=amount,
-        beneficiary=beneficiary or sort_code_beneficiary("rent"),
-        metadata={"order": "42"},
-        now=now,
-    )
-
+from support.payouts import accept_at_once
 
 _COMPARED = (
     "api, merchant_account_id, transaction_id, amount_in_minor, currency, beneficiary,"
@@ -108,7 +80,7 @@ async def _counts(pool: asyncpg.Pool) -> tuple[int, ...]:
 async def test_the_common_case_commits_what_the_general_path_writes(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
     account = await funded_account(pool, now, 1_000)
-    answer = await _at_once(PayoutBatcher(pool), account, now)
+    answer = await accept_at_once(PayoutBatcher(pool), account, now)
     assert answer is not None
     payout_id = uuid.UUID(orjson.loads(answer)["id"])
 
@@ -162,7 +134,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
     account = await funded_account(pool, now, 1_000)
     kwargs: dict[str, Any] = {}
     if case == "key_already_used":
-        assert await _at_once(PayoutBatcher(pool), account, now) is not None
+        assert await accept_at_once(PayoutBatcher(pool), account, now) is not None
     elif case == "insufficient_funds":
         kwargs["amount"] = 1_001
     elif case == "screened_name":
@@ -192,7 +164,7 @@ async def test_every_other_case_writes_nothing(pool: asyncpg.Pool, case: str) ->
             "account_identifier": {"type": "iban", "iban": "DE89370400440532013000"},
         }
     before = await _counts(pool)
-    assert await _at_once(PayoutBatcher(pool), account, now, **kwargs) is None
+    assert await accept_at_once(PayoutBatcher(pool), account, now, **kwargs) is None
     assert await _counts(pool) == before
 
 
@@ -202,7 +174,7 @@ async def test_a_key_in_flight_elsewhere_is_left_to_the_general_path(pool: async
     before = await _counts(pool)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("v3:client", "k1"))
-        assert await _at_once(PayoutBatcher(pool), account, now) is None
+        assert await accept_at_once(PayoutBatcher(pool), account, now) is None
     assert await _counts(pool) == before
 
 
@@ -211,8 +183,8 @@ async def test_concurrent_payouts_share_commits_and_never_overdraw(pool: asyncpg
     account = await funded_account(pool, now, 1_000)
     batcher = PayoutBatcher(pool)  # one per process, as in the service
     answers = await asyncio.gather(
-        *(_at_once(batcher, account, now, key=f"k{i}", amount=300) for i in range(8)),
-        *(_at_once(batcher, account, now, key="twice", amount=1) for _ in range(2)),
+        *(accept_at_once(batcher, account, now, key=f"k{i}", amount=300) for i in range(8)),
+        *(accept_at_once(batcher, account, now, key="twice", amount=1) for _ in range(2)),
     )
     taken = [a for a in answers[:8] if a is not None]
     assert len(taken) == 3  # 3 x 300 fit in 1,000 (after the 1 below, 999 is left)
@@ -238,7 +210,7 @@ async def test_a_balance_that_falls_before_the_batch_locks_it_sends_the_batch_el
         await other.execute(
             "SELECT 1 FROM ledger_accounts WHERE id = $1 FOR UPDATE", account.available_ledger_id
         )
-        batch = asyncio.create_task(_at_once(PayoutBatcher(pool), account, now, amount=600))
+        batch = asyncio.create_task(accept_at_once(PayoutBatcher(pool), account, now, amount=600))
         for _ in range(500):  # until the batch waits for the ledger row
             waiting = await pool.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"

@@ -129,6 +129,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                     [queue.run_due],
                     poll_interval=settings.worker_poll_interval,
                     concurrency=2,
+                    gather=settings.job_gather_seconds,
                 )
             )
             webhook_loop = BackgroundLoop(
@@ -167,14 +168,15 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
-        listener = Listener(
-            dsn,
-            {
-                CLOCK_CHANNEL: on_clock_notify,
-                JOBS_CHANNEL: waker("jobs"),
-                WEBHOOK_CHANNEL: waker("webhooks"),
-            },
-        )
+        channels: dict[str, Callable[[], None]] = {CLOCK_CHANNEL: on_clock_notify}
+        if loops:
+            # Only a process that runs the loops listens for their work: every commit that
+            # queues a job or a delivery notifies each listener, and an API-only process
+            # (`serve --workers N`) would wake for nothing several hundred times a second.
+            channels[JOBS_CHANNEL] = waker("jobs")
+            channels[WEBHOOK_CHANNEL] = waker("webhooks")
+        listener = Listener(dsn, channels)
+        app.state.listener = listener
         listener.start()
         for loop in loops:
             loop.start()

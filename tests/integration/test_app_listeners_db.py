@@ -1,0 +1,78 @@
+"""Which notifications a Bankrail process follows: every process follows the service clock,
+and only a process that runs the background loops follows the job and webhook channels (an
+API process of `serve --workers N` would otherwise be woken by every commit that queues work
+it never does)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from bankrail.app import create_app
+from bankrail.config import Settings
+from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
+from bankrail.events.outbox import WEBHOOK_CHANNEL
+from bankrail.jobs.queue import JOBS_CHANNEL
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def _settings(tmp_path: Path, *, run_workers: bool) -> Settings:
+    return Settings(
+        data_dir=tmp_path, admin_token="operator-token-for-tests", run_workers=run_workers
+    )
+
+
+async def _listened_channels(database: str, tmp_path: Path, *, run_workers: bool) -> set[str]:
+    app = create_app(_settings(tmp_path, run_workers=run_workers), database)
+    async with app.router.lifespan_context(app):
+        return set(app.state.listener.channels)
+
+
+async def test_a_process_running_the_loops_follows_their_channels(
+    database: str, tmp_path: Path
+) -> None:
+    channels = await _listened_channels(database, tmp_path, run_workers=True)
+    assert channels == {CLOCK_CHANNEL, JOBS_CHANNEL, WEBHOOK_CHANNEL}
+
+
+async def test_an_api_only_process_follows_only_the_clock(database: str, tmp_path: Path) -> None:
+    channels = await _listened_channels(database, tmp_path, run_workers=False)
+    assert channels == {CLOCK_CHANNEL}
+
+
+async def test_an_api_only_process_still_follows_the_service_clock(
+    database: str, tmp_path: Path
+) -> None:
+    app = create_app(_settings(tmp_path, run_workers=False), database)
+    async with app.router.lifespan_context(app):
+        clock = app.state.context.clock
+        wait_listening = asyncio.get_running_loop().time() + 10
+        while not await _listening(database) and asyncio.get_running_loop().time() < wait_listening:
+            await asyncio.sleep(0.01)
+        # Another process moves the shared clock: this one learns it only by the NOTIFY.
+        conn = await asyncpg.connect(database)
+        try:
+            await ServiceClock().advance(conn, 3600)
+        finally:
+            await conn.close()
+        deadline = asyncio.get_running_loop().time() + 10
+        while clock.offset < timedelta(hours=1) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert clock.offset >= timedelta(hours=1)
+
+
+async def _listening(database: str) -> bool:
+    conn = await asyncpg.connect(database)
+    try:
+        found = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+        )
+    finally:
+        await conn.close()
+    return bool(found)

@@ -43,6 +43,9 @@ class Settings:
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
+    # Under load, the pause between two rounds of due jobs that found work: the jobs queued
+    # meanwhile then run as one batch (see BackgroundLoop). Idle, a new job runs at once.
+    job_gather_seconds: float = 0.02
     rate_limit_per_second: float = 1000.0
     rate_limit_burst: int = 2000
     token_rate_limit_per_second: float = 50.0
@@ -104,4 +107,5 @@ def settings_from_env() -> Settings:
         request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         fast_lane=os.environ.get("BANKRAIL_FAST_LANE", "1").lower() not in ("0", "false"),
+        job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
     )

@@ -205,14 +205,20 @@ class JobQueue:
         return ran
 
     async def run_due(self, limit: int = 1000) -> int:
-        """Run due jobs until none is left (or `limit` ran); returns how many ran."""
+        """Run the jobs due now until none is left (or `limit` ran); returns how many ran.
+
+        A batch that was not full took every due job of its kinds: jobs that fall due while
+        it ran are left to the next call, so that a caller pausing between calls under load
+        gets them in one batch rather than a few at a time.
+        """
         ran = 0
         while ran < limit:
-            took = await self._run_with_runners(limit - ran)
-            if ran + took < limit:
-                size = min(self.batch_size, limit - ran - took)
-                took += await self.run_batch(size, leave_to_runners=True)
-            ran += took
-            if took == 0:
+            batched = await self._run_with_runners(limit - ran)
+            alone = 0
+            if ran + batched < limit:
+                size = min(self.batch_size, limit - ran - batched)
+                alone = await self.run_batch(size, leave_to_runners=True)
+            ran += batched + alone
+            if alone == 0 and batched < self.runner_batch_size:
                 break
         return ran

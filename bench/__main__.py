@@ -118,7 +118,19 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
     for run in http.values():
         procs = run["workers"]
         ratio = run["post_payouts"]["requests_per_s"] / verify_rate
-        lines.append(f"POST /v3/payouts ÷ one-core verify rate, {procs} process(es): {ratio:.2f}")
+        lines.append(
+            f"POST /v3/payouts ÷ one-core verify rate, {procs} process(es): {ratio:.2f}"
+            " (the rate at the start of the run)"
+        )
+        for name in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
+            around = run.get(name, {}).get("verify_per_s_around")
+            if around:
+                lines.append(
+                    f"{_SCENARIOS[name]}, {procs} process(es):"
+                    f" {run[name]['requests_per_s'] / around['mean']:.2f} of the verify rate"
+                    f" measured around it ({around['before']:,.0f}/s before,"
+                    f" {around['after']:,.0f}/s after)"
+                )
         for name in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
             execution = run.get(name, {}).get("execution")
             if execution:
@@ -181,15 +193,12 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     counts = [int(n) for n in args.workers.split(",")]
     # Growth, soak and wrk run with the first process count only: they take minutes.
-    first = Options(args.seed_rows, args.soak_seconds, args.rss_interval, args.wrk)
+    verify_seconds = min(args.seconds, 1.0)
+    first = Options(args.seed_rows, args.soak_seconds, args.rss_interval, args.wrk, verify_seconds)
+    later = Options(rss_interval=args.rss_interval, verify_seconds=verify_seconds)
     http = {
         f"workers_{n}": run_loadgen(
-            scenarios(
-                n,
-                args.requests,
-                args.concurrency,
-                first if i == 0 else Options(rss_interval=args.rss_interval),
-            )
+            scenarios(n, args.requests, args.concurrency, first if i == 0 else later)
         )
         for i, n in enumerate(counts)
     }

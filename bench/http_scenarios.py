@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bankrail.security import signing
+from bench.baselines import verify_rate
 from bench.loadgen import LoadResult, http_request, run, run_load
 from bench.processes import CpuMeter, RssSampler, server_processes
 from bench.seed import seed_rows
@@ -260,6 +261,7 @@ class Options:
     soak_seconds: float = 0.0  # memory: mixed load this long while sampling RSS
     rss_interval: float = 5.0
     compare_wrk: bool = False  # run `wrk` on the GET scenario too, if it is installed
+    verify_seconds: float = 1.0  # the verify baseline, measured again around each POST payouts
 
 
 async def _measured(
@@ -302,19 +304,16 @@ async def scenarios(
         await run_load("127.0.0.1", server.port, warm, concurrency=concurrency)
         await _drained(server)
         with RssSampler(server.processes(), options.rss_interval) as rss:
-            await _core(server, merchant, requests, concurrency, results, suffix="")
+            await _core(server, merchant, requests, concurrency, results, options, suffix="")
             rate = results["post_payouts"]["requests_per_s"] * 0.8
             paced = [
                 signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
                 for _ in range(requests)
             ]
-            results["post_payouts_at_80pct"] = await _measured(
-                server, paced, concurrency * 2, rate=rate
+            results["post_payouts_at_80pct"] = await _payouts_measured(
+                server, paced, concurrency * 2, options.verify_seconds, rate=rate
             )
             results["post_payouts_at_80pct"]["target_rate"] = rate
-            results["post_payouts_at_80pct"]["execution"] = await _drained(
-                server, results["post_payouts_at_80pct"]
-            )
             payments = [
                 signed_post(server, merchant, "/v3/payments", payment_body(merchant))
                 for _ in range(requests)
@@ -334,7 +333,7 @@ async def scenarios(
             results["seeded"] = await seed_rows(
                 server.dsn(), merchant.merchant_id, merchant.account_id, options.seed_rows
             )
-            await _core(server, merchant, requests, concurrency, results, suffix="_grown")
+            await _core(server, merchant, requests, concurrency, results, options, suffix="_grown")
         results["ready_seconds_existing"] = server.restart()
         return results
     finally:
@@ -349,6 +348,7 @@ async def _core(
     requests: int,
     concurrency: int,
     results: dict[str, Any],
+    options: Options,
     suffix: str,
 ) -> None:
     """The headline POST and the GET by id (run again on the grown database)."""
@@ -356,9 +356,8 @@ async def _core(
     payouts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
-    results["post_payouts" + suffix] = await _measured(server, payouts, concurrency)
-    results["post_payouts" + suffix]["execution"] = await _drained(
-        server, results["post_payouts" + suffix]
+    results["post_payouts" + suffix] = await _payouts_measured(
+        server, payouts, concurrency, options.verify_seconds
     )
     sample = _created_payout_ids(server, merchant, 50)
     auth = {"Authorization": f"Bearer {merchant.token}"}
@@ -367,6 +366,29 @@ async def _core(
         for i in range(requests * 3)
     ]
     results["get_payout" + suffix] = await _measured(server, gets, concurrency)
+
+
+async def _payouts_measured(
+    server: Server,
+    requests: list[bytes],
+    concurrency: int,
+    verify_seconds: float,
+    rate: float | None = None,
+) -> dict[str, Any]:
+    """A POST /v3/payouts scenario, run until every payout executed, with the one-core
+    verify rate measured just before and just after it (the server idle both times): the
+    machine's speed moves by a quarter within a run, so the ratio to a rate measured minutes
+    earlier says more about the machine than about Bankrail."""
+    before = verify_rate(verify_seconds)
+    summary = await _measured(server, requests, concurrency, rate=rate)
+    summary["execution"] = await _drained(server, summary)
+    after = verify_rate(verify_seconds)
+    summary["verify_per_s_around"] = {
+        "before": before,
+        "after": after,
+        "mean": (before + after) / 2,
+    }
+    return summary
 
 
 async def _drained(

@@ -38,6 +38,10 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         execution = run[scenario]["execution"]
         assert execution["unexecuted_after_drain"] == 0, scenario  # every 202 executed
         assert execution["executed_per_s"] > 0, scenario
+        around = run[scenario]["verify_per_s_around"]
+        assert around["before"] > 0, scenario
+        assert around["after"] > 0, scenario
+    assert "of the verify rate measured around it" in done.stdout
     assert "executed end to end" in done.stdout
     assert run["seeded"]["rows_each"] == 1_000
     assert 0 < run["ready_seconds_existing"] < 60

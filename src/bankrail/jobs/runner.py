@@ -41,7 +41,6 @@ class BackgroundLoop:
         self._gather = gather
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -62,17 +61,16 @@ class BackgroundLoop:
 
     async def stop(self) -> None:
         """Let in-flight work finish, then stop."""
-        self._stopping = True
         self._stopped.set()
         self._wake.set()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _run(self) -> None:
-        while not self._stopping:
+        while not self._stopped.is_set():
             did = 0
             for step in self._steps:
-                if self._stopping:
+                if self._stopped.is_set():
                     return
                 try:
                     did += await step()
@@ -81,7 +79,7 @@ class BackgroundLoop:
                 except Exception:
                     log.exception("background step of %s failed", self.name)
                     await asyncio.sleep(self._poll_interval)
-            if self._stopping:
+            if self._stopped.is_set():
                 return
             if did == 0:
                 self._wake.clear()

@@ -6,6 +6,7 @@ it never does)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,28 +52,31 @@ async def test_an_api_only_process_still_follows_the_service_clock(
     app = create_app(_settings(tmp_path, run_workers=False), database)
     async with app.router.lifespan_context(app):
         clock = app.state.context.clock
-        wait_listening = asyncio.get_running_loop().time() + 10
-        while not await _listening(database) and asyncio.get_running_loop().time() < wait_listening:
-            await asyncio.sleep(0.01)
-        # Another process moves the shared clock: this one learns it only by the NOTIFY.
         conn = await asyncpg.connect(database)
         try:
+            await _eventually(lambda: _listening(conn))
+            # Another process moves the shared clock: this one learns it only by the NOTIFY.
             await ServiceClock().advance(conn, 3600)
         finally:
             await conn.close()
-        deadline = asyncio.get_running_loop().time() + 10
-        while clock.offset < timedelta(hours=1) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+
+        async def moved() -> bool:
+            return clock.offset >= timedelta(hours=1)
+
+        await _eventually(moved)
         assert clock.offset >= timedelta(hours=1)
 
 
-async def _listening(database: str) -> bool:
-    conn = await asyncpg.connect(database)
-    try:
-        found = await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
-        )
-    finally:
-        await conn.close()
+async def _listening(conn: asyncpg.Connection) -> bool:
+    found = await conn.fetchval(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+    )
     return bool(found)
+
+
+async def _eventually(condition: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
+    """Poll `condition` until it holds or `seconds` pass (the caller asserts afterwards)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not await condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)

@@ -131,7 +131,6 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
                     f" measured around it ({around['before']:,.0f}/s before,"
                     f" {around['after']:,.0f}/s after)"
                 )
-        for name in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
             execution = run.get(name, {}).get("execution")
             if execution:
                 cpu = ", ".join(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 import asyncpg
 
@@ -15,19 +14,15 @@ from bankrail.security import signing
 def es512_rates(seconds: float) -> tuple[float, float]:
     """(signatures/s, verifications/s) on one core, for a typical request signature."""
     key = signing.generate_private_key()
-    public = key.public_key()
-    body = b'{"merchant_account_id":"' + str(uuid.uuid4()).encode() + b'","amount_in_minor":100}'
-    headers = [("Idempotency-Key", str(uuid.uuid4()))]
+    body, headers = _typical_request()
     signed = 0
     started = time.perf_counter()
-    signature = ""
     while time.perf_counter() - started < seconds:
-        signature = signing.sign_request(
+        signing.sign_request(
             key, "kid", method="POST", path="/v3/payouts", headers=headers, body=body
         )
         signed += 1
-    sign_rate = signed / (time.perf_counter() - started)
-    return sign_rate, _verify_rate(public, signature, headers, body, seconds)
+    return signed / (time.perf_counter() - started), verify_rate(seconds)
 
 
 def verify_rate(seconds: float) -> float:
@@ -35,17 +30,11 @@ def verify_rate(seconds: float) -> float:
     POST /v3/payouts target is a fraction of; measured again next to that scenario, since
     this machine's speed moves during a run)."""
     key = signing.generate_private_key()
-    body = b'{"merchant_account_id":"' + str(uuid.uuid4()).encode() + b'","amount_in_minor":100}'
-    headers = [("Idempotency-Key", str(uuid.uuid4()))]
+    body, headers = _typical_request()
     signature = signing.sign_request(
         key, "kid", method="POST", path="/v3/payouts", headers=headers, body=body
     )
-    return _verify_rate(key.public_key(), signature, headers, body, seconds)
-
-
-def _verify_rate(
-    public: Any, signature: str, headers: list[tuple[str, str]], body: bytes, seconds: float
-) -> float:
+    public = key.public_key()
     parsed = signing.parse_signature(signature)
     lowered = {k.lower(): v for k, v in headers}
     verified = 0
@@ -56,6 +45,11 @@ def _verify_rate(
         )
         verified += 1
     return verified / (time.perf_counter() - started)
+
+
+def _typical_request() -> tuple[bytes, list[tuple[str, str]]]:
+    body = b'{"merchant_account_id":"' + str(uuid.uuid4()).encode() + b'","amount_in_minor":100}'
+    return body, [("Idempotency-Key", str(uuid.uuid4()))]
 
 
 async def insert_commit_rate(dsn: str, count: int) -> float:

@@ -119,27 +119,11 @@ async def seed_rows(
         total = 0
         for first in range(0, count, _CHUNK):
             size = min(_CHUNK, count - first)
+            chunk = (uuid.UUID(merchant_id), uuid.UUID(account_id), now, first, count, size)
             async with conn.transaction():
-                moved = await conn.fetchval(
-                    _PAYOUTS,
-                    uuid.UUID(merchant_id),
-                    uuid.UUID(account_id),
-                    now,
-                    first,
-                    count,
-                    size,
-                    *ledger_ids,
-                )
+                moved = await conn.fetchval(_PAYOUTS, *chunk, *ledger_ids)
                 total += int(moved or 0)
-                await conn.execute(
-                    _PAYMENTS,
-                    uuid.UUID(merchant_id),
-                    uuid.UUID(account_id),
-                    now,
-                    first,
-                    count,
-                    size,
-                )
+                await conn.execute(_PAYMENTS, *chunk)
         await conn.execute(
             "UPDATE ledger_accounts SET balance = CASE id WHEN $1 THEN -$3::bigint"
             " ELSE $3::bigint END WHERE id IN ($1, $2)",

@@ -35,6 +35,8 @@ DataDir = Annotated[
         envvar="BANKRAIL_DATA_DIR",
     ),
 ]
+Host = Annotated[str | None, typer.Option(help="Listen address.", envvar="BANKRAIL_HOST")]
+Port = Annotated[int | None, typer.Option(help="Listen port.", envvar="BANKRAIL_PORT")]
 DEMO_CREDENTIALS = "demo-credentials.json"
 DEMO_KEY = "demo-signing-key.pem"
 
@@ -58,12 +60,18 @@ def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
 
 @cli.command()
 def serve(
-    host: Annotated[
-        str | None, typer.Option(help="Listen address.", envvar="BANKRAIL_HOST")
-    ] = None,
-    port: Annotated[int | None, typer.Option(help="Listen port.", envvar="BANKRAIL_PORT")] = None,
+    host: Host = None,
+    port: Port = None,
     data_dir: DataDir = None,
     workers: Annotated[int, typer.Option(help="API processes sharing the port.", min=1)] = 1,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Before serving, create the demo merchant if there is none and print it, "
+            "as `bankrail init` does (what `./dev serve` runs).",
+        ),
+    ] = False,
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
     DATABASE_URL is set)."""
@@ -81,6 +89,8 @@ def serve(
             raise typer.Exit(1) from exc
     _survive_reraised_signals()
     try:
+        if demo:
+            typer.echo(_describe(asyncio.run(_create_demo(settings, dsn, force=False))))
         _run_http(settings, dsn, workers)
     finally:
         if embedded is not None:
@@ -199,6 +209,8 @@ def worker(data_dir: DataDir = None) -> None:
 @cli.command()
 def init(
     data_dir: DataDir = None,
+    host: Host = None,
+    port: Port = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
     force: Annotated[
         bool, typer.Option(help="Create a new demo merchant even if one exists.")
@@ -207,7 +219,7 @@ def init(
     """Create a demo merchant with client credentials, a signing key pair and GBP and EUR
     accounts, and print what a developer needs. Running it again prints the same demo."""
     logging.basicConfig(level=logging.WARNING)
-    settings = _settings(data_dir)
+    settings = _settings(data_dir, host=host, port=port)
     from bankrail.db.embedded import EmbeddedPostgres
 
     embedded: EmbeddedPostgres | None = None
@@ -227,6 +239,13 @@ def init(
 
 
 async def _create_demo(settings: Settings, dsn: str, force: bool) -> dict[str, Any]:
+    """The demo merchant of `settings.data_dir`, created when there is none (or `force`),
+    with the base URL of these settings (the port may differ from the run that created it)."""
+    demo = await _stored_or_new_demo(settings, dsn, force)
+    return {**demo, "base_url": settings.public_url}
+
+
+async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict[str, Any]:
     from bankrail.db.migrations import migrate
     from bankrail.db.pool import create_pool
     from bankrail.merchants import service

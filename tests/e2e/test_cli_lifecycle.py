@@ -41,10 +41,19 @@ _UNSET = (
 )
 
 
-def _init(data_dir: Path) -> dict[str, Any]:
+def _init(data_dir: Path, *extra_args: str) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     done = subprocess.run(
-        [sys.executable, "-m", "bankrail", "init", "--data-dir", str(data_dir), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "bankrail",
+            "init",
+            "--data-dir",
+            str(data_dir),
+            "--json",
+            *extra_args,
+        ],
         env=env,
         capture_output=True,
         timeout=120,
@@ -156,6 +165,38 @@ def test_init_prints_what_a_developer_needs(
     assert second["merchant_id"] == first["merchant_id"], "init again shows the same demo"
     assert second["client_id"] == first["client_id"]
     assert not processes_mentioning(data_dir), "init leaves no database server running"
+
+
+def test_init_prints_the_base_url_of_the_port_asked_for(
+    demo: tuple[Path, dict[str, Any], dict[str, Any]],
+) -> None:
+    data_dir, first, _ = demo
+    again = _init(data_dir, "--port", "9123")
+    assert again["client_id"] == first["client_id"], "the same demo, shown for another port"
+    assert again["base_url"] == "http://127.0.0.1:9123"
+
+
+def test_serve_demo_creates_and_prints_a_demo_that_works_at_its_port() -> None:
+    with private_data_dir("bankrail-e2e-serve-demo-") as data_dir:
+        server = RunningServer(
+            data_dir=data_dir,
+            port=free_port(),
+            admin_token="",
+            env={"DATABASE_URL": "", "BANKRAIL_PUBLIC_URL": ""},
+        )
+        try:
+            server.start("--demo")
+            printed = server.log_path.read_text()
+            saved = json.loads((data_dir / "demo-credentials.json").read_text())
+            assert f"base URL          {server.base_url}\n" in printed
+            assert f"client_id         {saved['client_id']}\n" in printed
+            assert _accounts(server, saved).keys() == {"GBP", "EUR"}
+            assert server.stop() == 0
+        finally:
+            if server.process is not None and server.process.poll() is None:
+                os.killpg(server.process.pid, signal.SIGKILL)
+                server.process.wait()
+            end_processes_mentioning(data_dir)
 
 
 def test_serve_restart_keeps_balances(

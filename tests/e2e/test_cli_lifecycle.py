@@ -76,11 +76,18 @@ def demo() -> Iterator[tuple[Path, dict[str, Any], dict[str, Any]]]:
 @pytest.fixture
 def serve(demo: tuple[Path, dict[str, Any], dict[str, Any]]) -> Iterator[RunningServer]:
     """A `bankrail serve` on the demo directory (not started), using the token init made."""
-    data_dir = demo[0]
+    with _server_of(demo[0]) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _server_of(data_dir: Path) -> Iterator[RunningServer]:
+    """A `bankrail serve` on `data_dir` (not started) on the embedded database, with the
+    operator token found there; killed, with every process of the directory, afterwards."""
     server = RunningServer(
         data_dir=data_dir,
         port=free_port(),
-        admin_token="",  # empty: serve uses the operator token that init generated
+        admin_token="",  # empty: serve uses the operator token kept in the data directory
         env={"DATABASE_URL": "", "BANKRAIL_PUBLIC_URL": ""},
     )
     try:
@@ -177,26 +184,14 @@ def test_init_prints_the_base_url_of_the_port_asked_for(
 
 
 def test_serve_demo_creates_and_prints_a_demo_that_works_at_its_port() -> None:
-    with private_data_dir("bankrail-e2e-serve-demo-") as data_dir:
-        server = RunningServer(
-            data_dir=data_dir,
-            port=free_port(),
-            admin_token="",
-            env={"DATABASE_URL": "", "BANKRAIL_PUBLIC_URL": ""},
-        )
-        try:
-            server.start("--demo")
-            printed = server.log_path.read_text()
-            saved = json.loads((data_dir / "demo-credentials.json").read_text())
-            assert f"base URL          {server.base_url}\n" in printed
-            assert f"client_id         {saved['client_id']}\n" in printed
-            assert _accounts(server, saved).keys() == {"GBP", "EUR"}
-            assert server.stop() == 0
-        finally:
-            if server.process is not None and server.process.poll() is None:
-                os.killpg(server.process.pid, signal.SIGKILL)
-                server.process.wait()
-            end_processes_mentioning(data_dir)
+    with private_data_dir("bankrail-e2e-serve-demo-") as data_dir, _server_of(data_dir) as server:
+        server.start("--demo")
+        printed = server.log_path.read_text()
+        saved = json.loads((data_dir / "demo-credentials.json").read_text())
+        assert f"base URL          {server.base_url}\n" in printed
+        assert f"client_id         {saved['client_id']}\n" in printed
+        assert _accounts(server, saved).keys() == {"GBP", "EUR"}
+        assert server.stop() == 0
 
 
 def test_serve_restart_keeps_balances(

@@ -135,6 +135,26 @@ def wait_for(check: Callable[[], T | None], *, timeout: float = 10, what: str = 
         time.sleep(0.05)
 
 
+def get_record(merchant: MerchantClient, path: str) -> dict[str, Any]:
+    """The JSON record the merchant reads at `path` (asserting the 200)."""
+    answer = merchant.get(path)
+    assert answer.status_code == 200, answer.text
+    record: dict[str, Any] = answer.json()
+    return record
+
+
+def wait_record_status(
+    merchant: MerchantClient, path: str, statuses: set[str], timeout: float = 20
+) -> dict[str, Any]:
+    """The record at `path` once its `status` is one of `statuses`."""
+
+    def check() -> dict[str, Any] | None:
+        record = get_record(merchant, path)
+        return record if record["status"] in statuses else None
+
+    return wait_for(check, timeout=timeout, what=f"{path} in {statuses}")
+
+
 def processes_mentioning(path: Path) -> list[tuple[int, str]]:
     """Live processes (other than this one) whose command line contains `path`."""
     needle = str(path.resolve()).encode()

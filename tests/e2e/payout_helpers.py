@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_helpers import is_uuid, wait_for
+from e2e_helpers import get_record, is_uuid, wait_record_status
 
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
@@ -93,19 +93,11 @@ def create_payout(merchant: MerchantClient, body: dict[str, Any]) -> str:
 
 def get_payout(merchant: MerchantClient, payout_id: str) -> dict[str, Any]:
     """The payout record (asserting the 200)."""
-    answer = merchant.get(f"{PATH}/{payout_id}")
-    assert answer.status_code == 200, answer.text
-    record: dict[str, Any] = answer.json()
-    return record
+    return get_record(merchant, f"{PATH}/{payout_id}")
 
 
 def wait_payout_status(
     merchant: MerchantClient, payout_id: str, statuses: set[str], timeout: float = 20
 ) -> dict[str, Any]:
     """The payout's record once its status is one of `statuses`."""
-
-    def check() -> dict[str, Any] | None:
-        record = get_payout(merchant, payout_id)
-        return record if record["status"] in statuses else None
-
-    return wait_for(check, timeout=timeout, what=f"payout {payout_id} in {statuses}")
+    return wait_record_status(merchant, f"{PATH}/{payout_id}", statuses, timeout)

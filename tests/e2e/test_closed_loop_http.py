@@ -19,7 +19,7 @@ from e2e_helpers import (
     bearer,
     is_uuid,
     parse_time,
-    wait_for,
+    wait_record_status,
 )
 from pay_in_helpers import HOOK_PATH
 from pay_in_helpers import balances as _balances
@@ -92,25 +92,8 @@ def _pay_in(
     return payment_id
 
 
-def _get(merchant: MerchantClient, path: str) -> dict[str, Any]:
-    answer = merchant.get(path)
-    assert answer.status_code == 200, answer.text
-    found: dict[str, Any] = answer.json()
-    return found
-
-
-def _wait_status(
-    merchant: MerchantClient, path: str, statuses: set[str], timeout: float = 20
-) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        found = _get(merchant, path)
-        return found if found["status"] in statuses else None
-
-    return wait_for(check, timeout=timeout, what=f"{path} in {statuses}")
-
-
 def _settled(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
-    payment = _wait_status(
+    payment = wait_record_status(
         merchant, f"{PAYMENTS}/{payment_id}", {"payment_settled", "payment_failed"}
     )
     assert payment["status"] == "payment_settled", payment
@@ -209,7 +192,7 @@ def test_pay_in_then_pay_back_to_the_payment_source(
     payout_id = answer.json()["id"]
     assert is_uuid(payout_id)
 
-    payout = _wait_status(merchant, f"{PAYOUTS}/{payout_id}", {"executed", "failed"})
+    payout = wait_record_status(merchant, f"{PAYOUTS}/{payout_id}", {"executed", "failed"})
     assert payout["status"] == "executed", payout
     assert payout["merchant_account_id"] == merchant.accounts["GBP"]["id"]
     assert payout["amount_in_minor"] == 400
@@ -263,7 +246,9 @@ def test_the_source_is_paid_back_again_after_a_second_deposit(operator: Operator
 
     answer = merchant.signed_post(PAYOUTS, _payout_body(merchant, 1_200, user["id"], first["id"]))
     assert answer.status_code == 202, answer.text
-    payout = _wait_status(merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"})
+    payout = wait_record_status(
+        merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
+    )
     assert payout["status"] == "executed", payout
     assert _balances(merchant) == (0, 0)
 
@@ -318,7 +303,9 @@ def test_a_source_from_another_merchant_account_is_refused(operator: Operator) -
     body = _payout_body(merchant, 100, user["id"], eur_source["id"], currency="EUR")
     answer = merchant.signed_post(PAYOUTS, body)
     assert answer.status_code == 202, answer.text
-    payout = _wait_status(merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"})
+    payout = wait_record_status(
+        merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
+    )
     assert payout["status"] == "executed", payout
     assert payout["scheme_id"] == "sepa_credit_transfer_instant"
     assert _balances(merchant, "EUR") == (5_200, 5_200)
@@ -394,7 +381,7 @@ def test_a_failed_payment_gives_no_source(operator: Operator) -> None:
             headers=bearer(token),
         )
     assert answer.status_code == 202, answer.text
-    payment = _wait_status(merchant, f"{PAYMENTS}/{payment_id}", {"payment_failed"})
+    payment = wait_record_status(merchant, f"{PAYMENTS}/{payment_id}", {"payment_failed"})
     assert "payment_source" not in payment
     answer = merchant.get(
         f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/payment-sources",

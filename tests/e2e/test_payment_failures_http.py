@@ -19,9 +19,10 @@ from e2e_helpers import (
     assert_invalid,
     assert_problem,
     bearer,
+    get_record,
     is_uuid,
     parse_time,
-    wait_for,
+    wait_record_status,
 )
 from pay_in_helpers import (
     advance_clock as _advance,
@@ -99,20 +100,13 @@ def _redirect_uri(merchant: MerchantClient, payment_id: str, provider_id: str = 
 
 
 def _get(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
-    answer = merchant.get(f"{PAYMENTS}/{payment_id}")
-    assert answer.status_code == 200, answer.text
-    payment: dict[str, Any] = answer.json()
-    return payment
+    return get_record(merchant, f"{PAYMENTS}/{payment_id}")
 
 
 def _wait_status(
     merchant: MerchantClient, payment_id: str, status: str, timeout: float = 20
 ) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        payment = _get(merchant, payment_id)
-        return payment if payment["status"] == status else None
-
-    return wait_for(check, timeout=timeout, what=f"payment {payment_id} {status}")
+    return wait_record_status(merchant, f"{PAYMENTS}/{payment_id}", {status}, timeout)
 
 
 def _assert_failed(

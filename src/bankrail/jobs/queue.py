@@ -32,8 +32,10 @@ _CLAIM = (
 _ANY_DUE = f"SELECT EXISTS (SELECT FROM jobs WHERE {_DUE})"
 
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
-# Claims up to n due jobs of its kind that it can run together, runs and deletes them in the
-# transaction it is given, and returns how many it took.
+# Claims up to n due jobs of its kind that it can run together, runs and deletes them, and
+# returns how many it ran. It is given a connection outside any transaction and commits its
+# own work; when it fails, the jobs it took must be left due (or done), since the queue then
+# runs as many due jobs one at a time.
 BatchRunner = Callable[[Connection, datetime, int], Awaitable[int]]
 
 
@@ -61,8 +63,8 @@ class JobQueue:
         self._clock = clock
         self._handlers: dict[str, JobHandler] = {}
         self._batch_runners: dict[str, BatchRunner] = {}
-        # Jobs per transaction of a batch runner: these share one commit without holding
-        # locks for long, since the runner writes them all with one statement.
+        # Jobs per batch of a runner: these share one commit without holding locks for
+        # long, since the runner writes them all with one statement.
         self.runner_batch_size = 128
         # Jobs per transaction in run_due: larger batches share one commit, smaller ones
         # hold the rows they lock (a merchant account's ledger rows) for less time.
@@ -181,9 +183,9 @@ class JobQueue:
     async def _run_with_runners(self, limit: int) -> int:
         """One batch of each kind that has a batch runner; returns how many jobs ran.
 
-        When a batch fails it is rolled back whole, and as many jobs then run one at a time,
-        so a job that keeps failing is rescheduled (and leaves the batches) as it would be
-        without a runner.
+        When a batch fails (having written nothing and left its jobs due), as many jobs then
+        run one at a time, so a job that keeps failing is rescheduled (and leaves the
+        batches) as it would be without a runner.
         """
         ran = 0
         for kind, runner in self._batch_runners.items():
@@ -192,7 +194,7 @@ class JobQueue:
                 break
             now = self._clock.now()
             try:
-                async with self._pool.acquire() as conn, conn.transaction():
+                async with self._pool.acquire() as conn:
                     ran += await runner(conn, now, size)
             except asyncio.CancelledError:
                 raise

@@ -2,18 +2,21 @@
 
 Under load, most due payout jobs are alike: an open-loop payout whose money leaves over a
 scheme (or comes back on a failure) from an account without a balance threshold. This takes
-a batch of them in one transaction with a few round trips: the Python state machine decides
-each payout's steps, exactly as `service.advance_payout` does for one, and one statement
-(migration 0006) writes every row. The merchant's ledger rows are locked once per batch, at
-the end, instead of once per payout. Every other payout job (an internal transfer, an account
-with a threshold to re-evaluate, a job without its payout) is left to `advance_payout`.
+a batch of them with two statements, each its own transaction (migration 0008): one leases
+the jobs and reads their payouts, the Python state machine decides each payout's steps,
+exactly as `service.advance_payout` does for one, and one statement checks that the
+decisions still hold and writes every row (migration 0006), its commit included. The
+merchant's ledger rows are locked once per batch, at the end, and only while PostgreSQL
+writes and commits, never while this process's event loop is busy elsewhere. Every other
+payout job (an internal transfer, an account with a threshold to re-evaluate, a job without
+its payout) is left to `advance_payout`.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bankrail.db.pool import Connection
@@ -34,24 +37,33 @@ __all__ = ["advance_due_payouts"]
 
 _COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.split(","))
 
-# Due payout jobs whose payout this batch can take (migration 0007): the payout rows are
-# locked with the jobs (a duplicate job waits for them), and the account row is share-locked
-# so that no balance threshold can be set on it before the batch commits (a release would
-# then owe a re-evaluation of the account's notification state).
-_CLAIM = (
+# How long a batch holds the jobs it took: when its worker dies before writing, they run
+# again once this has passed (service time).
+LEASE = timedelta(seconds=30)
+
+# Due payout jobs whose payout this batch can take, leased (migration 0008).
+_LEASE = (
     f"SELECT c.job_id, {_COLUMNS}, c.held_ledger_id, c.available_ledger_id"
-    " FROM bankrail_claim_payout_jobs($1, $2, $3) c"
+    " FROM bankrail_lease_payout_jobs($1, $2, $3, $4) c"
 )
 
-_WRITE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 32)))
+_WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
+    ", ".join(f"${i}" for i in range(1, 34))
+)
+
+_RELEASE = "UPDATE jobs SET run_at = $2 WHERE id = ANY($1::bigint[])"
 
 
 @dataclass
 class _Batch:
-    """The rows one batch writes, as the parallel arrays migration 0006 takes."""
+    """The rows one batch writes, as the parallel arrays migrations 0006 and 0008 take."""
 
     now: datetime
     job_ids: list[int] = field(default_factory=list)
+    # A payout's second job in the same lease: made due again, not run.
+    released_job_ids: list[int] = field(default_factory=list)
+    # The stage each payout of `payouts` was at when its steps were decided.
+    from_stages: list[str] = field(default_factory=list)
     payouts: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
     next_steps: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)
@@ -67,6 +79,7 @@ class _Batch:
             return  # terminal: a duplicate job finds nothing to do
         state = plan.state
         payout_id: uuid.UUID = row["id"]
+        self.from_stages.append(row["stage"])
         self.payouts.append(
             (
                 payout_id,
@@ -110,12 +123,14 @@ class _Batch:
         )
 
     def arguments(self) -> list[Any]:
-        """The arguments of `bankrail_advance_payouts`, in order."""
+        """The arguments of `bankrail_advance_leased_payouts`, in order."""
         payouts = list(zip(*self.payouts, strict=True)) or [()] * 12
         events = self.events
         next_steps = list(zip(*self.next_steps, strict=True)) or [()] * 2
         moves = list(zip(*self.moves, strict=True)) or [()] * 8
         return [
+            self.from_stages,
+            self.released_job_ids,
             self.now,
             self.job_ids,
             *(list(column) for column in payouts),
@@ -132,20 +147,30 @@ class _Batch:
 
 
 async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> int:
-    """Claim up to `limit` due payout jobs that can run together and take every payout's
-    due steps, with the same states, events, activity and ledger postings as
-    `advance_payout` would, all in the caller's transaction; returns how many jobs it took.
+    """Take up to `limit` due payout jobs that can run together and every payout's due
+    steps, with the same states, events, activity and ledger postings as `advance_payout`
+    would; returns how many jobs it ran. Commits its own work on `conn` (see
+    `jobs.queue.BatchRunner`).
 
-    A payout with two jobs in the claim is taken once; its other job stays queued.
+    Nothing is written when a payout was advanced by another path since the lease (or the
+    lease ended and another batch ran the jobs): the jobs are then due again, and 0 is
+    returned. When the write fails, the jobs are due again before the error is raised.
+    A payout with two jobs in the lease is taken once; its other job stays queued.
     """
-    rows = await conn.fetch(_CLAIM, now, limit, ADVANCE_JOB)
+    rows = await conn.fetch(_LEASE, now, limit, ADVANCE_JOB, now + LEASE)
     if not rows:
         return 0
     batch = _Batch(now)
     seen: set[uuid.UUID] = set()
     for row in rows:
-        if row["id"] not in seen:
+        if row["id"] in seen:
+            batch.released_job_ids.append(row["job_id"])
+        else:
             seen.add(row["id"])
             batch.add(row)
-    await conn.execute(_WRITE, *batch.arguments())
-    return len(batch.job_ids)
+    try:
+        written: bool = await conn.fetchval(_WRITE, *batch.arguments())
+    except Exception:
+        await conn.execute(_RELEASE, [row["job_id"] for row in rows], now)
+        raise
+    return len(batch.job_ids) if written else 0

@@ -231,6 +231,10 @@ async def _batch_setup(
         await conn.execute("INSERT INTO ran (n, path) VALUES ($1, 'one')", payload["n"])
 
     async def many(conn: Connection, now: datetime, limit: int) -> int:
+        async with conn.transaction():
+            return await _run_many(conn, now, limit)
+
+    async def _run_many(conn: Connection, now: datetime, limit: int) -> int:
         rows = await conn.fetch(
             "SELECT id, payload FROM jobs WHERE kind = 'many' AND run_at <= $1 AND"
             " (payload ->> 'n')::int % 2 = 0 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
@@ -286,8 +290,9 @@ async def test_a_failing_batch_rolls_back_whole_and_its_jobs_run_one_at_a_time(
     queue = await _batch_setup(pool, clock, 4)
 
     async def broken(conn: Connection, now: datetime, limit: int) -> int:
-        await conn.execute("INSERT INTO ran (n, path) VALUES (100, 'broken')")
-        raise RuntimeError("the batch statement failed")
+        async with conn.transaction():
+            await conn.execute("INSERT INTO ran (n, path) VALUES (100, 'broken')")
+            raise RuntimeError("the batch statement failed")
 
     queue.register_batch("many", broken)
     with caplog.at_level(logging.ERROR, logger="bankrail.jobs.queue"):

@@ -73,7 +73,7 @@ async def test_accepting_and_executing_batches_reads_no_whole_table(database: st
         account = await funded_account(setup, now, credit=1_000_000)
         batcher = PayoutBatcher(one)
         await _accept(batcher, account, now, 50, 0)  # rows to scan, and plans cached
-        async with one.acquire() as conn, conn.transaction():
+        async with one.acquire() as conn:
             assert await advance_due_payouts(conn, clock.now(), 128) == 50
         async with setup.acquire() as conn:
             await _whole_table_reads(conn)  # the set-up's own reads are counted by now
@@ -81,7 +81,7 @@ async def test_accepting_and_executing_batches_reads_no_whole_table(database: st
             before = await _whole_table_reads(conn)
 
         await _accept(batcher, account, now, 50, 1)
-        async with one.acquire() as conn, conn.transaction():
+        async with one.acquire() as conn:
             assert await advance_due_payouts(conn, clock.now(), 128) == 50
         async with one.acquire() as conn:
             after = await _whole_table_reads(conn)

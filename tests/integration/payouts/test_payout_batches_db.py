@@ -113,7 +113,7 @@ async def _one_by_one(pool: asyncpg.Pool, payout_ids: list[uuid.UUID], now: date
 
 
 async def _in_a_batch(pool: asyncpg.Pool, now: datetime) -> int:
-    async with pool.acquire() as conn, conn.transaction():
+    async with pool.acquire() as conn:
         return await advance_due_payouts(conn, now, 128)
 
 

@@ -1,0 +1,136 @@
+-- Payout job batches commit without a round trip to the worker (performance, issue 7).
+--
+-- Until now a batch was one transaction: claim (locking the jobs, the payouts and their
+-- accounts), decide each payout's steps in Python, write, then COMMIT. The write locks the
+-- merchant's ledger rows, and they stayed locked until the worker's event loop, busy serving
+-- requests, got round to sending COMMIT: the acceptance of new payouts, which needs the same
+-- rows, waited behind it.
+--
+-- Now a batch is two statements, each its own transaction:
+--   1. bankrail_lease_payout_jobs takes the jobs by moving their run_at to the end of a lease
+--      and returns them with their payouts; nothing stays locked.
+--   2. bankrail_advance_leased_payouts checks that the decisions still hold (every job still
+--      queued, every payout still at the stage its steps were decided from, every account
+--      still without a balance threshold), locking those rows, and then writes exactly what
+--      bankrail_advance_payouts (0006) writes. The commit follows in the same statement, so
+--      the ledger rows are held only while PostgreSQL itself works.
+-- A worker that dies between the two leaves its jobs to run again when the lease ends; one
+-- that writes after its lease ended, or whose payouts another path advanced meanwhile, finds
+-- the check failing, writes nothing, and makes its jobs due again. So no step is taken twice.
+
+-- Up to p_limit due payout jobs that a batch can take (as bankrail_claim_payout_jobs, 0007),
+-- leased until p_until, with their payouts as they are now and the ledger rows of their
+-- accounts. A lease lost in a crash only makes the job due again, as it was, so its commit
+-- does not wait for the WAL to reach the disk (the write that follows does).
+CREATE FUNCTION bankrail_lease_payout_jobs(
+    p_now timestamptz, p_limit integer, p_kind text, p_until timestamptz)
+RETURNS TABLE (job_id bigint, payout payouts, held_ledger_id bigint,
+               available_ledger_id bigint)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN QUERY
+    WITH due AS (
+        SELECT j.id
+        FROM jobs j
+        JOIN payouts p ON p.id = (j.payload ->> 'payout_id')::uuid
+        JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
+        WHERE j.kind = p_kind AND j.run_at <= p_now AND p.destination_account_id IS NULL
+          AND ma.balance_threshold IS NULL
+        ORDER BY j.run_at, j.id
+        LIMIT p_limit
+        FOR UPDATE OF j SKIP LOCKED),
+    leased AS (
+        UPDATE jobs j SET run_at = p_until FROM due WHERE j.id = due.id
+        RETURNING j.id, (j.payload ->> 'payout_id')::uuid AS payout_id)
+    SELECT l.id, p, ma.held_ledger_id, ma.available_ledger_id
+    FROM leased l
+    JOIN payouts p ON p.id = l.payout_id
+    JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
+    ORDER BY l.id;
+END
+$$;
+
+-- The write of a leased batch: the arguments of bankrail_advance_payouts, plus the stage
+-- each payout of p_payout_ids was at when its steps were decided (p_from_stages) and the
+-- jobs to make due again without running them (a payout's second job in the same lease).
+-- Returns false, having written nothing but making every job of the lease due at p_now,
+-- when a decision no longer holds.
+CREATE FUNCTION bankrail_advance_leased_payouts(
+    p_from_stages text[],
+    p_release_job_ids bigint[],
+    p_now timestamptz,
+    p_job_ids bigint[],
+    p_payout_ids uuid[],
+    p_account_ids uuid[],
+    p_amounts bigint[],
+    p_currencies text[],
+    p_stages text[],
+    p_authorized_at timestamptz[],
+    p_submitted_at timestamptz[],
+    p_executed_at timestamptz[],
+    p_failed_at timestamptz[],
+    p_failure_reasons text[],
+    p_statuses text[],
+    p_details jsonb[],
+    p_event_ids uuid[],
+    p_delivery_ids uuid[],
+    p_event_merchants uuid[],
+    p_event_families text[],
+    p_event_types text[],
+    p_event_payloads bytea[],
+    p_next_payouts uuid[],
+    p_next_at timestamptz[],
+    p_job_kind text,
+    p_move_ids uuid[],
+    p_move_kinds text[],
+    p_move_payouts uuid[],
+    p_move_from bigint[],
+    p_move_to bigint[],
+    p_move_to_codes text[],
+    p_move_currencies text[],
+    p_move_amounts bigint[]
+) RETURNS boolean LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_holds boolean;
+BEGIN
+    -- Locked in the order every other path locks them: jobs, payouts, accounts, ledger rows.
+    SELECT count(*) = cardinality(p_job_ids) INTO v_holds
+        FROM (SELECT 1 FROM jobs WHERE id = ANY (p_job_ids) ORDER BY id FOR UPDATE) j;
+    IF v_holds THEN
+        SELECT count(*) = cardinality(p_payout_ids) INTO v_holds
+            FROM (SELECT 1 FROM payouts p
+                  JOIN unnest(p_payout_ids, p_from_stages) AS x (id, stage)
+                      ON p.id = x.id AND p.stage = x.stage
+                  ORDER BY p.id FOR UPDATE OF p) p;
+    END IF;
+    IF v_holds THEN
+        -- Share-locked until the commit, so that no threshold is set before it (see 0007).
+        SELECT count(*) = (SELECT count(DISTINCT a) FROM unnest(p_account_ids) AS a)
+            INTO v_holds
+            FROM (SELECT 1 FROM merchant_accounts
+                  WHERE id = ANY (p_account_ids) AND balance_threshold IS NULL
+                  ORDER BY id FOR SHARE) ma;
+    END IF;
+    IF NOT v_holds THEN
+        UPDATE jobs SET run_at = p_now WHERE id = ANY (p_job_ids || p_release_job_ids);
+        PERFORM pg_notify('bankrail_jobs', '');
+        RETURN false;
+    END IF;
+    UPDATE jobs SET run_at = p_now WHERE id = ANY (p_release_job_ids);
+    PERFORM bankrail_advance_payouts(p_now, p_job_ids, p_payout_ids, p_account_ids,
+        p_amounts, p_currencies, p_stages, p_authorized_at, p_submitted_at, p_executed_at,
+        p_failed_at, p_failure_reasons, p_statuses, p_details, p_event_ids, p_delivery_ids,
+        p_event_merchants, p_event_families, p_event_types, p_event_payloads, p_next_payouts,
+        p_next_at, p_job_kind, p_move_ids, p_move_kinds, p_move_payouts, p_move_from,
+        p_move_to, p_move_to_codes, p_move_currencies, p_move_amounts);
+    RETURN true;
+END
+$$;
+
+-- Replaced by the two functions above.
+DROP FUNCTION bankrail_claim_payout_jobs(timestamptz, integer, text);

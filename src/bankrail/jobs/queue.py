@@ -18,8 +18,12 @@ log = logging.getLogger(__name__)
 
 JOBS_CHANNEL = "bankrail_jobs"
 
-# A due job, unless it is of a kind in $2 and fell due after $3 (left to the batch runners).
-_DUE = "run_at <= $1 AND (kind <> ALL($2::text[]) OR run_at <= $3)"
+# A due job, unless a batch runner holds its lease, or it is of a kind in $2 and fell due
+# after $3 (left to the batch runners).
+_DUE = (
+    "run_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)"
+    " AND (kind <> ALL($2::text[]) OR run_at <= $3)"
+)
 
 # The claim of up to $4 such jobs, oldest first, skipping those another worker holds.
 _CLAIM = (
@@ -34,8 +38,9 @@ _ANY_DUE = f"SELECT EXISTS (SELECT FROM jobs WHERE {_DUE})"
 JobHandler = Callable[[Connection, dict[str, Any], datetime], Awaitable[None]]
 # Claims up to n due jobs of its kind that it can run together, runs and deletes them, and
 # returns how many it ran. It is given a connection outside any transaction and commits its
-# own work; when it fails, the jobs it took must be left due (or done), since the queue then
-# runs as many due jobs one at a time.
+# own work; it may hold jobs between transactions by a lease (`lease_until`, service time),
+# which the other claims respect. When it fails, the jobs it took must be left due
+# (or done), since the queue then runs as many due jobs one at a time.
 BatchRunner = Callable[[Connection, datetime, int], Awaitable[int]]
 
 

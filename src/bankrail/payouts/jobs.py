@@ -37,9 +37,11 @@ __all__ = ["advance_due_payouts"]
 
 _COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.split(","))
 
-# How long a batch holds the jobs it took: when its worker dies before writing, they run
-# again once this has passed (service time).
-LEASE = timedelta(seconds=30)
+# How long a batch holds the jobs it took (service time): when its worker dies before writing,
+# they run again once this has passed, or at once when the sandbox clock is advanced past it.
+# A batch normally writes within milliseconds; one that writes after its lease has ended
+# (another batch may have run its jobs) writes only what still holds.
+LEASE = timedelta(seconds=10)
 
 # Due payout jobs whose payout this batch can take, leased (migration 0008).
 _LEASE = (
@@ -51,7 +53,7 @@ _WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
     ", ".join(f"${i}" for i in range(1, 34))
 )
 
-_RELEASE = "UPDATE jobs SET run_at = $2 WHERE id = ANY($1::bigint[])"
+_RELEASE = "UPDATE jobs SET lease_until = NULL WHERE id = ANY($1::bigint[])"
 
 
 @dataclass
@@ -60,7 +62,7 @@ class _Batch:
 
     now: datetime
     job_ids: list[int] = field(default_factory=list)
-    # A payout's second job in the same lease: made due again, not run.
+    # A payout's second job in the same lease: given back, not run.
     released_job_ids: list[int] = field(default_factory=list)
     # The stage each payout of `payouts` was at when its steps were decided.
     from_stages: list[str] = field(default_factory=list)
@@ -153,11 +155,11 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
     `jobs.queue.BatchRunner`).
 
     Nothing is written when a payout was advanced by another path since the lease (or the
-    lease ended and another batch ran the jobs): the jobs are then due again, and 0 is
-    returned. When the write fails, the jobs are due again before the error is raised.
+    lease ended and another batch ran the jobs): the jobs are then given back, and 0 is
+    returned. When the write fails, the jobs are given back before the error is raised.
     A payout with two jobs in the lease is taken once; its other job stays queued.
     """
-    rows = await conn.fetch(_LEASE, now, limit, ADVANCE_JOB, now + LEASE)
+    rows = await conn.fetch(_LEASE, now, limit, ADVANCE_JOB, LEASE)
     if not rows:
         return 0
     batch = _Batch(now)
@@ -171,6 +173,6 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
     try:
         written: bool = await conn.fetchval(_WRITE, *batch.arguments())
     except Exception:
-        await conn.execute(_RELEASE, [row["job_id"] for row in rows], now)
+        await conn.execute(_RELEASE, [row["job_id"] for row in rows])
         raise
     return len(batch.job_ids) if written else 0

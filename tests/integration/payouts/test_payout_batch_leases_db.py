@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 import pytest
@@ -62,12 +62,17 @@ async def _stage(pool: asyncpg.Pool, payout_id: uuid.UUID) -> str:
     return stage
 
 
-async def _job_times(pool: asyncpg.Pool, payout_id: uuid.UUID) -> list[datetime]:
+async def _jobs(
+    pool: asyncpg.Pool, payout_id: uuid.UUID, now: datetime
+) -> list[tuple[datetime, bool]]:
+    """(run_at, whether a batch holds its lease at `now`) of each of the payout's jobs."""
     rows = await pool.fetch(
-        "SELECT run_at FROM jobs WHERE (payload ->> 'payout_id')::uuid = $1 ORDER BY id",
+        "SELECT run_at, lease_until > $2 AS leased FROM jobs"
+        " WHERE (payload ->> 'payout_id')::uuid = $1 ORDER BY id",
         payout_id,
+        now,
     )
-    return [row["run_at"] for row in rows]
+    return [(row["run_at"], bool(row["leased"])) for row in rows]
 
 
 @asynccontextmanager
@@ -93,24 +98,32 @@ async def _until_the_write_waits(pool: asyncpg.Pool, batch: asyncio.Task[int]) -
 async def test_jobs_leased_by_a_worker_that_died_run_once_the_lease_ends(
     pool: asyncpg.Pool,
 ) -> None:
-    now = ServiceClock().now()
+    clock = ServiceClock()
+    now = clock.now()
     account, payout_id = await _pending_payout(pool, now)
     async with pool.acquire() as conn:  # a worker leases the job, then dies before writing
         leased = await conn.fetch(
             "SELECT job_id FROM bankrail_lease_payout_jobs($1, 128, $2, $3)",
             now,
             ADVANCE_JOB,
-            now + LEASE,
+            LEASE,
         )
     assert len(leased) == 1
+    assert await _jobs(pool, payout_id, now) == [(now, True)]
 
-    assert await _batch(pool, now) == 0
-    assert await _batch(pool, now + LEASE - timedelta(milliseconds=1)) == 0
+    # Neither another batch nor the queue's one-at-a-time step takes it while leased.
+    queue = JobQueue(pool, clock)
+    queue.register(ADVANCE_JOB, advance_payout)
+    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    clock.set_offset(LEASE / 2)
+    assert await queue.run_due() == 0
     assert await _stage(pool, payout_id) == "pending"
-    assert await _batch(pool, now + LEASE) == 1
+
+    clock.set_offset(LEASE)
+    assert await queue.run_due() == 1
     assert await _stage(pool, payout_id) == "executed"
     assert await _steps_taken(pool, account) == (1, 1)
-    assert await _job_times(pool, payout_id) == []
+    assert await _jobs(pool, payout_id, now) == []
 
 
 async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes_nothing(
@@ -134,11 +147,11 @@ async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes
         await other.execute("DELETE FROM jobs WHERE id = $1", duplicate)
     assert await batch == 0
     assert await _steps_taken(pool, account) == (1, 1)
-    assert await _job_times(pool, payout_id) == [now]  # the first job, due again
+    assert await _jobs(pool, payout_id, now) == [(now, False)]  # the first job, given back
 
     assert await _batch(pool, now) == 1  # it finds nothing left to do
     assert await _steps_taken(pool, account) == (1, 1)
-    assert await _job_times(pool, payout_id) == []
+    assert await _jobs(pool, payout_id, now) == []
 
 
 async def test_a_batch_whose_account_got_a_threshold_after_its_lease_writes_nothing(
@@ -155,7 +168,7 @@ async def test_a_batch_whose_account_got_a_threshold_after_its_lease_writes_noth
         await _until_the_write_waits(pool, batch)
     assert await batch == 0
     assert await _stage(pool, payout_id) == "pending"
-    assert await _job_times(pool, payout_id) == [now]
+    assert await _jobs(pool, payout_id, now) == [(now, False)]
 
     # The account's jobs are now advance_payout's, which re-evaluates its notifications.
     queue = JobQueue(pool, clock)
@@ -179,7 +192,7 @@ async def test_a_batch_whose_write_fails_leaves_its_jobs_to_be_retried_one_at_a_
     )
     with pytest.raises(asyncpg.CheckViolationError):
         await _batch(pool, now)
-    assert await _job_times(pool, payout_id) == [now]  # due again, not leased
+    assert await _jobs(pool, payout_id, now) == [(now, False)]  # given back
 
     queue = JobQueue(pool, clock)
     queue.register(ADVANCE_JOB, advance_payout)

@@ -7,8 +7,10 @@
 -- rows, waited behind it.
 --
 -- Now a batch is two statements, each its own transaction:
---   1. bankrail_lease_payout_jobs takes the jobs by moving their run_at to the end of a lease
---      and returns them with their payouts; nothing stays locked.
+--   1. bankrail_lease_payout_jobs takes the jobs by setting their lease (service time, like
+--      run_at: advancing the sandbox clock past it hands the jobs to the next batch at once,
+--      which the check below makes safe) and returns them with their payouts; nothing stays
+--      locked.
 --   2. bankrail_advance_leased_payouts checks that the decisions still hold (every job still
 --      queued, every payout still at the stage its steps were decided from, every account
 --      still without a balance threshold), locking those rows, and then writes exactly what
@@ -16,14 +18,16 @@
 --      the ledger rows are held only while PostgreSQL itself works.
 -- A worker that dies between the two leaves its jobs to run again when the lease ends; one
 -- that writes after its lease ended, or whose payouts another path advanced meanwhile, finds
--- the check failing, writes nothing, and makes its jobs due again. So no step is taken twice.
+-- the check failing, writes nothing, and gives its jobs back. So no step is taken twice.
 
--- Up to p_limit due payout jobs that a batch can take (as bankrail_claim_payout_jobs, 0007),
--- leased until p_until, with their payouts as they are now and the ledger rows of their
--- accounts. A lease lost in a crash only makes the job due again, as it was, so its commit
--- does not wait for the WAL to reach the disk (the write that follows does).
+ALTER TABLE jobs ADD COLUMN lease_until timestamptz;
+
+-- Up to p_limit payout jobs due and not leased at p_now (service time) that a batch can take
+-- (as bankrail_claim_payout_jobs, 0007), leased for p_lease, with their payouts as they are
+-- now and the ledger rows of their accounts. A lease lost in a crash only gives the job back
+-- early, so its commit does not wait for the WAL to reach the disk (the write's does).
 CREATE FUNCTION bankrail_lease_payout_jobs(
-    p_now timestamptz, p_limit integer, p_kind text, p_until timestamptz)
+    p_now timestamptz, p_limit integer, p_kind text, p_lease interval)
 RETURNS TABLE (job_id bigint, payout payouts, held_ledger_id bigint,
                available_ledger_id bigint)
 LANGUAGE plpgsql
@@ -37,13 +41,15 @@ BEGIN
         FROM jobs j
         JOIN payouts p ON p.id = (j.payload ->> 'payout_id')::uuid
         JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
-        WHERE j.kind = p_kind AND j.run_at <= p_now AND p.destination_account_id IS NULL
-          AND ma.balance_threshold IS NULL
+        WHERE j.kind = p_kind AND j.run_at <= p_now
+          AND (j.lease_until IS NULL OR j.lease_until <= p_now)
+          AND p.destination_account_id IS NULL AND ma.balance_threshold IS NULL
         ORDER BY j.run_at, j.id
         LIMIT p_limit
         FOR UPDATE OF j SKIP LOCKED),
     leased AS (
-        UPDATE jobs j SET run_at = p_until FROM due WHERE j.id = due.id
+        UPDATE jobs j SET lease_until = p_now + p_lease FROM due
+        WHERE j.id = due.id
         RETURNING j.id, (j.payload ->> 'payout_id')::uuid AS payout_id)
     SELECT l.id, p, ma.held_ledger_id, ma.available_ledger_id
     FROM leased l
@@ -55,9 +61,9 @@ $$;
 
 -- The write of a leased batch: the arguments of bankrail_advance_payouts, plus the stage
 -- each payout of p_payout_ids was at when its steps were decided (p_from_stages) and the
--- jobs to make due again without running them (a payout's second job in the same lease).
--- Returns false, having written nothing but making every job of the lease due at p_now,
--- when a decision no longer holds.
+-- jobs to give back without running them (a payout's second job in the same lease).
+-- Returns false, having written nothing but giving back every job of the lease, when a
+-- decision no longer holds.
 CREATE FUNCTION bankrail_advance_leased_payouts(
     p_from_stages text[],
     p_release_job_ids bigint[],
@@ -117,11 +123,11 @@ BEGIN
                   ORDER BY id FOR SHARE) ma;
     END IF;
     IF NOT v_holds THEN
-        UPDATE jobs SET run_at = p_now WHERE id = ANY (p_job_ids || p_release_job_ids);
+        UPDATE jobs SET lease_until = NULL WHERE id = ANY (p_job_ids || p_release_job_ids);
         PERFORM pg_notify('bankrail_jobs', '');
         RETURN false;
     END IF;
-    UPDATE jobs SET run_at = p_now WHERE id = ANY (p_release_job_ids);
+    UPDATE jobs SET lease_until = NULL WHERE id = ANY (p_release_job_ids);
     PERFORM bankrail_advance_payouts(p_now, p_job_ids, p_payout_ids, p_account_ids,
         p_amounts, p_currencies, p_stages, p_authorized_at, p_submitted_at, p_executed_at,
         p_failed_at, p_failure_reasons, p_statuses, p_details, p_event_ids, p_delivery_ids,

@@ -30,6 +30,14 @@ from support.accounts import funded_account, sort_code_beneficiary
 from support.payouts import accepted_payout
 
 
+def _payout_queue(pool: asyncpg.Pool, clock: ServiceClock) -> JobQueue:
+    """The queue as the app runs payout jobs: batches first, `advance_payout` for the rest."""
+    queue = JobQueue(pool, clock)
+    queue.register(ADVANCE_JOB, advance_payout)
+    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    return queue
+
+
 async def _batch(pool: asyncpg.Pool, now: datetime, limit: int = 128) -> int:
     async with pool.acquire() as conn:
         return await advance_due_payouts(conn, now, limit)
@@ -112,9 +120,7 @@ async def test_jobs_leased_by_a_worker_that_died_run_once_the_lease_ends(
     assert await _jobs(pool, payout_id, now) == [(now, True)]
 
     # Neither another batch nor the queue's one-at-a-time step takes it while leased.
-    queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    queue = _payout_queue(pool, clock)
     clock.set_offset(LEASE / 2)
     assert await queue.run_due() == 0
     assert await _stage(pool, payout_id) == "pending"
@@ -171,9 +177,7 @@ async def test_a_batch_whose_account_got_a_threshold_after_its_lease_writes_noth
     assert await _jobs(pool, payout_id, now) == [(now, False)]
 
     # The account's jobs are now advance_payout's, which re-evaluates its notifications.
-    queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    queue = _payout_queue(pool, clock)
     clock.set_offset(queue.runner_grace)
     assert await queue.run_due() == 1
     assert await _stage(pool, payout_id) == "executed"
@@ -194,9 +198,7 @@ async def test_a_batch_whose_write_fails_leaves_its_jobs_to_be_retried_one_at_a_
         await _batch(pool, now)
     assert await _jobs(pool, payout_id, now) == [(now, False)]  # given back
 
-    queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    queue = _payout_queue(pool, clock)
     with caplog.at_level(logging.CRITICAL, logger="bankrail.jobs.queue"):
         assert await queue.run_due() == 1  # the batch fails, then the job alone
     job = await pool.fetchrow("SELECT attempts, last_error FROM jobs")

@@ -50,10 +50,15 @@ _LEASE = (
 )
 
 _WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
-    ", ".join(f"${i}" for i in range(1, 34))
+    ", ".join(f"${i}" for i in range(1, 33))
 )
 
-_RELEASE = "UPDATE jobs SET lease_until = NULL WHERE id = ANY($1::bigint[])"
+# Jobs a batch took but did not run, due again at once for the next claim (the job loops
+# woken, as by a new job).
+_GIVE_BACK = (
+    "WITH j AS (UPDATE jobs SET lease_until = NULL WHERE id = ANY($1::bigint[]))"
+    " SELECT pg_notify('bankrail_jobs', '')"
+)
 
 
 @dataclass
@@ -63,7 +68,7 @@ class _Batch:
     now: datetime
     job_ids: list[int] = field(default_factory=list)
     # A payout's second job in the same lease: given back, not run.
-    released_job_ids: list[int] = field(default_factory=list)
+    duplicate_job_ids: list[int] = field(default_factory=list)
     # The stage each payout of `payouts` was at when its steps were decided.
     from_stages: list[str] = field(default_factory=list)
     payouts: list[tuple[Any, ...]] = field(default_factory=list)
@@ -132,7 +137,6 @@ class _Batch:
         moves = list(zip(*self.moves, strict=True)) or [()] * 8
         return [
             self.from_stages,
-            self.released_job_ids,
             self.now,
             self.job_ids,
             *(list(column) for column in payouts),
@@ -166,13 +170,17 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
     seen: set[uuid.UUID] = set()
     for row in rows:
         if row["id"] in seen:
-            batch.released_job_ids.append(row["job_id"])
+            batch.duplicate_job_ids.append(row["job_id"])
         else:
             seen.add(row["id"])
             batch.add(row)
+    leased = [row["job_id"] for row in rows]
     try:
         written: bool = await conn.fetchval(_WRITE, *batch.arguments())
     except Exception:
-        await conn.execute(_RELEASE, [row["job_id"] for row in rows])
+        await conn.execute(_GIVE_BACK, leased)
         raise
+    given_back = batch.duplicate_job_ids if written else leased
+    if given_back:
+        await conn.execute(_GIVE_BACK, given_back)
     return len(batch.job_ids) if written else 0

@@ -18,7 +18,8 @@
 --      the ledger rows are held only while PostgreSQL itself works.
 -- A worker that dies between the two leaves its jobs to run again when the lease ends; one
 -- that writes after its lease ended, or whose payouts another path advanced meanwhile, finds
--- the check failing, writes nothing, and gives its jobs back. So no step is taken twice.
+-- the check failing and writes nothing; the worker then gives its jobs back. So no step is
+-- taken twice.
 
 ALTER TABLE jobs ADD COLUMN lease_until timestamptz;
 
@@ -59,14 +60,12 @@ BEGIN
 END
 $$;
 
--- The write of a leased batch: the arguments of bankrail_advance_payouts, plus the stage
--- each payout of p_payout_ids was at when its steps were decided (p_from_stages) and the
--- jobs to give back without running them (a payout's second job in the same lease).
--- Returns false, having written nothing but giving back every job of the lease, when a
--- decision no longer holds.
+-- The write of a leased batch: the arguments of bankrail_advance_payouts, after the stage
+-- each payout of p_payout_ids was at when its steps were decided (p_from_stages). Returns
+-- false, having written nothing, when a decision no longer holds: the caller then gives the
+-- jobs back.
 CREATE FUNCTION bankrail_advance_leased_payouts(
     p_from_stages text[],
-    p_release_job_ids bigint[],
     p_now timestamptz,
     p_job_ids bigint[],
     p_payout_ids uuid[],
@@ -123,11 +122,8 @@ BEGIN
                   ORDER BY id FOR SHARE) ma;
     END IF;
     IF NOT v_holds THEN
-        UPDATE jobs SET lease_until = NULL WHERE id = ANY (p_job_ids || p_release_job_ids);
-        PERFORM pg_notify('bankrail_jobs', '');
         RETURN false;
     END IF;
-    UPDATE jobs SET lease_until = NULL WHERE id = ANY (p_release_job_ids);
     PERFORM bankrail_advance_payouts(p_now, p_job_ids, p_payout_ids, p_account_ids,
         p_amounts, p_currencies, p_stages, p_authorized_at, p_submitted_at, p_executed_at,
         p_failed_at, p_failure_reasons, p_statuses, p_details, p_event_ids, p_delivery_ids,

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from bankrail.core.clock import ServiceClock
+from bankrail.jobs.queue import JobQueue
 from bankrail.merchants.models import MerchantAccount
+from bankrail.payouts.jobs import advance_due_payouts
 from bankrail.payouts.service import (
+    ADVANCE_JOB,
     IdempotentRequest,
     PayoutBatcher,
     accept_payout,
     accept_v3_payout_at_once,
+    advance_payout,
     open_loop_destination,
 )
 from bankrail.security.idempotency import fingerprint
@@ -67,3 +73,36 @@ async def accept_at_once(
         metadata={"order": "42"},
         now=now,
     )
+
+
+async def run_payout_batch(pool: asyncpg.Pool, now: datetime, limit: int = 128) -> int:
+    """One payout job batch at `now`, as the job loop runs it; how many jobs it ran."""
+    async with pool.acquire() as conn:
+        return await advance_due_payouts(conn, now, limit)
+
+
+def payout_queue(pool: asyncpg.Pool, clock: ServiceClock) -> JobQueue:
+    """The queue as the app runs payout jobs: batches first, `advance_payout` for the rest."""
+    queue = JobQueue(pool, clock)
+    queue.register(ADVANCE_JOB, advance_payout)
+    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    return queue
+
+
+async def until_waiting_for_a_lock(
+    pool: asyncpg.Pool, statement: str, task: asyncio.Task[Any]
+) -> int:
+    """Poll (at most 10 s) until backends running a statement that contains `statement`
+    wait for a lock, and return how many; fails when `task` ends or the time runs out
+    first."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while asyncio.get_running_loop().time() < deadline and not task.done():
+        waiting: int = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE '%' || $1 || '%'",
+            statement,
+        )
+        if waiting:
+            return waiting
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"no {statement} ever waited for a lock")

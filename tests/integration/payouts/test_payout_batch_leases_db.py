@@ -21,26 +21,17 @@ import asyncpg
 import pytest
 
 from bankrail.core.clock import ServiceClock
-from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.jobs import LEASE, advance_due_payouts
+from bankrail.payouts.jobs import LEASE
 from bankrail.payouts.service import ADVANCE_JOB, advance_payout
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accepted_payout
-
-
-def _payout_queue(pool: asyncpg.Pool, clock: ServiceClock) -> JobQueue:
-    """The queue as the app runs payout jobs: batches first, `advance_payout` for the rest."""
-    queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
-    return queue
-
-
-async def _batch(pool: asyncpg.Pool, now: datetime, limit: int = 128) -> int:
-    async with pool.acquire() as conn:
-        return await advance_due_payouts(conn, now, limit)
+from support.payouts import (
+    accepted_payout,
+    payout_queue,
+    run_payout_batch,
+    until_waiting_for_a_lock,
+)
 
 
 async def _pending_payout(pool: asyncpg.Pool, now: datetime) -> tuple[MerchantAccount, uuid.UUID]:
@@ -90,19 +81,6 @@ async def _other_transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connec
         yield other
 
 
-async def _until_the_write_waits(pool: asyncpg.Pool, batch: asyncio.Task[int]) -> None:
-    """Until the batch's write waits for a row lock (polling, at most 10 s)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while asyncio.get_running_loop().time() < deadline and not batch.done():
-        if await pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%bankrail_advance_leased_payouts%'"
-        ):
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the batch's write never waited for the row held back")
-
-
 async def test_jobs_leased_by_a_worker_that_died_run_once_the_lease_ends(
     pool: asyncpg.Pool,
 ) -> None:
@@ -120,7 +98,7 @@ async def test_jobs_leased_by_a_worker_that_died_run_once_the_lease_ends(
     assert await _jobs(pool, payout_id, now) == [(now, True)]
 
     # Neither another batch nor the queue's one-at-a-time step takes it while leased.
-    queue = _payout_queue(pool, clock)
+    queue = payout_queue(pool, clock)
     clock.set_offset(LEASE / 2)
     assert await queue.run_due() == 0
     assert await _stage(pool, payout_id) == "pending"
@@ -146,8 +124,8 @@ async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes
         )
     async with _other_transaction(pool) as other:
         await other.execute("SELECT 1 FROM payouts WHERE id = $1 FOR UPDATE", payout_id)
-        batch = asyncio.create_task(_batch(pool, now, limit=1))  # leases the first job
-        await _until_the_write_waits(pool, batch)
+        batch = asyncio.create_task(run_payout_batch(pool, now, limit=1))  # leases the first job
+        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_payouts", batch)
         # Meanwhile the one-at-a-time path runs the second job: the payout executes.
         await advance_payout(other, {"payout_id": str(payout_id)}, now)
         await other.execute("DELETE FROM jobs WHERE id = $1", duplicate)
@@ -155,7 +133,7 @@ async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes
     assert await _steps_taken(pool, account) == (1, 1)
     assert await _jobs(pool, payout_id, now) == [(now, False)]  # the first job, given back
 
-    assert await _batch(pool, now) == 1  # it finds nothing left to do
+    assert await run_payout_batch(pool, now) == 1  # it finds nothing left to do
     assert await _steps_taken(pool, account) == (1, 1)
     assert await _jobs(pool, payout_id, now) == []
 
@@ -170,14 +148,14 @@ async def test_a_batch_whose_account_got_a_threshold_after_its_lease_writes_noth
         await other.execute(
             "UPDATE merchant_accounts SET balance_threshold = 5000 WHERE id = $1", account.id
         )
-        batch = asyncio.create_task(_batch(pool, now))
-        await _until_the_write_waits(pool, batch)
+        batch = asyncio.create_task(run_payout_batch(pool, now))
+        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_payouts", batch)
     assert await batch == 0
     assert await _stage(pool, payout_id) == "pending"
     assert await _jobs(pool, payout_id, now) == [(now, False)]
 
     # The account's jobs are now advance_payout's, which re-evaluates its notifications.
-    queue = _payout_queue(pool, clock)
+    queue = payout_queue(pool, clock)
     clock.set_offset(queue.runner_grace)
     assert await queue.run_due() == 1
     assert await _stage(pool, payout_id) == "executed"
@@ -195,10 +173,10 @@ async def test_a_batch_whose_write_fails_leaves_its_jobs_to_be_retried_one_at_a_
         "UPDATE ledger_accounts SET balance = 0 WHERE id = $1", account.held_ledger_id
     )
     with pytest.raises(asyncpg.CheckViolationError):
-        await _batch(pool, now)
+        await run_payout_batch(pool, now)
     assert await _jobs(pool, payout_id, now) == [(now, False)]  # given back
 
-    queue = _payout_queue(pool, clock)
+    queue = payout_queue(pool, clock)
     with caplog.at_level(logging.CRITICAL, logger="bankrail.jobs.queue"):
         assert await queue.run_due() == 1  # the batch fails, then the job alone
     job = await pool.fetchrow("SELECT attempts, last_error FROM jobs")

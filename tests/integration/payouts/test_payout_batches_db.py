@@ -17,11 +17,9 @@ import asyncpg
 import orjson
 
 from bankrail.core.clock import ServiceClock
-from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
-from bankrail.payouts.jobs import advance_due_payouts
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     accept_payout,
@@ -30,7 +28,7 @@ from bankrail.payouts.service import (
 )
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accepted_payout
+from support.payouts import accepted_payout, payout_queue, run_payout_batch
 
 HOOK = "https://merchant.example/hooks"
 SCREENED = "Sanctioned Person"
@@ -110,11 +108,6 @@ async def _one_by_one(pool: asyncpg.Pool, payout_ids: list[uuid.UUID], now: date
             async with conn.transaction():
                 await advance_payout(conn, job["payload"], now)
                 await conn.execute("DELETE FROM jobs WHERE id = $1", job["id"])
-
-
-async def _in_a_batch(pool: asyncpg.Pool, now: datetime) -> int:
-    async with pool.acquire() as conn:
-        return await advance_due_payouts(conn, now, 128)
 
 
 def _masked(value: Any) -> Any:
@@ -198,9 +191,9 @@ async def test_a_batch_writes_what_advance_payout_writes_one_by_one(pool: asyncp
     single_ids = await _accept_all(pool, single, now)
     await _one_by_one(pool, single_ids, now)
     batched_ids = await _accept_all(pool, batched, now)
-    assert await _in_a_batch(pool, now) == len(SCENARIOS)
+    assert await run_payout_batch(pool, now) == len(SCENARIOS)
     await _one_by_one(pool, single_ids, later)
-    assert await _in_a_batch(pool, later) == 2  # the two delayed payouts
+    assert await run_payout_batch(pool, later) == 2  # the two delayed payouts
 
     one_by_one, in_a_batch = await _written(pool, single_ids), await _written(pool, batched_ids)
     for scenario, expected, got in zip(SCENARIOS, one_by_one, in_a_batch, strict=True):
@@ -230,9 +223,9 @@ async def test_a_payout_with_two_jobs_in_one_batch_advances_once(pool: asyncpg.P
             {"payout_id": str(payout_id)},
             now,
         )
-    assert await _in_a_batch(pool, now) == 1
-    assert await _in_a_batch(pool, now) == 1  # the duplicate, which finds nothing to do
-    assert await _in_a_batch(pool, now) == 0
+    assert await run_payout_batch(pool, now) == 1
+    assert await run_payout_batch(pool, now) == 1  # the duplicate, which finds nothing to do
+    assert await run_payout_batch(pool, now) == 0
     async with pool.acquire() as conn:
         executions = await conn.fetchval(
             "SELECT count(*) FROM ledger_transactions WHERE reference_id = $1"
@@ -266,11 +259,9 @@ async def test_jobs_a_batch_cannot_take_are_left_to_advance_payout(pool: asyncpg
         (watched, sort_code_beneficiary("rent fail:scheme_error", "Jane Doe"), 6_000),
     ):
         ids.append(await accepted_payout(pool, account, amount, beneficiary, now))
-    assert await _in_a_batch(pool, now) == 0
+    assert await run_payout_batch(pool, now) == 0
 
-    queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    queue = payout_queue(pool, clock)
     assert await queue.run_due() == 0  # left to the batches for their grace
     clock.set_offset(queue.runner_grace)
     assert await queue.run_due() == 2

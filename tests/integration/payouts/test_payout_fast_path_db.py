@@ -28,7 +28,7 @@ from bankrail.payouts.service import (
 from bankrail.rails.screening import replace_screening_list
 from bankrail.security.idempotency import lock_key
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accept_at_once
+from support.payouts import accept_at_once, until_waiting_for_a_lock
 
 _COMPARED = (
     "api, merchant_account_id, transaction_id, amount_in_minor, currency, beneficiary,"
@@ -211,15 +211,8 @@ async def test_a_balance_that_falls_before_the_batch_locks_it_sends_the_batch_el
             "SELECT 1 FROM ledger_accounts WHERE id = $1 FOR UPDATE", account.available_ledger_id
         )
         batch = asyncio.create_task(accept_at_once(PayoutBatcher(pool), account, now, amount=600))
-        for _ in range(500):  # until the batch waits for the ledger row
-            waiting = await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%bankrail_accept_v3_payouts%'"
-            )
-            if waiting or batch.done():
-                break
-            await asyncio.sleep(0.01)
-        assert waiting == 1
+        # Until the batch waits for the ledger row.
+        assert await until_waiting_for_a_lock(pool, "bankrail_accept_v3_payouts", batch) == 1
         before = await _counts(pool)
         await hold_funds(other, account, amount=500, reference_id=uuid.uuid4(), now=now)
         await transaction.commit()

@@ -18,7 +18,7 @@ from typing import Any
 from bankrail.db.embedded import EmbeddedPostgres
 from bankrail.db.migrations import migrate
 from bench.baselines import es512_rates, insert_commit_rate
-from bench.http_scenarios import Options, scenarios
+from bench.http_scenarios import TARGET_P99_MS, TARGET_VERIFY_SHARE, Options, scenarios
 from bench.loadgen import run as run_loadgen
 from bench.webhooks import delivery_rate
 
@@ -90,12 +90,62 @@ def _table(figures: dict[str, Any]) -> str:
 _SCENARIOS = {
     "post_payouts": "signed POST /v3/payouts",
     "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
+    "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of 0.6 x verify",
     "post_payments": "signed POST /v3/payments",
     "get_payout": "GET /v3/payouts/{id}",
     "get_merchant_accounts": "GET /v3/merchant-accounts",
     "post_payouts_grown": "signed POST /v3/payouts, grown database",
     "get_payout_grown": "GET /v3/payouts/{id}, grown database",
 }
+
+
+_PAYOUT_SCENARIOS = (
+    "post_payouts",
+    "post_payouts_at_80pct",
+    "post_payouts_at_80pct_of_target",
+    "post_payouts_grown",
+)
+
+
+def post_targets(run: dict[str, Any]) -> dict[str, Any]:
+    """The two POST /v3/payouts targets for one process count, from the run's own figures:
+    the closed-loop rate against 0.6 of the verify rate measured around it, and the p99 at
+    80 % of that target rate (and, as a second reading, at 80 % of the rate reached)."""
+    post = run["post_payouts"]
+    ratio = post["requests_per_s"] / post["verify_per_s_around"]["mean"]
+    at_target = run["post_payouts_at_80pct_of_target"]["p99_ms"]
+    at_reached = run["post_payouts_at_80pct"]["p99_ms"]
+    rate_met = ratio >= TARGET_VERIFY_SHARE
+    return {
+        "verify_share": round(ratio, 3),
+        "rate_met": rate_met,
+        "p99_ms_at_80pct_of_target": at_target,
+        "p99_met_at_80pct_of_target": at_target <= TARGET_P99_MS,
+        "p99_ms_at_80pct_of_reached": at_reached,
+        "p99_met_at_80pct_of_reached": at_reached <= TARGET_P99_MS,
+        "both_met": rate_met and at_target <= TARGET_P99_MS and at_reached <= TARGET_P99_MS,
+    }
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def _targets_lines(http: dict[str, Any]) -> list[str]:
+    lines = []
+    for run in http.values():
+        targets = run["post_targets"]
+        lines.append(
+            f"POST /v3/payouts targets, {run['workers']} process(es):"
+            f" rate {targets['verify_share']:.2f} of verify"
+            f" ({_verdict(targets['rate_met'])}, >= {TARGET_VERIFY_SHARE});"
+            f" p99 {targets['p99_ms_at_80pct_of_target']:.1f} ms at 80 % of the target rate"
+            f" ({_verdict(targets['p99_met_at_80pct_of_target'])}),"
+            f" {targets['p99_ms_at_80pct_of_reached']:.1f} ms at 80 % of the rate reached"
+            f" ({_verdict(targets['p99_met_at_80pct_of_reached'])}, <= {TARGET_P99_MS:.0f} ms);"
+            f" all in one configuration: {'yes' if targets['both_met'] else 'no'}"
+        )
+    return lines
 
 
 def _http_table(http: dict[str, Any], verify_rate: float) -> str:
@@ -115,6 +165,7 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
                 f" {row['max_ms']:>8.1f} {row['ok_ratio']:>6.0%}  {cpu}"
             )
     lines.append("")
+    lines.extend(_targets_lines(http))
     for run in http.values():
         procs = run["workers"]
         ratio = run["post_payouts"]["requests_per_s"] / verify_rate
@@ -122,7 +173,7 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
             f"POST /v3/payouts ÷ one-core verify rate, {procs} process(es): {ratio:.2f}"
             " (the rate at the start of the run)"
         )
-        for name in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
+        for name in _PAYOUT_SCENARIOS:
             around = run.get(name, {}).get("verify_per_s_around")
             if around:
                 lines.append(
@@ -201,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for i, n in enumerate(counts)
     }
+    for run in http.values():
+        run["post_targets"] = post_targets(run)
     figures["http"] = http
     result = {
         "started_at": started,

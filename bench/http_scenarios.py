@@ -26,6 +26,12 @@ from bench.loadgen import LoadResult, http_request, run, run_load
 from bench.processes import CpuMeter, RssSampler, server_processes
 from bench.seed import seed_rows
 
+TARGET_VERIFY_SHARE = 0.6
+"""Signed POST /v3/payouts must reach this share of the one-core ES512 verify rate."""
+LOAD_SHARE = 0.8
+"""The p99 target holds at this share of a rate."""
+TARGET_P99_MS = 50.0
+
 
 def _free_port() -> int:
     import socket
@@ -314,6 +320,19 @@ async def scenarios(
                 server, paced, concurrency * 2, options.verify_seconds, rate=rate
             )
             results["post_payouts_at_80pct"]["target_rate"] = rate
+            # The issue's own reading of the latency target: 80 % of the throughput target
+            # (0.6 of the verify rate), a load that does not depend on what this server
+            # reached, so that one configuration can be judged on both POST targets.
+            around = results["post_payouts"]["verify_per_s_around"]["mean"]
+            rate = LOAD_SHARE * TARGET_VERIFY_SHARE * around
+            paced = [
+                signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
+                for _ in range(requests)
+            ]
+            results["post_payouts_at_80pct_of_target"] = await _payouts_measured(
+                server, paced, concurrency * 2, options.verify_seconds, rate=rate
+            )
+            results["post_payouts_at_80pct_of_target"]["target_rate"] = rate
             payments = [
                 signed_post(server, merchant, "/v3/payments", payment_body(merchant))
                 for _ in range(requests)

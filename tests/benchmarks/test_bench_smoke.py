@@ -34,7 +34,12 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
     for scenario in ("post_payouts", "get_payout", "post_payouts_grown", "get_payout_grown"):
         assert run[scenario]["ok_ratio"] == 1.0, scenario
         assert run[scenario]["cpu_ms_per_request"]["api"] > 0, scenario
-    for scenario in ("post_payouts", "post_payouts_at_80pct", "post_payouts_grown"):
+    for scenario in (
+        "post_payouts",
+        "post_payouts_at_80pct",
+        "post_payouts_at_80pct_of_target",
+        "post_payouts_grown",
+    ):
         execution = run[scenario]["execution"]
         assert execution["unexecuted_after_drain"] == 0, scenario  # every 202 executed
         assert execution["executed_per_s"] > 0, scenario
@@ -42,6 +47,11 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         assert around["before"] > 0, scenario
         assert around["after"] > 0, scenario
     assert "of the verify rate measured around it" in done.stdout
+    paced = run["post_payouts_at_80pct_of_target"]
+    target_rate = 0.48 * run["post_payouts"]["verify_per_s_around"]["mean"]
+    assert paced["target_rate"] == target_rate
+    assert run["post_targets"]["p99_ms_at_80pct_of_target"] == paced["p99_ms"]
+    assert "POST /v3/payouts targets, 1 process(es)" in done.stdout
     assert "executed end to end" in done.stdout
     assert run["seeded"]["rows_each"] == 1_000
     assert 0 < run["ready_seconds_existing"] < 60

@@ -90,7 +90,7 @@ def _table(figures: dict[str, Any]) -> str:
 _SCENARIOS = {
     "post_payouts": "signed POST /v3/payouts",
     "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
-    "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of 0.6 x verify",
+    "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of target",
     "post_payments": "signed POST /v3/payments",
     "get_payout": "GET /v3/payouts/{id}",
     "get_merchant_accounts": "GET /v3/merchant-accounts",

@@ -42,34 +42,48 @@ def rss_mb(pid: int) -> float:
 
 
 def server_processes(root: int, data_dir: Path) -> dict[int, str]:
-    """The processes of a `bankrail serve`: pid -> group (`api`, `worker`, `postgres`)."""
+    """The processes of a `bankrail serve`: pid -> group (`api`, `verifier`, `worker`,
+    `postgres`, and `supervisor` for the parent of `--workers N > 1`)."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             info = _ppid_and_cpu(int(entry))
             if info is not None:
                 parents[int(entry)] = info[0]
-    tree = {root}
+    depth = {root: 0}
     grew = True
     while grew:
         grew = False
         for pid, ppid in parents.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
+            if ppid in depth and pid not in depth:
+                depth[pid] = depth[ppid] + 1
                 grew = True
+    # With `--workers N > 1` the parent supervises and the API processes are its spawned
+    # children; each API process spawns its signature verifiers (security.verifier).
+    supervised = _workers_option(_cmdline(root)) > 1
+    api_depth = 1 if supervised else 0
     groups: dict[int, str] = {}
     postmasters = [p for p in parents if str(data_dir) in _cmdline(p) and "postgres" in _cmdline(p)]
     for pid in parents:
         command = _cmdline(pid)
         if pid in postmasters or parents[pid] in postmasters:
             groups[pid] = "postgres"
-        elif pid in tree and "bankrail worker" in command:
+        elif pid not in depth:
+            continue
+        elif "bankrail worker" in command:
             groups[pid] = "worker"
-        elif pid in tree and ("bankrail serve" in command or "spawn_main" in command):
-            groups[pid] = "api"
-    if any(g == "api" for p, g in groups.items() if p != root) and root in groups:
-        groups[root] = "supervisor"  # `--workers N`: the parent only supervises
+        elif pid == root:
+            groups[pid] = "supervisor" if supervised else "api"
+        elif "spawn_main" in command:
+            groups[pid] = "api" if depth[pid] == api_depth else "verifier"
     return groups
+
+
+def _workers_option(command: str) -> int:
+    words = command.split()
+    if "--workers" in words[:-1]:
+        return int(words[words.index("--workers") + 1])
+    return 1
 
 
 def cpu_by_pid(groups: dict[int, str]) -> dict[int, float]:

@@ -41,6 +41,7 @@ from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
+from bankrail.security.verifier import VerifierProcesses
 from bankrail.web.console import router as console_router
 from bankrail.web.fastlane import FastLane
 from bankrail.web.health import router as health_router
@@ -108,6 +109,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
             token_rate_limits=RateLimiter(
                 settings.token_rate_limit_per_second, settings.token_rate_limit_burst
+            ),
+            verifier=(
+                VerifierProcesses(settings.verify_processes) if settings.verify_processes else None
             ),
         )
         app.state.context = context
@@ -187,6 +191,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 await loop.stop()
             await listener.stop()
             await deliveries.close()
+            if context.verifier is not None:
+                await context.verifier.close()
             await pool.close()
 
     app = FastAPI(

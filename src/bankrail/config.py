@@ -53,6 +53,9 @@ class Settings:
     request_timeout_seconds: float = 30.0
     opentelemetry: bool = False
     fast_lane: bool = True
+    # Worker processes that verify request signatures (security.verifier); 0 verifies on
+    # threads of the serving process instead.
+    verify_processes: int = 2
 
     @property
     def public_url(self) -> str:
@@ -87,6 +90,8 @@ class Settings:
 
 def settings_from_env() -> Settings:
     """Build settings from `BANKRAIL_*` variables and `DATABASE_URL`."""
+    if _env_int("BANKRAIL_VERIFY_PROCESSES", 0) < 0:
+        raise ValueError("BANKRAIL_VERIFY_PROCESSES must be 0 (verify on threads) or more")
     mode = os.environ.get("BANKRAIL_MODE", "sandbox")
     if mode not in ("sandbox", "production"):
         raise ValueError(f"BANKRAIL_MODE must be sandbox or production, not {mode!r}")
@@ -108,4 +113,5 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         fast_lane=os.environ.get("BANKRAIL_FAST_LANE", "1").lower() not in ("0", "false"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
+        verify_processes=_env_int("BANKRAIL_VERIFY_PROCESSES", 2),
     )

@@ -16,6 +16,7 @@ from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
     from bankrail.payouts.service import PayoutBatcher
+    from bankrail.security.verifier import VerifierProcesses
 
 
 @dataclass
@@ -31,6 +32,8 @@ class AppContext:
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
+    # Request signatures are verified by these processes, or on the thread lane when None.
+    verifier: VerifierProcesses | None = None
 
 
 def get_context(request: Request) -> AppContext:

@@ -5,6 +5,10 @@ router does: two servers share one database, one with the fast lane and one star
 a request can fall off it) gets the same status, headers and body from both, ids and trace ids
 aside. Payouts either server accepted are the same payouts, and a request the fast lane hands
 on to the router is charged to the client's rate limit once, not twice.
+
+The second server also verifies signatures on threads (`BANKRAIL_VERIFY_PROCESSES=0`), the
+first in its verifier processes (the default): every signature variant gets the same answer
+from both ways of verifying.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def pair(pg_server: str) -> Iterator[Pair]:
             data_dir=base / "data",
             port=free_port(),
             admin_token=fast.admin_token,
-            env={**fast.env, "BANKRAIL_FAST_LANE": "0"},
+            env={**fast.env, "BANKRAIL_FAST_LANE": "0", "BANKRAIL_VERIFY_PROCESSES": "0"},
         )
         router.start(timeout=120)
         fast_operator = Operator(fast.base_url, fast.admin_token)

@@ -12,7 +12,13 @@ from fastapi import Depends, Request
 from bankrail.context import AppContext, Context
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
-from bankrail.security.signing import SignatureError, parse_signature, verify_request
+from bankrail.security.signing import (
+    SignatureError,
+    mismatch,
+    parse_signature,
+    verification_inputs,
+    verify_any,
+)
 from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
 
 __all__ = [
@@ -188,19 +194,21 @@ async def verify_signed_request(
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
         if key is None:
             raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
-        await CRYPTO.run(
-            partial(
-                verify_request,
-                key,
-                parsed,
-                method=method,
-                path=path,
-                headers=headers,
-                body=body,
-                required_headers=("Idempotency-Key",) if require_idempotency_key else (),
-                allow_body_only=allow_body_only,
-            )
+        der, inputs = verification_inputs(
+            parsed,
+            method=method,
+            path=path,
+            headers=headers,
+            body=body,
+            required_headers=("Idempotency-Key",) if require_idempotency_key else (),
+            allow_body_only=allow_body_only,
         )
+        if context.verifier is not None:
+            verified = await context.verifier.verify(key.der, der, inputs)
+        else:
+            verified = await CRYPTO.run(partial(verify_any, key.key, der, inputs))
+        if not verified:
+            raise mismatch(parsed)
     except SignatureError as exc:
         raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
 

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import asyncpg
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bankrail.security.signing import load_public_key
+
+
+@dataclass(frozen=True)
+class RegisteredKey:
+    """A merchant's signing key, parsed, and its DER form (what a verifier process gets)."""
+
+    key: ec.EllipticCurvePublicKey
+    der: bytes
 
 
 class PublicKeyCache:
@@ -18,12 +28,12 @@ class PublicKeyCache:
     """
 
     def __init__(self, max_entries: int = 10_000) -> None:
-        self._keys: dict[tuple[uuid.UUID, str], ec.EllipticCurvePublicKey] = {}
+        self._keys: dict[tuple[uuid.UUID, str], RegisteredKey] = {}
         self._max_entries = max_entries
 
     async def get(
         self, pool: asyncpg.Pool, merchant_id: uuid.UUID, kid: str
-    ) -> ec.EllipticCurvePublicKey | None:
+    ) -> RegisteredKey | None:
         """The merchant's key with this kid, or None if none is registered."""
         cached = self._keys.get((merchant_id, kid))
         if cached is not None:
@@ -35,7 +45,13 @@ class PublicKeyCache:
         )
         if pem is None:
             return None
-        key = load_public_key(pem)
+        parsed = load_public_key(pem)
+        key = RegisteredKey(
+            parsed,
+            parsed.public_bytes(
+                serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
         if len(self._keys) >= self._max_entries:
             self._keys.clear()
         self._keys[(merchant_id, kid)] = key

@@ -31,11 +31,14 @@ __all__ = [
     "b64url_encode",
     "generate_private_key",
     "load_public_key",
+    "mismatch",
     "parse_signature",
     "private_key_pem",
     "public_jwk",
     "public_key_pem",
     "sign_request",
+    "verification_inputs",
+    "verify_any",
     "verify_request",
 ]
 
@@ -132,12 +135,63 @@ def _raw_to_der(signature: bytes) -> bytes:
     return encode_dss_signature(r, s)
 
 
-def _verify_input(public_key: ec.EllipticCurvePublicKey, der: bytes, data: bytes) -> bool:
-    try:
-        public_key.verify(der, data, _ECDSA_SHA512)
-    except InvalidSignature:
-        return False
-    return True
+def verify_any(
+    public_key: ec.EllipticCurvePublicKey, signature_der: bytes, inputs: Iterable[bytes]
+) -> bool:
+    """Whether the signature verifies over any one of `inputs` with the key."""
+    for data in inputs:
+        try:
+            public_key.verify(signature_der, data, _ECDSA_SHA512)
+        except InvalidSignature:
+            continue
+        return True
+    return False
+
+
+def verification_inputs(
+    parsed: ParsedSignature,
+    *,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    required_headers: Sequence[str] = (),
+    allow_body_only: bool = False,
+) -> tuple[bytes, tuple[bytes, ...]]:
+    """The signature (DER) and the inputs it must verify over, any one of them, for the
+    request to be signed; raises SignatureError when no key could make it verify.
+
+    `headers` must map lower-cased header names to values. A path that differs from the
+    signed one only by a trailing `/` verifies.
+    """
+    header = parsed.header
+    der = _raw_to_der(parsed.signature)
+    if header.tl_version is None:
+        if not allow_body_only:
+            raise SignatureError("JWS header has no tl_version")
+        return der, (header.raw_b64 + b"." + b64url_encode(body),)
+    signed_names = {name.lower() for name in header.tl_headers}
+    missing = [name for name in required_headers if name.lower() not in signed_names]
+    if missing:
+        raise SignatureError(f"required header(s) not signed: {', '.join(missing)}")
+    ordered: list[tuple[str, str]] = []
+    for name in header.tl_headers:
+        value = headers.get(name.lower())
+        if value is None:
+            raise SignatureError(f"signed header {name} is missing from the request")
+        ordered.append((name, value))
+    alternate = path[:-1] if path.endswith("/") and len(path) > 1 else path + "/"
+    return der, tuple(
+        header.raw_b64 + b"." + b64url_encode(_signing_payload(method, candidate, ordered, body))
+        for candidate in (path, alternate)
+    )
+
+
+def mismatch(parsed: ParsedSignature) -> SignatureError:
+    """The error of a well-formed signature that does not verify."""
+    if parsed.header.tl_version is None:
+        return SignatureError("signature does not match the request body")
+    return SignatureError("signature does not match the request")
 
 
 def verify_request(
@@ -156,30 +210,17 @@ def verify_request(
     `headers` must map lower-cased header names to values. A path that differs from the
     signed one only by a trailing `/` verifies.
     """
-    header = parsed.header
-    der = _raw_to_der(parsed.signature)
-    if header.tl_version is None:
-        if not allow_body_only:
-            raise SignatureError("JWS header has no tl_version")
-        if not _verify_input(public_key, der, header.raw_b64 + b"." + b64url_encode(body)):
-            raise SignatureError("signature does not match the request body")
-        return
-    signed_names = {name.lower() for name in header.tl_headers}
-    missing = [name for name in required_headers if name.lower() not in signed_names]
-    if missing:
-        raise SignatureError(f"required header(s) not signed: {', '.join(missing)}")
-    ordered: list[tuple[str, str]] = []
-    for name in header.tl_headers:
-        value = headers.get(name.lower())
-        if value is None:
-            raise SignatureError(f"signed header {name} is missing from the request")
-        ordered.append((name, value))
-    alternate = path[:-1] if path.endswith("/") and len(path) > 1 else path + "/"
-    for candidate in (path, alternate):
-        payload = _signing_payload(method, candidate, ordered, body)
-        if _verify_input(public_key, der, header.raw_b64 + b"." + b64url_encode(payload)):
-            return
-    raise SignatureError("signature does not match the request")
+    der, inputs = verification_inputs(
+        parsed,
+        method=method,
+        path=path,
+        headers=headers,
+        body=body,
+        required_headers=required_headers,
+        allow_body_only=allow_body_only,
+    )
+    if not verify_any(public_key, der, inputs):
+        raise mismatch(parsed)
 
 
 def sign_request(

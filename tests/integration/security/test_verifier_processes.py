@@ -1,0 +1,121 @@
+"""Request signatures verified in worker processes (security.verifier): the same answers as
+on threads, a worker that dies does not lose a verification, and closing leaves no process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from bankrail.security import signing
+from bankrail.security.verifier import VerifierProcesses
+
+_PATH = "/v3/payouts"
+_BODY = b'{"amount_in_minor": 100}'
+_HEADERS = {"idempotency-key": "key-1"}
+
+
+def _signed_inputs(
+    path: str = _PATH, sent_body: bytes = _BODY
+) -> tuple[bytes, bytes, tuple[bytes, ...]]:
+    """A key's DER and the signature and inputs of a request signed with it over `path` and
+    `_BODY`, sent to `_PATH` with `sent_body`."""
+    private = signing.generate_private_key()
+    signature = signing.sign_request(
+        private,
+        "kid-1",
+        method="POST",
+        path=path,
+        headers=[("Idempotency-Key", "key-1")],
+        body=_BODY,
+    )
+    der, inputs = signing.verification_inputs(
+        signing.parse_signature(signature),
+        method="POST",
+        path=_PATH,
+        headers=_HEADERS,
+        body=sent_body,
+        required_headers=("Idempotency-Key",),
+    )
+    key_der = private.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return key_der, der, inputs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child that exited but was not yet reaped still answers; its state says it is gone.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+async def verifier() -> AsyncIterator[VerifierProcesses]:
+    processes = VerifierProcesses(2)
+    try:
+        yield processes
+    finally:
+        await processes.close()
+
+
+async def test_a_signed_request_verifies_and_a_changed_one_does_not(
+    verifier: VerifierProcesses,
+) -> None:
+    key_der, der, inputs = _signed_inputs()
+    assert await verifier.verify(key_der, der, inputs)
+    changed_key, changed_der, changed = _signed_inputs(sent_body=_BODY.replace(b"100", b"900"))
+    assert not await verifier.verify(changed_key, changed_der, changed)
+    other_key, _, _ = _signed_inputs()
+    assert not await verifier.verify(other_key, der, inputs)
+    assert len(verifier.pids) == 2
+
+
+async def test_any_one_input_is_enough(verifier: VerifierProcesses) -> None:
+    # Signed over the path with a trailing slash: the second input (the alternate path) holds.
+    key_der, der, inputs = _signed_inputs(path=_PATH + "/")
+    assert not await verifier.verify(key_der, der, inputs[:1])
+    assert await verifier.verify(key_der, der, inputs)
+
+
+async def test_verifications_a_dead_worker_held_are_answered_and_the_worker_replaced(
+    verifier: VerifierProcesses,
+) -> None:
+    key_der, der, inputs = _signed_inputs()
+    assert await verifier.verify(key_der, der, inputs)
+    dead = verifier.pids
+    for pid in dead:
+        os.kill(pid, signal.SIGKILL)
+    # Sent to the killed workers before this process has seen them go.
+    answers = [
+        verifier.verify(key_der, der, inputs if n % 2 == 0 else inputs[::-1][:1]) for n in range(20)
+    ]
+    verified = await asyncio.wait_for(asyncio.gather(*answers), timeout=30)
+    assert verified == [n % 2 == 0 for n in range(20)]
+    assert set(verifier.pids).isdisjoint(dead)
+    assert len(verifier.pids) == 2
+    assert all(_alive(pid) for pid in verifier.pids)
+    assert await verifier.verify(key_der, der, inputs)
+
+
+async def test_closing_stops_every_worker_and_refuses_more_work() -> None:
+    verifier = VerifierProcesses(2)
+    key_der, der, inputs = _signed_inputs()
+    assert await verifier.verify(key_der, der, inputs)
+    pids = verifier.pids
+    await verifier.close()
+    assert not any(_alive(pid) for pid in pids)
+    with pytest.raises(RuntimeError):
+        await verifier.verify(key_der, der, inputs)
+
+
+def test_at_least_one_process() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        VerifierProcesses(0)

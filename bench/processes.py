@@ -50,32 +50,33 @@ def server_processes(root: int, data_dir: Path) -> dict[int, str]:
             info = _ppid_and_cpu(int(entry))
             if info is not None:
                 parents[int(entry)] = info[0]
-    depth = {root: 0}
+    tree = {root}
     grew = True
     while grew:
         grew = False
         for pid, ppid in parents.items():
-            if ppid in depth and pid not in depth:
-                depth[pid] = depth[ppid] + 1
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
                 grew = True
     # With `--workers N > 1` the parent supervises and the API processes are its spawned
-    # children; each API process spawns its signature verifiers (security.verifier).
+    # children; each API process starts its signature verifiers (security.verifier).
     supervised = _workers_option(_cmdline(root)) > 1
-    api_depth = 1 if supervised else 0
     groups: dict[int, str] = {}
     postmasters = [p for p in parents if str(data_dir) in _cmdline(p) and "postgres" in _cmdline(p)]
     for pid in parents:
         command = _cmdline(pid)
         if pid in postmasters or parents[pid] in postmasters:
             groups[pid] = "postgres"
-        elif pid not in depth:
+        elif pid not in tree:
             continue
         elif "bankrail worker" in command:
             groups[pid] = "worker"
+        elif "bankrail.security.verifier" in command:
+            groups[pid] = "verifier"
         elif pid == root:
             groups[pid] = "supervisor" if supervised else "api"
         elif "spawn_main" in command:
-            groups[pid] = "api" if depth[pid] == api_depth else "verifier"
+            groups[pid] = "api"
     return groups
 
 

@@ -20,16 +20,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import multiprocessing
-import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from multiprocessing.connection import Connection
-from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -41,7 +39,7 @@ __all__ = ["VerifierProcesses"]
 
 log = logging.getLogger(__name__)
 
-_LENGTH = struct.Struct("!i")  # the frame header of multiprocessing.connection
+_LENGTH = struct.Struct("!i")  # each frame: its length, then the frame
 _REQUEST = struct.Struct("!QHHB")  # id, key length, signature length, number of inputs
 _INPUT = struct.Struct("!I")
 _ANSWER = struct.Struct("!Q?")  # id, verified
@@ -74,21 +72,24 @@ def _parse_request(frame: bytes) -> tuple[int, _Work]:
     return ident, (key_der, signature, tuple(inputs))
 
 
-def _serve(conn: Connection) -> None:
+def _serve(sock: socket.socket) -> None:
     """A worker's loop: read (id, work) frames, answer (id, verified) frames, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
     keys: dict[bytes, ec.EllipticCurvePublicKey] = {}
+    incoming = sock.makefile("rb")
     while True:
-        try:
-            ident, (key_der, signature, inputs) = _parse_request(conn.recv_bytes())
-        except EOFError:
-            return
+        head = incoming.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            return  # the serving process closed its end, or exited
+        (length,) = _LENGTH.unpack(head)
+        ident, (key_der, signature, inputs) = _parse_request(incoming.read(length))
         key = keys.get(key_der)
         if key is None:
             if len(keys) >= _KEYS_PER_WORKER:
                 keys.clear()
             key = keys[key_der] = _load_key(key_der)
-        conn.send_bytes(_ANSWER.pack(ident, verify_any(key, signature, inputs)))
+        answer = _ANSWER.pack(ident, verify_any(key, signature, inputs))
+        sock.sendall(_LENGTH.pack(len(answer)) + answer)
 
 
 def _load_key(der: bytes) -> ec.EllipticCurvePublicKey:
@@ -105,7 +106,7 @@ async def _verify_on_threads(work: _Work) -> bool:
 
 @dataclass
 class _Worker:
-    process: Any  # multiprocessing.process.BaseProcess
+    process: subprocess.Popen[bytes]
     writer: asyncio.StreamWriter
     reader_task: asyncio.Task[None] | None = None
     pending: dict[int, _Work] = field(default_factory=dict)
@@ -154,17 +155,23 @@ class VerifierProcesses:
     async def close(self) -> None:
         """Stop every worker (each exits when its socket closes) and wait for them."""
         self._closed = True
+        if self._starting is not None:
+            async with self._starting:
+                pass  # a worker being started meanwhile is in the list once this returns
         workers, self._workers = self._workers, []
         for worker in workers:
             if worker.reader_task is not None:
                 worker.reader_task.cancel()
             worker.writer.close()
+        await asyncio.gather(
+            *(w.reader_task for w in workers if w.reader_task is not None), return_exceptions=True
+        )
         for worker in workers:
-            await asyncio.to_thread(worker.process.join, 2.0)
-            if worker.process.is_alive():
+            try:
+                await asyncio.to_thread(worker.process.wait, 2.0)
+            except subprocess.TimeoutExpired:
                 worker.process.kill()
-                await asyncio.to_thread(worker.process.join)
-            worker.process.close()
+                await asyncio.to_thread(worker.process.wait)
 
     async def _start(self) -> None:
         if self._starting is None:
@@ -174,16 +181,17 @@ class VerifierProcesses:
                 self._workers.append(await self._spawn())
 
     async def _spawn(self) -> _Worker:
-        # spawn, not fork: the serving process has threads and an event loop to leave behind.
-        context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs,), name="bankrail-verifier")
-        process.daemon = True
-        await asyncio.to_thread(process.start)
-        theirs.close()
-        sock = socket.socket(fileno=os.dup(ours.fileno()))
-        ours.close()
-        reader, writer = await asyncio.open_connection(sock=sock)
+        # A fresh interpreter that imports this module alone (not the serving process's
+        # modules, as multiprocessing's spawn would through the `bankrail` script).
+        ours, theirs = socket.socketpair()
+        with theirs:
+            process = await asyncio.to_thread(
+                subprocess.Popen,
+                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        reader, writer = await asyncio.open_connection(sock=ours)
         worker = _Worker(process, writer)
         worker.reader_task = asyncio.create_task(self._read(worker, reader))
         return worker
@@ -201,14 +209,11 @@ class VerifierProcesses:
             pass
         if self._closed:
             return
-        log.warning(
-            "a verifier process exited (code %s); starting another", worker.process.exitcode
-        )
+        log.warning("a verifier process exited (code %s); starting another", worker.process.poll())
         with contextlib.suppress(ValueError):
             self._workers.remove(worker)
         worker.writer.close()
-        await asyncio.to_thread(worker.process.join)
-        worker.process.close()
+        await asyncio.to_thread(worker.process.wait)
         for ident, work in worker.pending.items():
             task = asyncio.create_task(self._on_threads(ident, work))
             task.add_done_callback(lambda t: t.exception())
@@ -227,3 +232,7 @@ class VerifierProcesses:
             return
         if not future.done():
             future.set_result(verified)
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])))

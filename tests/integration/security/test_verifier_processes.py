@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -57,6 +57,12 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+async def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 @pytest.fixture
 async def verifier() -> AsyncIterator[VerifierProcesses]:
     processes = VerifierProcesses(2)
@@ -99,8 +105,8 @@ async def test_verifications_a_dead_worker_held_are_answered_and_the_worker_repl
     ]
     verified = await asyncio.wait_for(asyncio.gather(*answers), timeout=30)
     assert verified == [n % 2 == 0 for n in range(20)]
+    await _until(lambda: len(verifier.pids) == 2)  # replacements start after the answers
     assert set(verifier.pids).isdisjoint(dead)
-    assert len(verifier.pids) == 2
     assert all(_alive(pid) for pid in verifier.pids)
     assert await verifier.verify(key_der, der, inputs)
 
@@ -114,6 +120,43 @@ async def test_closing_stops_every_worker_and_refuses_more_work() -> None:
     assert not any(_alive(pid) for pid in pids)
     with pytest.raises(RuntimeError):
         await verifier.verify(key_der, der, inputs)
+
+
+async def test_closing_while_a_replacement_starts_leaves_no_process() -> None:
+    verifier = VerifierProcesses(1)
+    key_der, der, inputs = _signed_inputs()
+    assert await verifier.verify(key_der, der, inputs)
+    (dead,) = verifier.pids
+    answer = verifier.verify(key_der, der, inputs)
+    os.kill(dead, signal.SIGKILL)
+    assert await asyncio.wait_for(answer, timeout=30)
+    await verifier.close()  # the replacement may be starting right now
+    assert verifier.pids == []
+    assert not any(
+        _alive(pid) and "bankrail.security.verifier" in _command(pid) for pid in _children()
+    )
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[1].split()[1] == me:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def test_at_least_one_process() -> None:

@@ -22,6 +22,7 @@ import asyncpg
 import pytest
 
 from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError, PostmasterInfo
+from support.processes import alive
 
 
 def sql(dsn: str, query: str) -> list[Any]:
@@ -36,19 +37,6 @@ def sql(dsn: str, query: str) -> list[Any]:
 
     with ThreadPoolExecutor(max_workers=1) as pool:  # no event loop of ours in this thread
         return pool.submit(asyncio.run, go()).result(timeout=60)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers signal 0; it is dead for our purposes.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bankrail.security import signing
 from bankrail.security.verifier import VerifierProcesses
+from support.processes import alive
 
 _PATH = "/v3/payouts"
 _BODY = b'{"amount_in_minor": 100}'
@@ -45,16 +46,6 @@ def _signed_inputs(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return key_der, der, inputs
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A child that exited but was not yet reaped still answers; its state says it is gone.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
@@ -107,7 +98,7 @@ async def test_verifications_a_dead_worker_held_are_answered_and_the_worker_repl
     assert verified == [n % 2 == 0 for n in range(20)]
     await _until(lambda: len(verifier.pids) == 2)  # replacements start after the answers
     assert set(verifier.pids).isdisjoint(dead)
-    assert all(_alive(pid) for pid in verifier.pids)
+    assert all(alive(pid) for pid in verifier.pids)
     assert await verifier.verify(key_der, der, inputs)
 
 
@@ -117,7 +108,7 @@ async def test_closing_stops_every_worker_and_refuses_more_work() -> None:
     assert await verifier.verify(key_der, der, inputs)
     pids = verifier.pids
     await verifier.close()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     with pytest.raises(RuntimeError):
         await verifier.verify(key_der, der, inputs)
 
@@ -133,7 +124,7 @@ async def test_closing_while_a_replacement_starts_leaves_no_process() -> None:
     await verifier.close()  # the replacement may be starting right now
     assert verifier.pids == []
     assert not any(
-        _alive(pid) and "bankrail.security.verifier" in _command(pid) for pid in _children()
+        alive(pid) and "bankrail.security.verifier" in _command(pid) for pid in _children()
     )
 
 

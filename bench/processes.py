@@ -58,9 +58,6 @@ def server_processes(root: int, data_dir: Path) -> dict[int, str]:
             if ppid in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    # With `--workers N > 1` the parent supervises and the API processes are its spawned
-    # children; each API process starts its signature verifiers (security.verifier).
-    supervised = _workers_option(_cmdline(root)) > 1
     groups: dict[int, str] = {}
     postmasters = [p for p in parents if str(data_dir) in _cmdline(p) and "postgres" in _cmdline(p)]
     for pid in parents:
@@ -72,19 +69,12 @@ def server_processes(root: int, data_dir: Path) -> dict[int, str]:
         elif "bankrail worker" in command:
             groups[pid] = "worker"
         elif "bankrail.security.verifier" in command:
-            groups[pid] = "verifier"
-        elif pid == root:
-            groups[pid] = "supervisor" if supervised else "api"
-        elif "spawn_main" in command:
+            groups[pid] = "verifier"  # each serving process's signature verifiers
+        elif "bankrail serve" in command or "spawn_main" in command:
             groups[pid] = "api"
+    if any(g == "api" for p, g in groups.items() if p != root) and root in groups:
+        groups[root] = "supervisor"  # `--workers N`: the parent only supervises
     return groups
-
-
-def _workers_option(command: str) -> int:
-    words = command.split()
-    if "--workers" in words[:-1]:
-        return int(words[words.index("--workers") + 1])
-    return 1
 
 
 def cpu_by_pid(groups: dict[int, str]) -> dict[int, float]:

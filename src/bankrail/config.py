@@ -90,7 +90,8 @@ class Settings:
 
 def settings_from_env() -> Settings:
     """Build settings from `BANKRAIL_*` variables and `DATABASE_URL`."""
-    if _env_int("BANKRAIL_VERIFY_PROCESSES", 0) < 0:
+    verify_processes = _env_int("BANKRAIL_VERIFY_PROCESSES", 2)
+    if verify_processes < 0:
         raise ValueError("BANKRAIL_VERIFY_PROCESSES must be 0 (verify on threads) or more")
     mode = os.environ.get("BANKRAIL_MODE", "sandbox")
     if mode not in ("sandbox", "production"):
@@ -113,5 +114,5 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         fast_lane=os.environ.get("BANKRAIL_FAST_LANE", "1").lower() not in ("0", "false"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
-        verify_processes=_env_int("BANKRAIL_VERIFY_PROCESSES", 2),
+        verify_processes=verify_processes,
     )

@@ -213,11 +213,11 @@ class VerifierProcesses:
         with contextlib.suppress(ValueError):
             self._workers.remove(worker)
         worker.writer.close()
-        await asyncio.to_thread(worker.process.wait)
         for ident, work in worker.pending.items():
             task = asyncio.create_task(self._on_threads(ident, work))
             task.add_done_callback(lambda t: t.exception())
         worker.pending.clear()
+        await asyncio.to_thread(worker.process.wait)  # reaped after its work was handed on
         await self._start()
 
     async def _on_threads(self, ident: int, work: _Work) -> None:

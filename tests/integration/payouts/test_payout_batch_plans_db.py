@@ -16,10 +16,9 @@ import asyncpg
 from bankrail.core.clock import ServiceClock
 from bankrail.db.pool import create_pool
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.jobs import advance_due_payouts
 from bankrail.payouts.service import PayoutBatcher
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accept_at_once
+from support.payouts import accept_at_once, run_payout_batch
 
 # The tables a payout writes to, which grow with traffic.
 _GROWING = (
@@ -73,16 +72,14 @@ async def test_accepting_and_executing_batches_reads_no_whole_table(database: st
         account = await funded_account(setup, now, credit=1_000_000)
         batcher = PayoutBatcher(one)
         await _accept(batcher, account, now, 50, 0)  # rows to scan, and plans cached
-        async with one.acquire() as conn:
-            assert await advance_due_payouts(conn, clock.now(), 128) == 50
+        assert await run_payout_batch(one, clock.now()) == 50
         async with setup.acquire() as conn:
             await _whole_table_reads(conn)  # the set-up's own reads are counted by now
         async with one.acquire() as conn:
             before = await _whole_table_reads(conn)
 
         await _accept(batcher, account, now, 50, 1)
-        async with one.acquire() as conn:
-            assert await advance_due_payouts(conn, clock.now(), 128) == 50
+        assert await run_payout_batch(one, clock.now()) == 50
         async with one.acquire() as conn:
             after = await _whole_table_reads(conn)
             executed = await conn.fetchval("SELECT count(*) FROM payouts WHERE stage = 'executed'")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.db.pool import Connection
 
@@ -49,10 +50,10 @@ def new_event(
     *, merchant_id: uuid.UUID, family: Family, event_type: str, body: dict[str, Any]
 ) -> NewEvent:
     """A new event of `family` for the merchant, with fresh ids and its envelope."""
-    event_id = uuid.uuid4()
+    event_id = new_id()
     return NewEvent(
         event_id,
-        uuid.uuid4(),
+        new_id(),
         merchant_id,
         family,
         event_type,

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
 from bankrail.ledger.models import (
     BalanceOverflow,
@@ -60,7 +61,7 @@ async def post(
     transaction is then unusable unless the call was wrapped in a savepoint.
     """
     validate_postings(postings)
-    transaction_id = uuid.uuid4()
+    transaction_id = new_id()
     ordered = sorted(postings, key=lambda p: p.account_id)
     # One round trip (migration 0005): the transaction row, the account locks taken in id
     # order (so concurrent transactions over overlapping accounts never deadlock), the

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
+from bankrail.core.ids import new_id
 from bankrail.core.problems import Conflict, NotFound, invalid_field
 from bankrail.db.pool import Connection
 from bankrail.ledger.service import ensure_account
@@ -63,7 +64,7 @@ def account_from_row(row: asyncpg.Record) -> MerchantAccount:
 
 async def create_merchant(conn: Connection, name: str, now: datetime) -> uuid.UUID:
     """A new merchant with no accounts, clients or keys."""
-    merchant_id = uuid.uuid4()
+    merchant_id = new_id()
     await conn.execute(
         "INSERT INTO merchants (id, name, created_at) VALUES ($1, $2, $3)", merchant_id, name, now
     )
@@ -181,7 +182,7 @@ async def create_merchant_account(
     holder = account_holder_name or await merchant_name(conn, merchant_id)
     if holder is None:
         raise NotFound(f"Merchant {merchant_id} does not exist.")
-    account_id = uuid.uuid4()
+    account_id = new_id()
     available = await ensure_account(
         conn, f"merchant:{account_id}:available", currency, allow_negative=False
     )

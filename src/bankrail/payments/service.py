@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
+from bankrail.core.ids import new_id
 from bankrail.core.problems import Conflict, InvalidParameters, NotFound, invalid_field
 from bankrail.core.timefmt import iso_utc
 from bankrail.core.urls import is_absolute_http_uri, with_query
@@ -112,7 +113,7 @@ async def create_payment(
         raise invalid_field(f"{field}.scheme_id", "may be given only when the type is preselected")
     user = request.user.model_dump(exclude_none=True) if request.user else {}
     user_id = user.pop("id", None) or str(uuid.uuid4())
-    payment_id = uuid.uuid4()
+    payment_id = new_id()
     state = PaymentState(PaymentStatus.AUTHORIZATION_REQUIRED, now)
     await conn.execute(
         "INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
 from bankrail.merchants.models import AccountIdentifiers
 
@@ -59,7 +60,7 @@ async def record_payment_source(
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         " ON CONFLICT (merchant_id, user_id, identity) DO UPDATE"
         " SET account_holder_name = EXCLUDED.account_holder_name RETURNING id",
-        uuid.uuid4(),
+        new_id(),
         merchant_id,
         user_id,
         account_holder_name,

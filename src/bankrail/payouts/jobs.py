@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import Family, NewEvent, new_event
 from bankrail.merchants.balances import clearing_code
@@ -118,7 +119,7 @@ class _Batch:
             kind = "payout_execution"
             to_code = clearing_code(row["scheme_id"], row["currency"], row["merchant_account_id"])
         self.moves.append(
-            (uuid.uuid4(), kind, payout_id, held, to_id, to_code, row["currency"], amount)
+            (new_id(), kind, payout_id, held, to_id, to_code, row["currency"], amount)
         )
 
     def _event(self, row: Any, family: Family, typed_body: tuple[str, dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.core.timefmt import iso_utc, iso_utc_7
@@ -256,7 +257,7 @@ async def accept_v3_payout_at_once(
         _check_route(currency, identifiers, field)
     except ProblemError:
         return None
-    payout_id = uuid.uuid4()
+    payout_id = new_id()
     answer = dumps({"id": str(payout_id)})
     name: str = beneficiary["account_holder_name"]
     reference: str = beneficiary["reference"]
@@ -273,7 +274,7 @@ async def accept_v3_payout_at_once(
         "currency": currency,
         "amount": amount,
         "payout_id": str(payout_id),
-        "ledger_transaction_id": str(uuid.uuid4()),
+        "ledger_transaction_id": str(new_id()),
         "beneficiary": _stored_open_loop(beneficiary, identifiers),
         "name": name,
         "normalised_name": normalise_name(name),
@@ -313,7 +314,7 @@ async def accept_payout(
     """Record an accepted payout: screen the beneficiary and hold the funds now, and schedule
     its first step. Insufficient funds and AML hits are not errors here: the payout fails
     asynchronously, as the spec requires."""
-    payout_id = uuid.uuid4()
+    payout_id = new_id()
     pending_failure: FailureReason | None = None
     if await is_screened_out(conn, destination.name):
         pending_failure = FailureReason.BLOCKED

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from bankrail.core.ids import new_id
 from bankrail.core.problems import InvalidParameters
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
@@ -58,7 +59,7 @@ async def receive_transfer(
             f"The account is held in {account.currency}, not {transfer.currency}.",
             {"currency": [f"must be {account.currency} for this account"]},
         )
-    transfer_id = uuid.uuid4()
+    transfer_id = new_id()
     await credit_from_clearing(
         conn,
         account,

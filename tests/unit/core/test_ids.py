@@ -1,0 +1,37 @@
+"""Entity ids: version-7 UUIDs, ordered by creation time."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from bankrail.core.ids import new_id
+
+
+def test_an_id_is_a_version_7_rfc_uuid() -> None:
+    made = new_id()
+    assert made.version == 7
+    assert made.variant == uuid.RFC_4122
+    assert uuid.UUID(str(made)) == made
+
+
+def test_an_id_carries_its_creation_time_in_milliseconds() -> None:
+    before = time.time_ns() // 1_000_000
+    made = new_id()
+    after = time.time_ns() // 1_000_000
+    assert before <= made.int >> 80 <= after
+
+
+def test_ids_made_in_a_later_millisecond_sort_after_earlier_ones() -> None:
+    first = new_id()
+    millisecond = first.int >> 80
+    while time.time_ns() // 1_000_000 == millisecond:  # the next millisecond, not a sleep
+        pass
+    later = new_id()
+    assert str(first) < str(later)
+    assert first < later
+
+
+def test_ids_made_in_the_same_millisecond_still_differ() -> None:
+    made = [new_id() for _ in range(10_000)]
+    assert len(set(made)) == len(made)

@@ -11,13 +11,15 @@ import asyncpg
 
 _CHUNK = 100_000
 
-_PAYOUTS = """
-WITH g AS (
-    SELECT n, gen_random_uuid() AS id, gen_random_uuid() AS tx, gen_random_uuid() AS ev,
-           $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at,
+_PAYOUTS_TEMPLATE = """
+WITH t0 AS (
+    SELECT n, $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at
+    FROM generate_series($4::bigint, $4 + $6 - 1) AS n
+), g AS (
+    SELECT n, at, {id} AS id, {id} AS tx, {id} AS ev, {id} AS delivery,
            1 + n % 5000 AS amount,
            lpad((n % 100000000)::text, 8, '0') AS number
-    FROM generate_series($4::bigint, $4 + $6 - 1) AS n
+    FROM t0
 ), p AS (
     INSERT INTO payouts (id, api, merchant_id, merchant_account_id, amount_in_minor, currency,
         beneficiary, beneficiary_name, beneficiary_sort_code, beneficiary_account_number,
@@ -44,7 +46,7 @@ WITH g AS (
     FROM g
 ), k AS (
     INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
-    SELECT 'v3:seed', id::text, sha256(id::text::bytea), 202,
+    SELECT $9, gen_random_uuid()::text, sha256(id::text::bytea), 202,
         convert_to('{"id":"' || id || '"}', 'UTF8'), at
     FROM g
 ), t AS (
@@ -62,17 +64,17 @@ WITH g AS (
 ), d AS (
     INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,
         created_at, updated_at, window_start)
-    SELECT gen_random_uuid(), ev, $1, 'payout_executed', NULL, 'skipped', at, at, at FROM g
+    SELECT delivery, ev, $1, 'payout_executed', NULL, 'skipped', at, at, at FROM g
 )
 SELECT sum(amount) FROM g
 """
 
-_PAYMENTS = """
-WITH g AS (
-    SELECT n, gen_random_uuid() AS id,
-           $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at,
-           100 + n % 5000 AS amount
+_PAYMENTS_TEMPLATE = """
+WITH t0 AS (
+    SELECT n, $3::timestamptz - make_interval(secs => ($5 - n) / 50.0) AS at
     FROM generate_series($4::bigint, $4 + $6 - 1) AS n
+), g AS (
+    SELECT n, at, {id} AS id, 100 + n % 5000 AS amount FROM t0
 ), p AS (
     INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,
         user_id, user_details, selection_type, provider_id, scheme_id, status, created_at,
@@ -90,10 +92,22 @@ WITH g AS (
     FROM g
 )
 INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
-SELECT 'v3:seed-payments', id::text, sha256(id::text::bytea), 201,
+SELECT $7, gen_random_uuid()::text, sha256(id::text::bytea), 201,
     convert_to('{"id":"' || id || '"}', 'UTF8'), at
 FROM g
 """
+
+
+# The service's ids are version-7 UUIDs (bankrail.core.ids.new_id): the creation time in
+# milliseconds, then random bits. Seeded rows get the same kind of id for the time they are
+# dated, so the grown indexes are laid out as a real history would leave them.
+_ID_AT = (
+    "overlay(overlay(replace(gen_random_uuid()::text, '-', '')"
+    " placing lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') from 1 for 12)"
+    " placing '7' from 13 for 1)::uuid"
+)
+_PAYOUTS = _PAYOUTS_TEMPLATE.replace("{id}", _ID_AT)
+_PAYMENTS = _PAYMENTS_TEMPLATE.replace("{id}", _ID_AT)
 
 
 async def seed_rows(
@@ -116,14 +130,21 @@ async def seed_rows(
                     f"bench-seed:{side}:{uuid.uuid4()}",
                 )
             )
+        # The stored answers are under the merchant's own key space, with random keys as
+        # its clients send them: new keys then land anywhere in that part of the index.
+        scope = await conn.fetchval(
+            "SELECT 'v3:' || client_id FROM api_clients WHERE merchant_id = $1"
+            " ORDER BY client_id LIMIT 1",
+            uuid.UUID(merchant_id),
+        )
         total = 0
         for first in range(0, count, _CHUNK):
             size = min(_CHUNK, count - first)
             chunk = (uuid.UUID(merchant_id), uuid.UUID(account_id), now, first, count, size)
             async with conn.transaction():
-                moved = await conn.fetchval(_PAYOUTS, *chunk, *ledger_ids)
+                moved = await conn.fetchval(_PAYOUTS, *chunk, *ledger_ids, scope)
                 total += int(moved or 0)
-                await conn.execute(_PAYMENTS, *chunk)
+                await conn.execute(_PAYMENTS, *chunk, scope)
         await conn.execute(
             "UPDATE ledger_accounts SET balance = CASE id WHEN $1 THEN -$3::bigint"
             " ELSE $3::bigint END WHERE id IN ($1, $2)",

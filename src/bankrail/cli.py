@@ -113,8 +113,6 @@ def _survive_reraised_signals() -> None:
 def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     import uvicorn
 
-    from bankrail.app import create_app
-
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -125,6 +123,8 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "server_header": False,
     }
     if workers == 1:
+        from bankrail.app import create_app
+
         app = create_app(settings, dsn)
         tune_gc_for_serving()
         uvicorn.run(app, **common)

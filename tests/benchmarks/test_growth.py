@@ -40,7 +40,9 @@ def test_post_growth_fails_when_its_share_of_the_verify_rate_falls() -> None:
 
 
 @pytest.mark.parametrize(("get_grown", "met"), [(4_250.0, True), (4_249.0, False)])
-def test_get_growth_is_judged_by_requests_per_second(get_grown: float, met: bool) -> None:
+def test_a_run_without_verify_rates_around_it_is_judged_by_requests_per_second(
+    get_grown: float, met: bool
+) -> None:
     get = growth(_run(post_grown=1_000.0, verify_grown=2_000.0, get_grown=get_grown))["get_payout"]
     assert get["by_verify_share"] is None
     assert get["met"] is met

@@ -129,8 +129,12 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         tune_gc_for_serving()
         uvicorn.run(app, **common)
         return
+    # The API processes build their settings from the environment: what the command line
+    # chose must reach them there, or their links would name the default address.
     os.environ["DATABASE_URL"] = dsn
     os.environ["BANKRAIL_DATA_DIR"] = str(settings.data_dir)
+    os.environ["BANKRAIL_HOST"] = settings.host
+    os.environ["BANKRAIL_PORT"] = str(settings.port)
     # The processes write their counters to files here, so /metrics on any one of them
     # reports the sum (prometheus_client's multiprocess mode).
     metrics_dir = tempfile.mkdtemp(prefix="bankrail-metrics-")

@@ -280,3 +280,28 @@ def test_each_metric_family_is_described_once_with_one_process(server: RunningSe
         "bankrail_db_pool_connections",
     ):
         assert family in declared
+
+
+def test_every_api_process_links_to_the_host_and_port_serve_was_given(
+    two_workers: RunningServer,
+) -> None:
+    """`--host` and `--port` reach the API processes of `serve --workers N`: the links they
+    hand out (here a problem's type) name the address the service answers on."""
+    types = set()
+
+    def answered_by_both() -> bool:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(
+                pool.map(
+                    lambda _: httpx.get(f"{two_workers.base_url}/v3/payouts/x", timeout=30),
+                    range(20),
+                )
+            )
+        for answer in answers:
+            assert answer.status_code == 401, answer.text
+            types.add(answer.json()["type"])
+        pids = _access_pids(two_workers, "/v3/payouts/x")
+        return len(set(pids.values())) == 2
+
+    wait_for(answered_by_both, timeout=60, what="both API processes to answer")
+    assert types == {f"{two_workers.base_url}/errors#unauthenticated"}

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -378,10 +378,9 @@ async def _core(
         for i in range(requests * 3)
     ]
     # The verify rate around this run too, so that growth can discount the machine's speed.
-    before = verify_rate(options.verify_seconds)
-    results["get_payout" + suffix] = get = await _measured(server, gets, concurrency)
-    after = verify_rate(options.verify_seconds)
-    get["verify_per_s_around"] = {"before": before, "after": after, "mean": (before + after) / 2}
+    results["get_payout" + suffix] = await _between_verify_rates(
+        options.verify_seconds, _measured(server, gets, concurrency)
+    )
 
 
 async def _paced_payouts(
@@ -427,14 +426,10 @@ async def _payouts_measured(
     it."""
     runs = []
     for _ in range(max(1, options.repeats)):
-        requests = prepare()
-        before = verify_rate(options.verify_seconds)
-        summary = await _measured(server, requests, concurrency, rate=rate)
-        summary["execution"] = await _drained(server, summary)
-        after = verify_rate(options.verify_seconds)
-        mean = (before + after) / 2
-        summary["verify_per_s_around"] = {"before": before, "after": after, "mean": mean}
-        summary["verify_share"] = summary["requests_per_s"] / mean
+        summary = await _between_verify_rates(
+            options.verify_seconds, _executed(server, prepare(), concurrency, rate)
+        )
+        summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
         runs.append(summary)
     if rate:
         chosen = median_run(runs, "p99_ms", higher_is_better=False)
@@ -445,6 +440,31 @@ async def _payouts_measured(
         for run in runs
     ]
     return chosen
+
+
+async def _executed(
+    server: Server, requests: list[bytes], concurrency: int, rate: float | None
+) -> dict[str, Any]:
+    """One POST /v3/payouts run, then the wait until every payout it got accepted executed."""
+    summary = await _measured(server, requests, concurrency, rate=rate)
+    summary["execution"] = await _drained(server, summary)
+    return summary
+
+
+async def _between_verify_rates(
+    verify_seconds: float, scenario: Coroutine[Any, Any, dict[str, Any]]
+) -> dict[str, Any]:
+    """The scenario's figures, with the one-core verify rate measured just before and just
+    after it (the server idle both times) under `verify_per_s_around`."""
+    before = verify_rate(verify_seconds)
+    summary = await scenario
+    after = verify_rate(verify_seconds)
+    summary["verify_per_s_around"] = {
+        "before": before,
+        "after": after,
+        "mean": (before + after) / 2,
+    }
+    return summary
 
 
 def median_run(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -37,6 +38,7 @@ from bankrail.payouts.fast_routes import fast_routes as payout_fast_routes
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.security.pruning import ExpiredKeyPruner
 from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
@@ -127,10 +129,16 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             public_destinations_only=not settings.sandbox,
         )
         if settings.run_workers:
+            pruner = ExpiredKeyPruner(
+                pool,
+                clock,
+                ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
+                interval=settings.idempotency_prune_interval_seconds,
+            )
             loops.append(
                 BackgroundLoop(
                     "jobs",
-                    [queue.run_due],
+                    [queue.run_due, pruner.run],
                     poll_interval=settings.worker_poll_interval,
                     concurrency=2,
                     gather=settings.job_gather_seconds,

@@ -40,6 +40,8 @@ class Settings:
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
+    # How often the stored answers whose validity has ended are deleted (security/pruning.py).
+    idempotency_prune_interval_seconds: float = 60.0
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
@@ -106,6 +108,9 @@ def settings_from_env() -> Settings:
         mode=mode,  # type: ignore[arg-type]
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
+        idempotency_prune_interval_seconds=_env_float(
+            "BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS", 60.0
+        ),
         rate_limit_per_second=_env_float("BANKRAIL_RATE_LIMIT_PER_SECOND", 1000.0),
         rate_limit_burst=_env_int("BANKRAIL_RATE_LIMIT_BURST", 2000),
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),

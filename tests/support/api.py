@@ -123,6 +123,10 @@ class MerchantClient:
             self._token = token
         return token
 
+    def forget_token(self) -> None:
+        """Fetch a new token next time (the cached one expired, say, as the clock moved)."""
+        self._token = None
+
     def get(self, path: str, **params: Any) -> httpx.Response:
         """An authenticated GET."""
         return self.http.get(

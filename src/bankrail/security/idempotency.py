@@ -21,7 +21,31 @@ from bankrail.core.problems import (
 )
 from bankrail.db.pool import Connection
 
-__all__ = ["Decision", "StoredAnswer", "decide", "fingerprint", "lock_key", "run_idempotent"]
+__all__ = [
+    "DELETE_EXPIRED_SQL",
+    "EXPIRING_SCOPES",
+    "Decision",
+    "StoredAnswer",
+    "decide",
+    "delete_expired",
+    "fingerprint",
+    "lock_key",
+    "run_idempotent",
+]
+
+# The scopes whose keys are valid for the configured time (`idempotency_ttl_seconds`): v3
+# requests, the sandbox's bank transfers and the console's. Every other scope (a v1 payout's
+# transaction_id, a legacy deposit's deposit_id) keeps its key for good. The SQL is the
+# predicate of the index idempotency_keys_expiring (migration 0009), character for character.
+EXPIRING_SCOPES = "(scope LIKE 'v3:%' OR scope LIKE 'sandbox:%' OR scope LIKE 'console:%')"
+
+# $1: the newest created_at that has expired; $2: the most rows to delete.
+DELETE_EXPIRED_SQL = (
+    "DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY("
+    f" SELECT ctid FROM idempotency_keys WHERE {EXPIRING_SCOPES} AND created_at <= $1"
+    " ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+    " AND created_at <= $1"
+)
 
 
 def fingerprint(method: str, path: str, body: bytes) -> bytes:
@@ -137,3 +161,15 @@ async def run_idempotent(
         now,
     )
     return status, body
+
+
+async def delete_expired(conn: Connection, *, expired_before: datetime, limit: int) -> int:
+    """Delete up to `limit` stored answers of `EXPIRING_SCOPES` created at or before
+    `expired_before` (now less the validity: `decide` treats exactly those as absent), oldest
+    first, and return how many were deleted.
+
+    Rows another transaction holds are left for the next call, and a row that is stored
+    again meanwhile (its key used anew) is kept.
+    """
+    status = await conn.execute(DELETE_EXPIRED_SQL, expired_before, limit)
+    return int(status.rpartition(" ")[2])

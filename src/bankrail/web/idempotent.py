@@ -33,7 +33,9 @@ async def respond_once(
     """Run `effect` in one transaction and answer its (status, JSON value).
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
-    of the same request within the validity window (DESIGN §5).
+    of the same request within the validity window (DESIGN §5). Answers under a scope of
+    `security.idempotency.EXPIRING_SCOPES` are deleted once the configured validity ends; a
+    scope outside it, or with a `ttl` of its own, keeps its keys for good.
     """
     now = context.clock.now()
 

@@ -1,0 +1,123 @@
+"""Stored idempotency answers over HTTP: a v3 key is replayed while valid, deleted by the
+server once its six hours of service time have passed (and then taken as new), while a v1
+payout's transaction_id stays taken for good."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+from e2e_helpers import wait_for
+from pay_in_helpers import advance_clock
+from payout_helpers import GB_IBAN, external_beneficiary, funded_merchant
+from payout_helpers import payout_body as v3_payout_body
+
+from support.api import MerchantClient, Operator
+from support.server import RunningServer, own_server
+
+TTL_SECONDS = 6 * 3600
+
+
+@pytest.fixture(scope="module")
+def pruning_server(pg_server: str) -> Iterator[RunningServer]:
+    # A short prune interval, so that the test sees the deletion in a second rather than in
+    # the default minute.
+    with own_server(pg_server, {"BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS": "0.2"}) as running:
+        yield running
+
+
+@pytest.fixture
+def operator(pruning_server: RunningServer) -> Iterator[Operator]:
+    client = Operator(pruning_server.base_url, pruning_server.admin_token)
+    yield client
+    client.close()
+
+
+def _stored_keys(server: RunningServer, scope_prefix: str, key: str) -> int:
+    async def count() -> int:
+        conn = await asyncpg.connect(server.env["DATABASE_URL"])
+        try:
+            found = await conn.fetchval(
+                "SELECT count(*) FROM idempotency_keys WHERE scope LIKE $1 AND key = $2",
+                scope_prefix + "%",
+                key,
+            )
+            assert isinstance(found, int)
+            return found
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def test_expired_keys_are_deleted_and_v1_transaction_ids_are_kept(
+    pruning_server: RunningServer, operator: Operator
+) -> None:
+    merchant = funded_merchant(operator, gbp=100_000, eur=100_000)
+    body = v3_payout_body(merchant, "GBP", 100, external_beneficiary(GB_IBAN))
+    key = str(uuid.uuid4())
+    first = merchant.signed_post("/v3/payouts", body, idempotency_key=key)
+    assert first.status_code == 202, first.text
+    transaction_id = str(uuid.uuid4())
+    v1 = merchant.signed_post(
+        "/v1/payouts",
+        {
+            "transaction_id": transaction_id,
+            "beneficiary_name": "Jane Doe",
+            "beneficiary_iban": "DE89370400440532013000",
+            "beneficiary_reference": "payout 1",
+            "currency": "EUR",
+            "amount_in_minor": 100,
+            "context_code": "withdrawal",
+        },
+        idempotency_key=None,
+        signature_header="X-SVC-Signature",
+    )
+    assert v1.status_code == 202, v1.text
+
+    # Within its validity the key is stored and replays the same payout.
+    advance_clock(operator, TTL_SECONDS - 60)
+    merchant.forget_token()  # access tokens last an hour of service time
+    replay = merchant.signed_post("/v3/payouts", body, idempotency_key=key)
+    assert (replay.status_code, replay.content) == (202, first.content)
+    assert _stored_keys(pruning_server, "v3:", key) == 1
+
+    advance_clock(operator, 61)
+    merchant.forget_token()
+    wait_for(
+        lambda: _stored_keys(pruning_server, "v3:", key) == 0 or None,
+        timeout=30,
+        what="the expired key to be deleted",
+    )
+    assert _stored_keys(pruning_server, "v1:", transaction_id) == 1
+
+    # Expired, the key is free: the same request makes a new payout, as it did before
+    # answers were deleted.
+    again = create_payout_with_key(merchant, body, key)
+    assert again != first.json()["id"]
+    # The v1 transaction_id is still taken: a different payout under it is refused.
+    clash = merchant.signed_post(
+        "/v1/payouts",
+        {
+            "transaction_id": transaction_id,
+            "beneficiary_name": "Someone Else",
+            "beneficiary_iban": "DE89370400440532013000",
+            "beneficiary_reference": "payout 2",
+            "currency": "EUR",
+            "amount_in_minor": 200,
+            "context_code": "withdrawal",
+        },
+        idempotency_key=None,
+        signature_header="X-SVC-Signature",
+    )
+    assert clash.status_code == 409, clash.text
+
+
+def create_payout_with_key(merchant: MerchantClient, body: dict[str, Any], key: str) -> str:
+    answer = merchant.signed_post("/v3/payouts", body, idempotency_key=key)
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["id"])

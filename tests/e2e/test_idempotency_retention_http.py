@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from e2e_helpers import wait_for
 from pay_in_helpers import advance_clock
@@ -63,20 +64,7 @@ def test_expired_keys_are_deleted_and_v1_transaction_ids_are_kept(
     first = merchant.signed_post("/v3/payouts", body, idempotency_key=key)
     assert first.status_code == 202, first.text
     transaction_id = str(uuid.uuid4())
-    v1 = merchant.signed_post(
-        "/v1/payouts",
-        {
-            "transaction_id": transaction_id,
-            "beneficiary_name": "Jane Doe",
-            "beneficiary_iban": "DE89370400440532013000",
-            "beneficiary_reference": "payout 1",
-            "currency": "EUR",
-            "amount_in_minor": 100,
-            "context_code": "withdrawal",
-        },
-        idempotency_key=None,
-        signature_header="X-SVC-Signature",
-    )
+    v1 = _v1_payout(merchant, transaction_id, amount=100)
     assert v1.status_code == 202, v1.text
 
     # Within its validity the key is stored and replays the same payout.
@@ -100,21 +88,25 @@ def test_expired_keys_are_deleted_and_v1_transaction_ids_are_kept(
     again = create_payout_with_key(merchant, body, key)
     assert again != first.json()["id"]
     # The v1 transaction_id is still taken: a different payout under it is refused.
-    clash = merchant.signed_post(
+    clash = _v1_payout(merchant, transaction_id, amount=200)
+    assert clash.status_code == 409, clash.text
+
+
+def _v1_payout(merchant: MerchantClient, transaction_id: str, *, amount: int) -> httpx.Response:
+    return merchant.signed_post(
         "/v1/payouts",
         {
             "transaction_id": transaction_id,
-            "beneficiary_name": "Someone Else",
+            "beneficiary_name": "Jane Doe",
             "beneficiary_iban": "DE89370400440532013000",
-            "beneficiary_reference": "payout 2",
+            "beneficiary_reference": "payout 1",
             "currency": "EUR",
-            "amount_in_minor": 200,
+            "amount_in_minor": amount,
             "context_code": "withdrawal",
         },
         idempotency_key=None,
         signature_header="X-SVC-Signature",
     )
-    assert clash.status_code == 409, clash.text
 
 
 def create_payout_with_key(merchant: MerchantClient, body: dict[str, Any], key: str) -> str:

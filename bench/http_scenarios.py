@@ -397,7 +397,7 @@ async def _paced_payouts(
 ) -> dict[str, Any]:
     """Signed POST /v3/payouts in an open loop (twice the connections): at `rate` per
     second, or at `verify_share` of the verify rate measured just before each run."""
-    summary = await _payouts_measured(
+    return await _payouts_measured(
         server,
         _payouts(server, merchant, requests),
         concurrency * 2,
@@ -405,7 +405,6 @@ async def _paced_payouts(
         rate=rate,
         verify_share=verify_share,
     )
-    return summary
 
 
 def _payouts(server: Server, merchant: Merchant, count: int) -> Callable[[], list[bytes]]:
@@ -440,20 +439,17 @@ async def _payouts_measured(
     for _ in range(max(1, options.repeats)):
         requests = prepare()  # signed before the verify rate is measured, not in between
 
-        def scenario(
+        async def scenario(
             verify_before: float, requests: list[bytes] = requests
-        ) -> Coroutine[Any, Any, dict[str, Any]]:
+        ) -> dict[str, Any]:
             paced = rate if verify_share is None else verify_share * verify_before
-            return _executed(server, requests, concurrency, paced)
+            summary = await _executed(server, requests, concurrency, paced)
+            if paced is not None:
+                summary["target_rate"] = paced
+            return summary
 
         summary = await _between_verify_rates(options.verify_seconds, scenario)
         summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
-        if open_loop:
-            summary["target_rate"] = (
-                rate
-                if verify_share is None
-                else verify_share * summary["verify_per_s_around"]["before"]
-            )
         runs.append(summary)
     if open_loop:
         chosen = median_run(runs, "p99_ms", higher_is_better=False)

@@ -41,14 +41,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 from crash_load import BANK_ACTIONS, CrashLoad, Operation
 from e2e_helpers import private_data_dir, wait_for
 from pay_in_helpers import advance_clock
 
 from support.api import MerchantClient, Operator
-from support.databases import run
+from support.databases import fetch_value, run
 from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port, own_server
 
@@ -106,29 +105,16 @@ def crash_server(request: pytest.FixtureRequest) -> Iterator[CrashServer]:
                 server.stop()
 
 
-async def _database_now(dsn: str) -> datetime:
-    conn = await asyncpg.connect(dsn)
-    try:
-        now: datetime = await conn.fetchval("SELECT clock_timestamp()")
-        return now
-    finally:
-        await conn.close()
-
-
-async def _end_dead_leases(dsn: str, claimed_before: datetime) -> int:
+async def _end_dead_leases(dsn: str, claimed_before: datetime) -> object:
     """End the leases of deliveries claimed before the last kill (by a killed process), as
     if their minute had passed; the worker then claims and sends them as it would anyway."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        ended: int = await conn.fetchval(
-            "WITH ended AS (UPDATE webhook_deliveries SET lease_until = clock_timestamp()"
-            " WHERE status = 'pending' AND lease_until > clock_timestamp()"
-            " AND lease_until < $1 RETURNING 1) SELECT count(*) FROM ended",
-            claimed_before + LEASE,
-        )
-        return ended
-    finally:
-        await conn.close()
+    return await fetch_value(
+        dsn,
+        "WITH ended AS (UPDATE webhook_deliveries SET lease_until = clock_timestamp()"
+        " WHERE status = 'pending' AND lease_until > clock_timestamp()"
+        " AND lease_until < $1 RETURNING 1) SELECT count(*) FROM ended",
+        claimed_before + LEASE,
+    )
 
 
 # --- reading the outcome ----------------------------------------------------------------------
@@ -343,7 +329,7 @@ def _crash_repeatedly(crash_server: CrashServer, load: CrashLoad) -> datetime | 
 
 
 def _database_now_sync(dsn: str) -> datetime:
-    moment = run(_database_now(dsn))
+    moment = run(fetch_value(dsn, "SELECT clock_timestamp()"))
     assert isinstance(moment, datetime)
     return moment
 

@@ -4,12 +4,10 @@ payout's transaction_id stays taken for good."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 from e2e_helpers import wait_for
@@ -18,6 +16,7 @@ from payout_helpers import GB_IBAN, external_beneficiary, funded_merchant
 from payout_helpers import payout_body as v3_payout_body
 
 from support.api import MerchantClient, Operator
+from support.databases import fetch_value, run
 from support.server import RunningServer, own_server
 
 TTL_SECONDS = 6 * 3600
@@ -38,21 +37,15 @@ def operator(pruning_server: RunningServer) -> Iterator[Operator]:
     client.close()
 
 
-def _stored_keys(server: RunningServer, scope_prefix: str, key: str) -> int:
-    async def count() -> int:
-        conn = await asyncpg.connect(server.env["DATABASE_URL"])
-        try:
-            found = await conn.fetchval(
-                "SELECT count(*) FROM idempotency_keys WHERE scope LIKE $1 AND key = $2",
-                scope_prefix + "%",
-                key,
-            )
-            assert isinstance(found, int)
-            return found
-        finally:
-            await conn.close()
-
-    return asyncio.run(count())
+def _stored_keys(server: RunningServer, scope_prefix: str, key: str) -> object:
+    return run(
+        fetch_value(
+            server.env["DATABASE_URL"],
+            "SELECT count(*) FROM idempotency_keys WHERE scope LIKE $1 AND key = $2",
+            scope_prefix + "%",
+            key,
+        )
+    )
 
 
 def test_expired_keys_are_deleted_and_v1_transaction_ids_are_kept(

@@ -84,6 +84,15 @@ async def drop_database(server_dsn: str, dsn: str) -> None:
         await conn.close()
 
 
+async def fetch_value(dsn: str, query: str, *args: object) -> object:
+    """The first value of `query`'s first row, on a connection of its own."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
 def run(coro: object) -> object:
     """Run a coroutine to completion from sync code."""
     return asyncio.run(coro)  # type: ignore[arg-type]

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import http.client
 import json
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -139,19 +143,80 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     # reports the sum (prometheus_client's multiprocess mode).
     metrics_dir = tempfile.mkdtemp(prefix="bankrail-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    worker = _spawn_worker_process()
+    worker = DeferredProcess(
+        [sys.executable, "-m", "bankrail", "worker"], _local_address(settings.host, settings.port)
+    )
+    worker.start()
     try:
         uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
+        worker.stop(timeout=60)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _spawn_worker_process() -> Any:
-    import subprocess
+def _local_address(host: str, port: int) -> tuple[str, int]:
+    """Where this machine reaches a server listening on `host`."""
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
+    return wildcard.get(host, host), port
 
-    return subprocess.Popen([sys.executable, "-m", "bankrail", "worker"])
+
+class DeferredProcess:
+    """A process started once the HTTP server at `address` answers (or after
+    `longest_wait` seconds, whichever comes first), and never after `stop`.
+
+    `serve --workers N` starts its background-work process this way: the API processes then
+    start with the machine's cores to themselves, so that the service answers sooner, and
+    background work, which no request waits for, follows them.
+    """
+
+    def __init__(
+        self, command: list[str], address: tuple[str, int], *, longest_wait: float = 10.0
+    ) -> None:
+        self._command = command
+        self._address = address
+        self._longest_wait = longest_wait
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._start_when_answering, daemon=True)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Begin waiting for the server (in a thread of this process)."""
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Ask the process to stop (SIGTERM) and wait up to `timeout` seconds for it; if it
+        has not started yet, it never will."""
+        with self._lock:
+            self._stopping.set()
+            process = self.process
+        if self._thread.is_alive():
+            self._thread.join()
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=timeout)
+
+    def _start_when_answering(self) -> None:
+        deadline = time.monotonic() + self._longest_wait
+        while not _answers_http(self._address) and time.monotonic() < deadline:
+            if self._stopping.wait(0.05):
+                return
+        with self._lock:
+            if not self._stopping.is_set():
+                self.process = subprocess.Popen(self._command)  # noqa: S603 (our own argv)
+
+
+def _answers_http(address: tuple[str, int]) -> bool:
+    """Whether an HTTP server at `address` answers a request (whatever its status)."""
+    connection = http.client.HTTPConnection(*address, timeout=1)
+    try:
+        connection.request("GET", "/healthz")
+        connection.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+    return True
 
 
 def api_only_app() -> Any:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from bankrail.web.problems import trace_id_var
+from bankrail.core.tracing import trace_id_var
 
 __all__ = ["configure_logging", "redact"]
 

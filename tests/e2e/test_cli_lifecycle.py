@@ -25,8 +25,16 @@ from e2e_helpers import (
     processes_mentioning,
     wait_for,
 )
+from payout_helpers import (
+    SORT_CODE,
+    create_payout,
+    external_beneficiary,
+    payout_body,
+    wait_payout_status,
+)
 
 from support.api import Operator
+from support.processes import session_commands
 from support.server import RunningServer, free_port
 
 # The embedded PostgreSQL is wanted here even when the suite runs against DATABASE_URL.
@@ -221,6 +229,30 @@ def test_sigterm_exits_zero_and_stops_postgres(
     code = serve.stop(signal.SIGTERM)
     leftovers = processes_mentioning(data_dir)
     assert (code, leftovers) == (0, [])
+
+
+def test_serve_with_two_api_processes_runs_background_work_and_stops_whole(
+    demo: tuple[Path, dict[str, Any], dict[str, Any]], serve: RunningServer
+) -> None:
+    # With --workers N, background work runs in a process of its own, started once the API
+    # answers: a payout is executed by it, and SIGTERM stops it with the rest.
+    data_dir, first, _ = demo
+    serve.start("--workers", "2")
+    assert serve.process is not None
+    session = serve.process.pid
+    operator = _operator(serve, first)
+    try:
+        merchant = operator.new_merchant(currencies=("GBP",))
+        assert operator.top_up(merchant.accounts["GBP"], 1_000).status_code == 201
+        body = payout_body(merchant, "GBP", 250, external_beneficiary(SORT_CODE))
+        payout_id = create_payout(merchant, body)
+        record = wait_payout_status(merchant, payout_id, {"executed", "failed"})
+        assert record["status"] == "executed", record
+        assert any("bankrail worker" in line for line in session_commands(session))
+    finally:
+        operator.close()
+    code = serve.stop(signal.SIGTERM)
+    assert (code, processes_mentioning(data_dir), session_commands(session)) == (0, [], [])
 
 
 def _kill_everything(data_dir: Path) -> None:

@@ -17,3 +17,17 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def session_commands(session: int) -> list[str]:
+    """The command lines of the live processes of session `session` (a server started with
+    `start_new_session`: its pid), zombies excepted."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[3]) == session:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from bankrail.core.tracing import trace_id_var
 from bankrail.logs import configure_logging, redact
-from bankrail.web.problems import trace_id_var
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
 JWT = (

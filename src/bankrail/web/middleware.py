@@ -16,8 +16,9 @@ from bankrail.core.problems import (
     UNKNOWN_ERROR,
     ProblemType,
 )
+from bankrail.core.tracing import trace_id_var
 from bankrail.db.outage import is_database_outage
-from bankrail.web.problems import problem_document, trace_id_var
+from bankrail.web.problems import problem_document
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("bankrail.access")

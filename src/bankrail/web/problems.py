@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
@@ -20,11 +19,10 @@ from bankrail.core.problems import (
     ProblemType,
     problem_type_for_status,
 )
+from bankrail.core.tracing import trace_id_var
 from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
-
-trace_id_var: ContextVar[str] = ContextVar("trace_id", default="")
 
 
 def problem_document(

@@ -117,6 +117,8 @@ def _survive_reraised_signals() -> None:
 def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     import uvicorn
 
+    from bankrail.web.http_protocol import OneWriteHttpToolsProtocol
+
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -125,6 +127,7 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "log_config": None,  # uvicorn's loggers go through configure_logging's handler
         "timeout_graceful_shutdown": 30,
         "server_header": False,
+        "http": OneWriteHttpToolsProtocol,
     }
     if workers == 1:
         from bankrail.app import create_app

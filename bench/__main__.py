@@ -205,6 +205,9 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
             if row is None:
                 continue
             cpu = ", ".join(f"{k} {v:.2f}" for k, v in sorted(row["cpu_ms_per_request"].items()))
+            machine = row.get("machine")
+            if machine:
+                cpu += f"; machine busy {machine['busy']:.0%} (stolen {machine['steal']:.0%})"
             lines.append(
                 f"{label:<42} {run['workers']:>5} {run['concurrency']:>5}"
                 f" {row['requests_per_s']:>9,.0f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f}"

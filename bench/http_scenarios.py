@@ -286,6 +286,7 @@ async def _measured(
     meter.stop()
     summary: dict[str, Any] = dict(result.summary())
     summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
+    summary["machine"] = meter.machine
     return summary
 
 

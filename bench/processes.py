@@ -87,6 +87,14 @@ def cpu_by_pid(groups: dict[int, str]) -> dict[int, float]:
     return seconds
 
 
+def _machine_ticks() -> list[int]:
+    """The first eight counters of /proc/stat's `cpu` line: user, nice, system, idle, iowait,
+    irq, softirq, steal (clock ticks, all cores)."""
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()
+    return [int(value) for value in fields[1:9]]
+
+
 @dataclass
 class CpuMeter:
     """CPU used by the server's process groups and this process between `start` and `stop`.
@@ -100,11 +108,16 @@ class CpuMeter:
     data_dir: Path
     before: dict[int, float] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)
+    machine: dict[str, float] = field(default_factory=dict)
+    """The whole machine's time meanwhile, as shares of all its cores' time: `busy` (not
+    idle, not waiting for I/O) and, part of it, `steal` (taken by the hypervisor for other
+    guests: time this machine's processes were ready to run and could not)."""
 
     def start(self) -> None:
         """Take the first reading."""
         self.before = cpu_by_pid(server_processes(self.root, self.data_dir))
         self._own = sum(os.times()[:2])
+        self._machine = _machine_ticks()
 
     def stop(self) -> None:
         """Take the second reading."""
@@ -116,6 +129,13 @@ class CpuMeter:
             used[group] = used.get(group, 0.0) + seconds - self.before.get(pid, 0.0)
         used["loadgen"] = sum(os.times()[:2]) - self._own
         self.used = used
+        spent = [b - a for a, b in zip(self._machine, _machine_ticks(), strict=True)]
+        total = sum(spent) or 1
+        idle, iowait, steal = spent[3], spent[4], spent[7]
+        self.machine = {
+            "busy": round((total - idle - iowait) / total, 3),
+            "steal": round(steal / total, 3),
+        }
 
     def per_request_ms(self, requests: int) -> dict[str, float]:
         """CPU milliseconds per request, by group."""

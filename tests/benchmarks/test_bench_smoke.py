@@ -34,6 +34,9 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
     for scenario in ("post_payouts", "get_payout", "post_payouts_grown", "get_payout_grown"):
         assert run[scenario]["ok_ratio"] == 1.0, scenario
         assert run[scenario]["cpu_ms_per_request"]["api"] > 0, scenario
+        machine = run[scenario]["machine"]  # the hypervisor's share is printed beside it
+        assert 0 <= machine["steal"] <= 1, scenario
+        assert 0 < machine["busy"] <= 1, scenario
     for scenario in (
         "post_payouts",
         "post_payouts_at_80pct",
@@ -47,6 +50,7 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         assert around["before"] > 0, scenario
         assert around["after"] > 0, scenario
     assert "of the verify rate measured around it" in done.stdout
+    assert "machine busy" in done.stdout
     # 80 % of the target rate (0.6 of the verify rate), from the verify rate measured just
     # before the run: the machine's speed at that moment, not minutes earlier.
     paced = run["post_payouts_at_80pct_of_target"]

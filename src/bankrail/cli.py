@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import http.client
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -144,47 +144,49 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     os.environ["BANKRAIL_PORT"] = str(settings.port)
     # The processes write their counters to files here, so /metrics on any one of them
     # reports the sum (prometheus_client's multiprocess mode).
-    metrics_dir = tempfile.mkdtemp(prefix="bankrail-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    worker = DeferredProcess(
-        [sys.executable, "-m", "bankrail", "worker"], _local_address(settings.host, settings.port)
-    )
+    run_dir = Path(tempfile.mkdtemp(prefix="bankrail-serve-"))
+    metrics_dir = run_dir / "metrics"
+    metrics_dir.mkdir()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    started = run_dir / "api-started"
+    os.environ[_API_STARTED_FILE] = str(started)
+    worker = DeferredProcess([sys.executable, "-m", "bankrail", "worker"], started.exists)
     worker.start()
     try:
         uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
     finally:
         worker.stop(timeout=60)
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _local_address(host: str, port: int) -> tuple[str, int]:
-    """Where this machine reaches a server listening on `host`."""
-    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
-    return wildcard.get(host, host), port
+# Set by `serve --workers N` for its API processes: each creates this file once it has built
+# its application (the costly part of its start).
+_API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
 
 
 class DeferredProcess:
-    """A process started once the HTTP server at `address` answers (or after
-    `longest_wait` seconds, whichever comes first), and never after `stop`.
+    """A process started once `ready()` is true (or after `longest_wait` seconds, whichever
+    comes first), and never after `stop`.
 
-    `serve --workers N` starts its background-work process this way: the API processes then
-    start with the machine's cores to themselves, so that the service answers sooner, and
-    background work, which no request waits for, follows them.
+    `serve --workers N` starts its background-work process this way, once an API process
+    has built its application: the API processes then start with the machine's cores to
+    themselves, so that the service answers sooner, and background work, which no request
+    waits for, follows them.
     """
 
     def __init__(
-        self, command: list[str], address: tuple[str, int], *, longest_wait: float = 10.0
+        self, command: list[str], ready: Callable[[], bool], *, longest_wait: float = 10.0
     ) -> None:
         self._command = command
-        self._address = address
+        self._ready = ready
         self._longest_wait = longest_wait
         self._stopping = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._start_when_answering, daemon=True)
+        self._thread = threading.Thread(target=self._start_when_ready, daemon=True)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Begin waiting for the server (in a thread of this process)."""
+        """Begin waiting (in a thread of this process)."""
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
@@ -199,27 +201,14 @@ class DeferredProcess:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=timeout)
 
-    def _start_when_answering(self) -> None:
+    def _start_when_ready(self) -> None:
         deadline = time.monotonic() + self._longest_wait
-        while not _answers_http(self._address) and time.monotonic() < deadline:
-            if self._stopping.wait(0.05):
+        while not self._ready() and time.monotonic() < deadline:
+            if self._stopping.wait(0.02):
                 return
         with self._lock:
             if not self._stopping.is_set():
                 self.process = subprocess.Popen(self._command)  # noqa: S603 (our own argv)
-
-
-def _answers_http(address: tuple[str, int]) -> bool:
-    """Whether an HTTP server at `address` answers a request (whatever its status)."""
-    connection = http.client.HTTPConnection(*address, timeout=1)
-    try:
-        connection.request("GET", "/healthz")
-        connection.getresponse().read()
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        connection.close()
-    return True
 
 
 def api_only_app() -> Any:
@@ -232,6 +221,9 @@ def api_only_app() -> Any:
     assert dsn is not None
     app = create_app(settings, dsn)
     tune_gc_for_serving()
+    started = os.environ.get(_API_STARTED_FILE)
+    if started:
+        Path(started).touch()
     return app
 
 

@@ -5,6 +5,7 @@ httptools protocol, for whole, streamed, empty, HEAD and closing answers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -70,15 +71,15 @@ def _counting(protocol: type[HttpToolsProtocol]) -> type[HttpToolsProtocol]:
     return Counting
 
 
-@pytest.fixture(params=[HttpToolsProtocol, OneWriteHttpToolsProtocol], ids=["stock", "ours"])
-async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[int, type[Any]]]:
-    protocol: type[HttpToolsProtocol] = request.param
+@contextlib.asynccontextmanager
+async def _serving(protocol: type[HttpToolsProtocol]) -> AsyncIterator[int]:
+    """A uvicorn server of `app` with `protocol`, on a free loopback port (yielded)."""
     port = free_port()
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=port,
-        http=_counting(protocol),
+        http=protocol,
         lifespan="off",
         log_level="error",
         server_header=False,
@@ -87,10 +88,19 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[int, typ
     task = asyncio.create_task(served.serve())
     while not served.started:
         await asyncio.sleep(0.01)
-    writes.clear()
-    yield port, protocol
-    served.should_exit = True
-    await task
+    try:
+        yield port
+    finally:
+        served.should_exit = True
+        await task
+
+
+@pytest.fixture(params=[HttpToolsProtocol, OneWriteHttpToolsProtocol], ids=["stock", "ours"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[int, type[Any]]]:
+    protocol: type[HttpToolsProtocol] = request.param
+    async with _serving(_counting(protocol)) as port:
+        writes.clear()
+        yield port, protocol
 
 
 async def _exchange(port: int, raw: bytes) -> bytes:
@@ -143,20 +153,7 @@ async def test_each_answer_is_the_same_bytes_in_fewer_writes(
 
 
 async def test_a_head_is_sent_while_its_body_is_still_being_produced() -> None:
-    port = free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        http=OneWriteHttpToolsProtocol,
-        lifespan="off",
-        server_header=False,
-    )
-    served = uvicorn.Server(config)
-    task = asyncio.create_task(served.serve())
-    while not served.started:
-        await asyncio.sleep(0.01)
-    try:
+    async with _serving(OneWriteHttpToolsProtocol) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /held HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
@@ -165,6 +162,3 @@ async def test_a_head_is_sent_while_its_body_is_still_being_produced() -> None:
         assert await reader.read() == b"4\r\ndone\r\n0\r\n\r\n"
         writer.close()
         await writer.wait_closed()
-    finally:
-        served.should_exit = True
-        await task

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from support.api import MerchantClient, Operator
+from support.processes import pids, stat_fields
 
 PROBLEM_TYPE = "application/problem+json"
 T = TypeVar("T")
@@ -159,18 +160,18 @@ def processes_mentioning(path: Path) -> list[tuple[int, str]]:
     """Live processes (other than this one) whose command line contains `path`."""
     needle = str(path.resolve()).encode()
     found: list[tuple[int, str]] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in pids():
+        if pid == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = stat_fields(pid)[0]
         except (OSError, IndexError):
             continue
         if state == "Z":  # a zombie has already exited
             continue
         if needle + b"/" in cmdline or needle + b"\0" in cmdline or cmdline.endswith(needle):
-            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")))
+            found.append((pid, cmdline.replace(b"\0", b" ").decode(errors="replace")))
     return found
 
 

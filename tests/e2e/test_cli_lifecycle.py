@@ -34,7 +34,7 @@ from payout_helpers import (
 )
 
 from support.api import Operator
-from support.processes import session_commands
+from support.processes import children, session_commands
 from support.server import RunningServer, free_port
 
 # The embedded PostgreSQL is wanted here even when the suite runs against DATABASE_URL.
@@ -259,18 +259,13 @@ def _kill_everything(data_dir: Path) -> None:
     """What a power cut does: every process of the data directory, the postmaster and its
     children included, dies at once (SIGKILL, by pid), leaving a stale `postmaster.pid`."""
     leaders = {pid for pid, _ in processes_mentioning(data_dir)}
-    children = set()
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid in leaders:
-                children.add(int(entry.name))
-    for pid in leaders | children:
+    followers = set(children(leaders))
+    for pid in leaders | followers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
     def gone() -> bool:
-        return not any(Path(f"/proc/{pid}/cmdline").exists() for pid in leaders | children)
+        return not any(Path(f"/proc/{pid}/cmdline").exists() for pid in leaders | followers)
 
     wait_for(gone, what="the killed processes to disappear")
 

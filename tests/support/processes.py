@@ -3,7 +3,27 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterator
 from pathlib import Path
+
+
+def pids() -> Iterator[int]:
+    """The ids of the processes /proc lists now (some may be gone by the time they are read)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name: the state first ("Z" for a
+    zombie), then the parent's pid, the process group, the session. OSError when the process
+    is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def command_line(pid: int) -> str:
+    """The process's arguments, joined by spaces. OSError when the process is gone."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
 
 
 def alive(pid: int) -> bool:
@@ -13,21 +33,33 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = stat_fields(pid)[0]
     except OSError:
         return False
     return state != "Z"
+
+
+def children(parents: Collection[int]) -> list[int]:
+    """The live processes whose parent is one of `parents`."""
+    found = []
+    for pid in pids():
+        try:
+            if int(stat_fields(pid)[1]) in parents:
+                found.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 def session_commands(session: int) -> list[str]:
     """The command lines of the live processes of session `session` (a server started with
     `start_new_session`: its pid), zombies excepted."""
     found = []
-    for entry in Path("/proc").iterdir():
+    for pid in pids():
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(pid)
             if fields[0] != "Z" and int(fields[3]) == session:
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                found.append(command_line(pid))
         except (OSError, ValueError, IndexError):
             continue
     return found

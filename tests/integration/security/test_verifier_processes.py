@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bankrail.security import signing
 from bankrail.security.verifier import VerifierProcesses
-from support.processes import alive
+from support.processes import alive, children, command_line
 
 _PATH = "/v3/payouts"
 _BODY = b'{"amount_in_minor": 100}'
@@ -124,28 +124,14 @@ async def test_closing_while_a_replacement_starts_leaves_no_process() -> None:
     await verifier.close()  # the replacement may be starting right now
     assert verifier.pids == []
     assert not any(
-        alive(pid) and "bankrail.security.verifier" in _command(pid) for pid in _children()
+        alive(pid) and "bankrail.security.verifier" in _command(pid)
+        for pid in children([os.getpid()])
     )
-
-
-def _children() -> list[int]:
-    me = str(os.getpid())
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[1] == me:
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def _command(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return cmdline.read().replace(b"\0", b" ").decode()
+        return command_line(pid)
     except OSError:
         return ""
 

@@ -256,30 +256,35 @@ def test_counts_from_every_api_process_are_summed(two_workers: RunningServer) ->
         assert latency == len(sent), (pid, latency)
 
 
+# Every family a scrape declares, observed or not (no 5xx answered leaves the error counter
+# without samples, but declared).
+FAMILIES = (
+    "bankrail_http_requests_total",
+    "bankrail_http_request_duration_seconds",
+    "bankrail_http_errors_total",
+    "bankrail_webhook_attempts_total",
+    "bankrail_payouts",
+    "bankrail_payments",
+    "bankrail_webhook_deliveries",
+    "bankrail_webhook_backlog_oldest_seconds",
+    "bankrail_db_pool_connections",
+)
+
+
 def test_each_metric_family_is_described_once(two_workers: RunningServer) -> None:
     scrape = _scrape(two_workers.base_url, two_workers.admin_token)
     declared = [line.split()[2] for line in scrape.text.splitlines() if line.startswith("# TYPE")]
     repeated = sorted(n for n, c in collections.Counter(declared).items() if c > 1)
     assert repeated == []
     assert not [s for s in scrape.samples if "pid" in s.labels]
+    assert [family for family in FAMILIES if family not in declared] == []
 
 
 def test_each_metric_family_is_described_once_with_one_process(server: RunningServer) -> None:
     scrape = _scrape(server.base_url)
     declared = [line.split()[2] for line in scrape.text.splitlines() if line.startswith("# TYPE")]
     assert len(declared) == len(set(declared)), declared
-    for family in (
-        "bankrail_http_requests_total",
-        "bankrail_http_request_duration_seconds",
-        "bankrail_http_errors_total",
-        "bankrail_webhook_attempts_total",
-        "bankrail_payouts",
-        "bankrail_payments",
-        "bankrail_webhook_deliveries",
-        "bankrail_webhook_backlog_oldest_seconds",
-        "bankrail_db_pool_connections",
-    ):
-        assert family in declared
+    assert [family for family in FAMILIES if family not in declared] == []
 
 
 def test_every_api_process_links_to_the_host_and_port_serve_was_given(

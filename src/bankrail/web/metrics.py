@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.context import Context
-from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS
+from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.security.auth import require_operator
 
 __all__ = ["MetricsMiddleware", "router"]
@@ -89,12 +89,30 @@ class _Snapshot(Collector):
         return self._families
 
 
+class _MultiProcess(Collector):
+    """The sum over every process's files, and every family this process declares even
+    when no process has observed it yet (a multiprocess scrape alone reports only what was
+    observed: no 5xx answered would leave `bankrail_http_errors` undeclared)."""
+
+    def __init__(self, directory: str) -> None:
+        self._summed = MultiProcessCollector(None, path=directory)  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterable[Metric]:
+        summed: list[Metric] = list(self._summed.collect())  # type: ignore[no-untyped-call]
+        yield from summed
+        seen = {family.name for family in summed}
+        for declared in (HTTP_REQUESTS, HTTP_LATENCY, HTTP_ERRORS, WEBHOOK_ATTEMPTS):
+            for family in declared.describe():
+                if family.name not in seen:
+                    yield family
+
+
 def _process_metrics() -> bytes:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if not directory:
         return generate_latest(REGISTRY)
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(_MultiProcess(directory))
     return generate_latest(registry)
 
 

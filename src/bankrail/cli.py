@@ -129,13 +129,6 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "server_header": False,
         "http": OneWriteHttpToolsProtocol,
     }
-    if workers == 1:
-        from bankrail.app import create_app
-
-        app = create_app(settings, dsn)
-        tune_gc_for_serving()
-        uvicorn.run(app, **common)
-        return
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.
     os.environ["DATABASE_URL"] = dsn
@@ -150,18 +143,35 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     started = run_dir / "api-started"
     os.environ[_API_STARTED_FILE] = str(started)
-    worker = DeferredProcess([sys.executable, "-m", "bankrail", "worker"], started.exists)
+    worker = DeferredProcess(
+        [sys.executable, "-m", "bankrail", "worker", "--nice", str(WORKER_NICENESS)],
+        started.exists,
+    )
     worker.start()
+    global _supervised_worker
+    if workers == 1:
+        # The one API process is this one: its /readyz reports the worker it supervises.
+        _supervised_worker = worker
     try:
         uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
     finally:
+        _supervised_worker = None
         worker.stop(timeout=60)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+# How much lower `serve` sets its background worker's CPU priority (nice(2)). On a busy
+# machine the API processes, their signature verifiers and PostgreSQL then answer requests
+# first, and background work, which no request waits for, takes the time left: its
+# batches grow meanwhile and cost less a payout. Nothing it does holds a lock while it
+# waits for a core: a batch's rows are leased, decided, then written in one statement.
+WORKER_NICENESS = 10
+
 # Set by `serve --workers N` for its API processes: each creates this file once it has built
 # its application (the costly part of its start).
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
+# The background worker of `serve` with one API process, which runs in `serve`'s own process.
+_supervised_worker: DeferredProcess | None = None
 
 
 class DeferredProcess:
@@ -201,6 +211,15 @@ class DeferredProcess:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=timeout)
 
+    def state(self) -> str:
+        """`ok` while the process runs; `starting` before it is started; otherwise how it
+        ended."""
+        process = self.process
+        if process is None:
+            return "stopped" if self._stopping.is_set() else "starting"
+        code = process.poll()
+        return "ok" if code is None else f"exited with code {code}"
+
     def _start_when_ready(self) -> None:
         deadline = time.monotonic() + self._longest_wait
         while not self._ready() and time.monotonic() < deadline:
@@ -212,7 +231,8 @@ class DeferredProcess:
 
 
 def api_only_app() -> Any:
-    """An API process of `serve --workers N`: HTTP only, background work is elsewhere."""
+    """An API process of `serve`: HTTP only, background work runs in a process of its own
+    (whose state the only API process of `serve --workers 1` reports at /readyz)."""
     from bankrail.app import create_app
 
     settings = settings_from_env().with_overrides(run_workers=False)
@@ -220,6 +240,8 @@ def api_only_app() -> Any:
     dsn = settings.database_url
     assert dsn is not None
     app = create_app(settings, dsn)
+    if _supervised_worker is not None:
+        app.state.background_process = _supervised_worker.state
     tune_gc_for_serving()
     started = os.environ.get(_API_STARTED_FILE)
     if started:
@@ -240,9 +262,22 @@ def tune_gc_for_serving() -> None:
 
 
 @cli.command()
-def worker(data_dir: DataDir = None) -> None:
+def worker(
+    data_dir: DataDir = None,
+    nice: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=19,
+            help="Lower this process's CPU priority by this much, as nice(1) does (`serve` "
+            f"starts its worker with {WORKER_NICENESS}).",
+        ),
+    ] = 0,
+) -> None:
     """Run background work only (jobs, rail steps, webhook delivery); needs DATABASE_URL or a
     running `serve` on the same data directory."""
+    if nice:
+        os.nice(nice)
     settings = _checked_settings(data_dir)
     from bankrail.app import create_app
     from bankrail.db.embedded import EmbeddedPostgres

@@ -34,7 +34,7 @@ from payout_helpers import (
 )
 
 from support.api import Operator
-from support.processes import children, session_commands
+from support.processes import children, command_line, niceness, session_commands, session_pids
 from support.server import RunningServer, free_port
 
 # The embedded PostgreSQL is wanted here even when the suite runs against DATABASE_URL.
@@ -231,13 +231,15 @@ def test_sigterm_exits_zero_and_stops_postgres(
     assert (code, leftovers) == (0, [])
 
 
-def test_serve_with_two_api_processes_runs_background_work_and_stops_whole(
-    demo: tuple[Path, dict[str, Any], dict[str, Any]], serve: RunningServer
+@pytest.mark.parametrize("api_processes", ["1", "2"])
+def test_serve_runs_background_work_in_a_lower_priority_process_and_stops_whole(
+    demo: tuple[Path, dict[str, Any], dict[str, Any]], serve: RunningServer, api_processes: str
 ) -> None:
-    # With --workers N, background work runs in a process of its own, started once the API
-    # answers: a payout is executed by it, and SIGTERM stops it with the rest.
+    # Background work runs in a `bankrail worker` process of its own, started once the API
+    # answers, at a lower CPU priority than the API: a payout is executed by it, and SIGTERM
+    # stops it with the rest.
     data_dir, first, _ = demo
-    serve.start("--workers", "2")
+    serve.start("--workers", api_processes)
     assert serve.process is not None
     session = serve.process.pid
     operator = _operator(serve, first)
@@ -248,11 +250,24 @@ def test_serve_with_two_api_processes_runs_background_work_and_stops_whole(
         payout_id = create_payout(merchant, body)
         record = wait_payout_status(merchant, payout_id, {"executed", "failed"})
         assert record["status"] == "executed", record
-        assert any("bankrail worker" in line for line in session_commands(session))
+        workers = _session_processes(session, "bankrail worker")
+        assert [niceness(pid) for pid in workers] == [10]
+        assert {niceness(pid) for pid in _session_processes(session, "bankrail serve")} == {0}
+        if api_processes == "1":
+            # The one API process supervises the worker and says whether it runs.
+            ready = httpx.get(f"{serve.base_url}/readyz").json()
+            assert ready["checks"]["workers"] == "ok", ready
     finally:
         operator.close()
     code = serve.stop(signal.SIGTERM)
-    assert (code, processes_mentioning(data_dir), session_commands(session)) == (0, [], [])
+    assert (code, processes_mentioning(data_dir)) == (0, [])
+    # multiprocessing's resource tracker (of --workers N > 1) ends on its own once the
+    # processes that used it are gone, a moment after them.
+    wait_for(lambda: not session_commands(session), what="every process of the session to end")
+
+
+def _session_processes(session: int, command: str) -> list[int]:
+    return [pid for pid in session_pids(session) if command in command_line(pid)]
 
 
 def _kill_everything(data_dir: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -51,15 +52,29 @@ def children(parents: Collection[int]) -> list[int]:
     return found
 
 
-def session_commands(session: int) -> list[str]:
-    """The command lines of the live processes of session `session` (a server started with
-    `start_new_session`: its pid), zombies excepted."""
+def session_pids(session: int) -> list[int]:
+    """The live processes of session `session` (a server started with `start_new_session`:
+    its pid), zombies excepted."""
     found = []
     for pid in pids():
         try:
             fields = stat_fields(pid)
             if fields[0] != "Z" and int(fields[3]) == session:
-                found.append(command_line(pid))
+                found.append(pid)
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def session_commands(session: int) -> list[str]:
+    """The command lines of the live processes of session `session`, zombies excepted."""
+    found = []
+    for pid in session_pids(session):
+        with contextlib.suppress(OSError):
+            found.append(command_line(pid))
+    return found
+
+
+def niceness(pid: int) -> int:
+    """The process's nice value (0 unless lowered). OSError when the process is gone."""
+    return int(stat_fields(pid)[16])  # /proc/<pid>/stat field 19

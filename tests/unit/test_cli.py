@@ -1,5 +1,5 @@
-"""`serve --workers N` starts its background-work process only once an API process has
-built its application (`DeferredProcess`)."""
+"""`serve` starts its background-work process only once an API process has built its
+application, and reports whether it runs (`DeferredProcess`)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,25 @@ def test_starts_anyway_when_never_ready() -> None:
     deferred.stop(timeout=10)
     assert deferred.process is not None
     assert deferred.process.returncode is not None
+
+
+def test_its_state_says_whether_it_runs() -> None:
+    ready = threading.Event()
+    deferred = DeferredProcess(SLEEPER, ready.is_set)
+    assert deferred.state() == "starting"
+    deferred.start()
+    ready.set()
+    _started(deferred)
+    assert deferred.state() == "ok"
+    assert deferred.process is not None
+    deferred.process.kill()
+    deferred.process.wait()
+    assert deferred.state() == "exited with code -9"
+    deferred.stop(timeout=10)
+
+
+def test_stopped_before_it_started_it_says_so() -> None:
+    deferred = DeferredProcess(SLEEPER, lambda: False)
+    deferred.start()
+    deferred.stop(timeout=10)
+    assert deferred.state() == "stopped"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
@@ -34,7 +36,8 @@ async def healthz() -> Response:
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(request: Request, context: Context) -> Response:
     """Ready when the database answers, every migration is applied, and (in a process that
-    runs them) the background loops are alive; 503 otherwise."""
+    runs them, or supervises the process that does) the background workers are alive; 503
+    otherwise."""
     checks: dict[str, str] = {}
     try:
         async with context.pool.acquire(timeout=2) as conn:
@@ -45,9 +48,15 @@ async def readyz(request: Request, context: Context) -> Response:
     except (OSError, TimeoutError, Exception) as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
     loops = getattr(request.app.state, "loops", [])
+    background_process: Callable[[], str] | None = getattr(
+        request.app.state, "background_process", None
+    )
     if context.settings.run_workers:
         dead = [loop.name for loop in loops if not loop.alive]
         checks["workers"] = "ok" if loops and not dead else f"not running: {dead or 'none'}"
+    elif background_process is not None:
+        state = background_process()
+        checks["workers"] = "ok" if state == "ok" else f"not running: {state}"
     ready = all(value == "ok" for value in checks.values())
     return json_response(
         200 if ready else 503,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 
@@ -42,24 +42,21 @@ def alive(pid: int) -> bool:
 
 def children(parents: Collection[int]) -> list[int]:
     """The live processes whose parent is one of `parents`."""
-    found = []
-    for pid in pids():
-        try:
-            if int(stat_fields(pid)[1]) in parents:
-                found.append(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+    return _processes_where(lambda fields: int(fields[1]) in parents)
 
 
 def session_pids(session: int) -> list[int]:
     """The live processes of session `session` (a server started with `start_new_session`:
     its pid), zombies excepted."""
+    return _processes_where(lambda fields: fields[0] != "Z" and int(fields[3]) == session)
+
+
+def _processes_where(test: Callable[[list[str]], bool]) -> list[int]:
+    """The processes whose `stat_fields` pass `test` (those gone meanwhile left out)."""
     found = []
     for pid in pids():
         try:
-            fields = stat_fields(pid)
-            if fields[0] != "Z" and int(fields[3]) == session:
+            if test(stat_fields(pid)):
                 found.append(pid)
         except (OSError, ValueError, IndexError):
             continue

@@ -184,7 +184,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         if loops:
             # Only a process that runs the loops listens for their work: every commit that
             # queues a job or a delivery notifies each listener, and an API-only process
-            # (`serve --workers N`) would wake for nothing several hundred times a second.
+            # (any of `serve`'s) would wake for nothing several hundred times a second.
             channels[JOBS_CHANNEL] = waker("jobs")
             channels[WEBHOOK_CHANNEL] = waker("webhooks")
         listener = Listener(dsn, channels)

@@ -167,8 +167,8 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
 # waits for a core: a batch's rows are leased, decided, then written in one statement.
 WORKER_NICENESS = 10
 
-# Set by `serve --workers N` for its API processes: each creates this file once it has built
-# its application (the costly part of its start).
+# Set by `serve` for its API processes: each creates this file once it has built its
+# application (the costly part of its start).
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
 # The background worker of `serve` with one API process, which runs in `serve`'s own process.
 _supervised_worker: DeferredProcess | None = None
@@ -178,10 +178,10 @@ class DeferredProcess:
     """A process started once `ready()` is true (or after `longest_wait` seconds, whichever
     comes first), and never after `stop`.
 
-    `serve --workers N` starts its background-work process this way, once an API process
-    has built its application: the API processes then start with the machine's cores to
-    themselves, so that the service answers sooner, and background work, which no request
-    waits for, follows them.
+    `serve` starts its background-work process this way, once an API process has built its
+    application: the API processes then start with the machine's cores to themselves, so
+    that the service answers sooner, and background work, which no request waits for,
+    follows them.
     """
 
     def __init__(

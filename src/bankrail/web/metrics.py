@@ -1,9 +1,10 @@
 """Prometheus metrics at `/metrics`: traffic per route from every process, state from the database.
 
 Counters and histograms live in the process that observes them. When several processes serve
-(`bankrail serve --workers N`), `PROMETHEUS_MULTIPROC_DIR` names a directory they share, and a
-scrape of any one of them reports the sum. Gauges of payouts, payments and the webhook backlog
-are read from PostgreSQL at scrape time, so they are the same whichever process answers.
+(`bankrail serve`: its API processes and its worker), `PROMETHEUS_MULTIPROC_DIR` names a
+directory they share, and a scrape of any one of them reports the sum. Gauges of payouts,
+payments and the webhook backlog are read from PostgreSQL at scrape time, so they are the
+same whichever process answers.
 """
 
 from __future__ import annotations

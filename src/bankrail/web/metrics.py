@@ -29,7 +29,7 @@ from bankrail.context import Context
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.security.auth import require_operator
 
-__all__ = ["MetricsMiddleware", "router"]
+__all__ = ["MetricsMiddleware", "observe_request", "router"]
 
 router = APIRouter(tags=["operations"])
 
@@ -74,12 +74,16 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observe)
         finally:
-            method = scope["method"]
-            route = _route_template(scope)
-            HTTP_REQUESTS.labels(method, route, str(status)).inc()
-            HTTP_LATENCY.labels(method, route).observe(time.perf_counter() - started)
-            if status == 0 or status >= 500:
-                HTTP_ERRORS.labels(method, route).inc()
+            observe_request(scope["method"], _route_template(scope), status, started)
+
+
+def observe_request(method: str, route: str, status: int, started: float) -> None:
+    """Count a request to `route` (its template) answered with `status` (0: none), begun
+    at `started` (time.perf_counter)."""
+    HTTP_REQUESTS.labels(method, route, str(status)).inc()
+    HTTP_LATENCY.labels(method, route).observe(time.perf_counter() - started)
+    if status == 0 or status >= 500:
+        HTTP_ERRORS.labels(method, route).inc()
 
 
 class _Snapshot(Collector):

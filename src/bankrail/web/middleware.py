@@ -26,8 +26,8 @@ access_log = logging.getLogger("bankrail.access")
 TRACE_HEADER = b"svc-trace-id"
 
 
-class _RequestTimedOut(Exception):
-    pass
+class RequestTimedOut(Exception):
+    """The request's deadline passed and it was cancelled."""
 
 
 class _BodyTooLarge(Exception):
@@ -57,7 +57,7 @@ class ServiceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        trace_id = secrets.token_hex(16)
+        trace_id = new_trace_id()
         token = trace_id_var.set(trace_id)
         started = False
         status = 0
@@ -96,50 +96,17 @@ class ServiceMiddleware:
                     raise  # the route's own TimeoutError: a bug or an outage, not the deadline
                 # The deadline cancelled the request: an open transaction was rolled back,
                 # so nothing is half-done; a retry with the same Idempotency-Key is safe.
-                raise _RequestTimedOut from exc
+                raise RequestTimedOut from exc
         except _BodyTooLarge:
             if not started:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
-        except _RequestTimedOut:
-            log.warning("request timed out: %s %s", scope["method"], scope["path"])
-            if not started:
-                await self._problem(
-                    send_with_trace,
-                    SERVICE_UNAVAILABLE,
-                    f"The request did not complete within {self.request_timeout:g} s and was "
-                    "abandoned; retry it with the same Idempotency-Key.",
-                    {"retry-after": "1"},
-                )
         except Exception as exc:
-            if is_database_outage(exc):
-                log.warning("database unavailable for %s %s", scope["method"], scope["path"])
-                if not started:
-                    await self._problem(
-                        send_with_trace,
-                        SERVICE_UNAVAILABLE,
-                        "The database is unreachable; retry shortly.",
-                        {"retry-after": "1"},
-                    )
-            else:
-                log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-                if not started:
-                    await self._problem(
-                        send_with_trace, UNKNOWN_ERROR, "An unexpected error occurred."
-                    )
+            problem, detail, extra = failure_problem(exc, scope, self.request_timeout)
+            if not started:
+                await self._problem(send_with_trace, problem, detail, extra)
         finally:
             if self.access_log:
-                access_log.info(
-                    "%s %s %s",
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    extra={
-                        "method": scope["method"],
-                        "path": scope["path"],  # never the query string: it may hold tokens
-                        "status": status,
-                        "duration_ms": round((time.perf_counter() - began) * 1000, 2),
-                    },
-                )
+                log_access(scope, status, began)
             trace_id_var.reset(token)
 
     def _too_large(self) -> str:
@@ -184,14 +151,66 @@ class ServiceMiddleware:
         detail: str,
         extra_headers: dict[str, str] | None = None,
     ) -> None:
-        body = dumps(problem_document(problem, detail, self.public_url))
-        headers = [
-            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+        headers, body = problem_answer(problem, detail, self.public_url, extra_headers)
         await send({"type": "http.response.start", "status": problem.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def new_trace_id() -> str:
+    """A fresh trace id: 32 hex digits, unique per request."""
+    return secrets.token_hex(16)
+
+
+def failure_problem(
+    exc: Exception, scope: Scope, request_timeout: float
+) -> tuple[ProblemType, str, dict[str, str]]:
+    """The problem a request is answered with when handling it raised `exc` (logged here):
+    503 with Retry-After when the deadline passed or the database is unreachable (nothing
+    half-done: a retry with the same Idempotency-Key is safe), else 500."""
+    method, path = scope["method"], scope["path"]
+    if isinstance(exc, RequestTimedOut):
+        log.warning("request timed out: %s %s", method, path)
+        detail = (
+            f"The request did not complete within {request_timeout:g} s and was "
+            "abandoned; retry it with the same Idempotency-Key."
+        )
+        return SERVICE_UNAVAILABLE, detail, {"retry-after": "1"}
+    if is_database_outage(exc):
+        log.warning("database unavailable for %s %s", method, path)
+        detail = "The database is unreachable; retry shortly."
+        return SERVICE_UNAVAILABLE, detail, {"retry-after": "1"}
+    log.error("unhandled error on %s %s", method, path, exc_info=exc)
+    return UNKNOWN_ERROR, "An unexpected error occurred.", {}
+
+
+def problem_answer(
+    problem: ProblemType, detail: str, public_url: str, extra_headers: dict[str, str] | None
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of a problem+json answer."""
+    body = dumps(problem_document(problem, detail, public_url))
+    headers = [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+    return headers, body
+
+
+def log_access(scope: Scope, status: int, began: float) -> None:
+    """One access-log line for a request answered with `status`, begun at `began`
+    (time.perf_counter)."""
+    access_log.info(
+        "%s %s %s",
+        scope["method"],
+        scope["path"],
+        status,
+        extra={
+            "method": scope["method"],
+            "path": scope["path"],  # never the query string: it may hold tokens
+            "status": status,
+            "duration_ms": round((time.perf_counter() - began) * 1000, 2),
+        },
+    )
 
 
 def _content_length(scope: Scope) -> int | None:

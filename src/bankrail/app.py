@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -45,9 +46,10 @@ from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.security.verifier import VerifierProcesses
 from bankrail.web.console import router as console_router
-from bankrail.web.fastlane import FastLane
+from bankrail.web.fastlane import FastLane, ServedFastLane
 from bankrail.web.health import router as health_router
 from bankrail.web.hpp import router as hpp_router
+from bankrail.web.http_protocol import SERVED_LANE
 from bankrail.web.metrics import MetricsMiddleware
 from bankrail.web.metrics import router as metrics_router
 from bankrail.web.middleware import ServiceMiddleware
@@ -83,7 +85,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         raise ValueError("; ".join(unsafe))
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         pool = await create_pool(
             dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size
         )
@@ -192,8 +194,20 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         listener.start()
         for loop in loops:
             loop.start()
+        # The HTTP protocol of `bankrail serve` answers the fast lane's requests ahead of
+        # this application (web/http_protocol.py); other servers ignore this state.
+        state: dict[str, Any] = {}
+        if settings.fast_lane:
+            state[SERVED_LANE] = ServedFastLane(
+                payout_fast_routes(),
+                context,
+                public_url=settings.public_url,
+                max_body_bytes=settings.max_body_bytes,
+                request_timeout=settings.request_timeout_seconds,
+                access_log=not settings.sandbox,
+            )
         try:
-            yield
+            yield state
         finally:
             for loop in loops:
                 await loop.stop()

@@ -124,8 +124,7 @@ def test_requests_sent_together_are_answered_in_order_on_one_connection(
         answers = [wire.answer() for _ in range(5)]
         assert [a.status for a in answers] == [200, 202, 404, 200, 200]
         first, accepted, missing, accounts, again = answers
-        assert first.json() == again.json()
-        assert first.json()["id"] == payout_id
+        assert first.json()["id"] == again.json()["id"] == payout_id  # it may execute between
         assert set(accepted.json()) == {"id"}
         assert missing.headers["content-type"] == "application/problem+json"
         assert accounts.json()["items"]

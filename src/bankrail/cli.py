@@ -167,6 +167,8 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
 # waits for a core: a batch's rows are leased, decided, then written in one statement.
 WORKER_NICENESS = 10
 
+log = logging.getLogger(__name__)
+
 # Set by `serve` for its API processes: each creates this file once it has built its
 # application (the costly part of its start).
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
@@ -176,7 +178,12 @@ _supervised_worker: DeferredProcess | None = None
 
 class DeferredProcess:
     """A process started once `ready()` is true (or after `longest_wait` seconds, whichever
-    comes first), and never after `stop`.
+    comes first), started again `restart_delay` seconds after it exits, and never after
+    `stop`.
+
+    A worker that cannot reach the database as it starts (an outage, or PostgreSQL
+    restarting) exits with an error; it is started again until it can, and the jobs it
+    finds then are the ones it would have run. One that exits cleanly was asked to stop.
 
     `serve` starts its background-work process this way, once an API process has built its
     application: the API processes then start with the machine's cores to themselves, so
@@ -185,11 +192,17 @@ class DeferredProcess:
     """
 
     def __init__(
-        self, command: list[str], ready: Callable[[], bool], *, longest_wait: float = 10.0
+        self,
+        command: list[str],
+        ready: Callable[[], bool],
+        *,
+        longest_wait: float = 10.0,
+        restart_delay: float = 1.0,
     ) -> None:
         self._command = command
         self._ready = ready
         self._longest_wait = longest_wait
+        self._restart_delay = restart_delay
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._start_when_ready, daemon=True)
@@ -213,21 +226,43 @@ class DeferredProcess:
 
     def state(self) -> str:
         """`ok` while the process runs; `starting` before it is started; otherwise how it
-        ended."""
+        ended (and, until `stop`, that it is being started again)."""
         process = self.process
         if process is None:
             return "stopped" if self._stopping.is_set() else "starting"
         code = process.poll()
-        return "ok" if code is None else f"exited with code {code}"
+        if code is None:
+            return "ok"
+        restarting = code != 0 and not self._stopping.is_set()
+        return f"exited with code {code}" + ("; restarting" if restarting else "")
 
     def _start_when_ready(self) -> None:
         deadline = time.monotonic() + self._longest_wait
         while not self._ready() and time.monotonic() < deadline:
             if self._stopping.wait(0.02):
                 return
+        while self._launch():
+            process = self.process
+            assert process is not None
+            while process.poll() is None:
+                if self._stopping.wait(0.2):
+                    return
+            if process.returncode == 0:
+                return  # asked to stop (Ctrl-C reaches it with `serve`): not a failure
+            log.warning(
+                "the background worker exited with code %s; starting it again",
+                process.returncode,
+            )
+            if self._stopping.wait(self._restart_delay):
+                return
+
+    def _launch(self) -> bool:
+        """Start the process unless stopping; whether it was started."""
         with self._lock:
-            if not self._stopping.is_set():
-                self.process = subprocess.Popen(self._command)  # noqa: S603 (our own argv)
+            if self._stopping.is_set():
+                return False
+            self.process = subprocess.Popen(self._command)  # noqa: S603 (our own argv)
+            return True
 
 
 def api_only_app() -> Any:

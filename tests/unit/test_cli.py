@@ -1,11 +1,14 @@
 """`serve` starts its background-work process only once an API process has built its
-application, and reports whether it runs (`DeferredProcess`)."""
+application, starts it again when it fails, and reports whether it runs
+(`DeferredProcess`)."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from bankrail.cli import DeferredProcess
 
@@ -60,7 +63,7 @@ def test_starts_anyway_when_never_ready() -> None:
 
 def test_its_state_says_whether_it_runs() -> None:
     ready = threading.Event()
-    deferred = DeferredProcess(SLEEPER, ready.is_set)
+    deferred = DeferredProcess(SLEEPER, ready.is_set, restart_delay=60)
     assert deferred.state() == "starting"
     deferred.start()
     ready.set()
@@ -69,8 +72,9 @@ def test_its_state_says_whether_it_runs() -> None:
     assert deferred.process is not None
     deferred.process.kill()
     deferred.process.wait()
-    assert deferred.state() == "exited with code -9"
+    assert deferred.state() == "exited with code -9; restarting"
     deferred.stop(timeout=10)
+    assert deferred.state() == "exited with code -9"
 
 
 def test_stopped_before_it_started_it_says_so() -> None:
@@ -78,3 +82,46 @@ def test_stopped_before_it_started_it_says_so() -> None:
     deferred.start()
     deferred.stop(timeout=10)
     assert deferred.state() == "stopped"
+
+
+def test_a_process_that_fails_is_started_again() -> None:
+    # Fails the first time (as a worker does when the database is not reachable yet),
+    # then runs.
+    marker = Path(tempfile.mkdtemp()) / "failed-once"
+    command = [
+        sys.executable,
+        "-c",
+        "import pathlib, sys, time\n"
+        f"m = pathlib.Path({str(marker)!r})\n"
+        "if not m.exists():\n    m.touch(); sys.exit(3)\n"
+        "time.sleep(60)",
+    ]
+    deferred = DeferredProcess(command, lambda: True, restart_delay=0.05)
+    deferred.start()
+    _started(deferred)
+    first = deferred.process
+    assert first is not None
+    deadline = time.monotonic() + 20
+    while deferred.process is first or deferred.state() != "ok":
+        assert time.monotonic() < deadline, f"not started again: {deferred.state()}"
+        time.sleep(0.01)
+    assert first.returncode == 3
+    assert marker.exists()
+    deferred.stop(timeout=10)
+    assert deferred.state() == "exited with code -15"
+
+
+def test_a_process_that_exits_cleanly_was_asked_to_stop_and_is_not_started_again() -> None:
+    deferred = DeferredProcess([sys.executable, "-c", "pass"], lambda: True, restart_delay=0.05)
+    deferred.start()
+    _started(deferred)
+    first = deferred.process
+    assert first is not None
+    first.wait(timeout=20)
+    # Longer than the supervisor's look (0.2 s) and its restart delay together.
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        assert deferred.process is first
+        time.sleep(0.05)
+    assert deferred.state() == "exited with code 0"
+    deferred.stop(timeout=10)

@@ -162,11 +162,10 @@ class FastLane:
     async def _serve(
         self, route: FastRoute, params: list[str], scope: Scope, receive: Receive, send: Send
     ) -> None:
-        raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers}
+        headers = _unique_headers(scope)
         state = getattr(scope.get("app"), "state", None)
         context: AppContext | None = getattr(state, "context", None)
-        if len(headers) != len(raw_headers) or context is None:
+        if headers is None or context is None:
             await self.app(scope, receive, send)
             return
         scope["route"] = route.route
@@ -186,13 +185,23 @@ class FastLane:
             {
                 "type": "http.response.start",
                 "status": answer.status,
-                "headers": [
-                    (b"content-length", str(len(answer.body)).encode()),
-                    _JSON_CONTENT_TYPE,
-                ],
+                "headers": _json_headers(answer.body),
             }
         )
         await send({"type": "http.response.body", "body": answer.body})
+
+
+def _unique_headers(scope: Scope) -> dict[str, str] | None:
+    """The request's headers by lower-cased name; None when a name is repeated (a handler
+    sees only requests without repeats)."""
+    raw: list[tuple[bytes, bytes]] = scope["headers"]
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+    return headers if len(headers) == len(raw) else None
+
+
+def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of a fast answer whose body is `body`, JSON."""
+    return [(b"content-length", str(len(body)).encode()), _JSON_CONTENT_TYPE]
 
 
 def match_route(
@@ -274,9 +283,8 @@ class ServedFastLane:
     ) -> FastReply | None:
         """The whole answer to a request `take` accepted, committed where it changes
         anything; None to hand it on to the application."""
-        raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in raw_headers}
-        if len(headers) != len(raw_headers):
+        headers = _unique_headers(scope)
+        if headers is None:
             return None
         began = time.perf_counter()
         trace_id = new_trace_id()
@@ -299,11 +307,7 @@ class ServedFastLane:
                     except HandOn:
                         scope[_HANDED_ON] = True
                         return None
-                reply = FastReply(
-                    fast.status,
-                    [(b"content-length", str(len(fast.body)).encode()), _JSON_CONTENT_TYPE],
-                    fast.body,
-                )
+                reply = FastReply(fast.status, _json_headers(fast.body), fast.body)
             except Exception as exc:
                 if isinstance(exc, TimeoutError) and deadline.expired():
                     exc = RequestTimedOut()

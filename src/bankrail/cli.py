@@ -183,7 +183,8 @@ class DeferredProcess:
 
     A worker that cannot reach the database as it starts (an outage, or PostgreSQL
     restarting) exits with an error; it is started again until it can, and the jobs it
-    finds then are the ones it would have run. One that exits cleanly was asked to stop.
+    finds then are the ones it would have run. One that exits cleanly, or on SIGINT or
+    SIGTERM, was asked to stop.
 
     `serve` starts its background-work process this way, once an API process has built its
     application: the API processes then start with the machine's cores to themselves, so
@@ -233,7 +234,7 @@ class DeferredProcess:
         code = process.poll()
         if code is None:
             return "ok"
-        restarting = code != 0 and not self._stopping.is_set()
+        restarting = _failed(code) and not self._stopping.is_set()
         return f"exited with code {code}" + ("; restarting" if restarting else "")
 
     def _start_when_ready(self) -> None:
@@ -247,8 +248,8 @@ class DeferredProcess:
             while process.poll() is None:
                 if self._stopping.wait(0.2):
                     return
-            if process.returncode == 0:
-                return  # asked to stop (Ctrl-C reaches it with `serve`): not a failure
+            if not _failed(process.returncode):
+                return
             log.warning(
                 "the background worker exited with code %s; starting it again",
                 process.returncode,
@@ -263,6 +264,13 @@ class DeferredProcess:
                 return False
             self.process = subprocess.Popen(self._command)  # noqa: S603 (our own argv)
             return True
+
+
+def _failed(returncode: int) -> bool:
+    """Whether a process that ended with `returncode` failed, rather than was asked to stop
+    (a clean exit, or SIGINT or SIGTERM: Ctrl-C reaches `serve`'s worker through the process
+    group, even one still starting, before it handles the signal)."""
+    return returncode not in (0, -signal.SIGINT, -signal.SIGTERM)
 
 
 def api_only_app() -> Any:

@@ -4,6 +4,7 @@ application, starts it again when it fails, and reports whether it runs
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 import threading
@@ -124,4 +125,32 @@ def test_a_process_that_exits_cleanly_was_asked_to_stop_and_is_not_started_again
         assert deferred.process is first
         time.sleep(0.05)
     assert deferred.state() == "exited with code 0"
+    deferred.stop(timeout=10)
+
+
+def test_a_process_stopped_by_a_signal_from_outside_is_not_started_again() -> None:
+    # Ctrl-C reaches `serve`'s worker through the process group.
+    running = Path(tempfile.mkdtemp()) / "running"
+    command = [
+        sys.executable,
+        "-c",
+        f"import pathlib, time; pathlib.Path({str(running)!r}).touch(); time.sleep(60)",
+    ]
+    deferred = DeferredProcess(command, lambda: True, restart_delay=0.05)
+    deferred.start()
+    _started(deferred)
+    first = deferred.process
+    assert first is not None
+    deadline = time.monotonic() + 20
+    while not running.exists():  # past the interpreter's start, as a running worker is
+        assert time.monotonic() < deadline, "the process did not start running"
+        time.sleep(0.01)
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=20)
+    # Longer than the supervisor's look (0.2 s) and its restart delay together.
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        assert deferred.process is first
+        time.sleep(0.05)
+    assert deferred.state() == "exited with code -2"
     deferred.stop(timeout=10)

@@ -183,8 +183,8 @@ class DeferredProcess:
 
     A worker that cannot reach the database as it starts (an outage, or PostgreSQL
     restarting) exits with an error; it is started again until it can, and the jobs it
-    finds then are the ones it would have run. One that exits cleanly, or on SIGINT or
-    SIGTERM, was asked to stop.
+    finds then are the ones it would have run. One that ends as Ctrl-C or SIGTERM ends it
+    (`_ASKED_TO_STOP`) was asked to stop.
 
     `serve` starts its background-work process this way, once an API process has built its
     application: the API processes then start with the machine's cores to themselves, so
@@ -266,11 +266,16 @@ class DeferredProcess:
             return True
 
 
+# The exits of a process that was asked to stop: a clean one, 130 (128 + SIGINT: what
+# `bankrail worker` exits with on Ctrl-C, which reaches it through `serve`'s process group),
+# or the signal itself when it came before the process handled it.
+_ASKED_TO_STOP = frozenset({0, 128 + signal.SIGINT, -signal.SIGINT, -signal.SIGTERM})
+
+
 def _failed(returncode: int) -> bool:
-    """Whether a process that ended with `returncode` failed, rather than was asked to stop
-    (a clean exit, or SIGINT or SIGTERM: Ctrl-C reaches `serve`'s worker through the process
-    group, even one still starting, before it handles the signal)."""
-    return returncode not in (0, -signal.SIGINT, -signal.SIGTERM)
+    """Whether a process that ended with `returncode` failed, rather than was asked to
+    stop."""
+    return returncode not in _ASKED_TO_STOP
 
 
 def api_only_app() -> Any:

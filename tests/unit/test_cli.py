@@ -5,11 +5,14 @@ application, starts it again when it fails, and reports whether it runs
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from bankrail.cli import DeferredProcess
 
@@ -112,19 +115,29 @@ def test_a_process_that_fails_is_started_again() -> None:
     assert deferred.state() == "exited with code -15"
 
 
-def test_a_process_that_exits_cleanly_was_asked_to_stop_and_is_not_started_again() -> None:
-    deferred = DeferredProcess([sys.executable, "-c", "pass"], lambda: True, restart_delay=0.05)
-    deferred.start()
-    _started(deferred)
-    first = deferred.process
-    assert first is not None
+def _stays_ended(deferred: DeferredProcess, first: subprocess.Popen[bytes]) -> None:
+    """`first` has ended and no process takes its place."""
     first.wait(timeout=20)
     # Longer than the supervisor's look (0.2 s) and its restart delay together.
     until = time.monotonic() + 1.0
     while time.monotonic() < until:
         assert deferred.process is first
         time.sleep(0.05)
-    assert deferred.state() == "exited with code 0"
+
+
+@pytest.mark.parametrize(
+    ("code", "state"),
+    [("pass", "exited with code 0"), ("raise SystemExit(130)", "exited with code 130")],
+    ids=["clean exit", "exit 130, as `bankrail worker` on Ctrl-C"],
+)
+def test_a_process_that_was_asked_to_stop_is_not_started_again(code: str, state: str) -> None:
+    deferred = DeferredProcess([sys.executable, "-c", code], lambda: True, restart_delay=0.05)
+    deferred.start()
+    _started(deferred)
+    first = deferred.process
+    assert first is not None
+    _stays_ended(deferred, first)
+    assert deferred.state() == state
     deferred.stop(timeout=10)
 
 
@@ -146,11 +159,6 @@ def test_a_process_stopped_by_a_signal_from_outside_is_not_started_again() -> No
         assert time.monotonic() < deadline, "the process did not start running"
         time.sleep(0.01)
     first.send_signal(signal.SIGINT)
-    first.wait(timeout=20)
-    # Longer than the supervisor's look (0.2 s) and its restart delay together.
-    until = time.monotonic() + 1.0
-    while time.monotonic() < until:
-        assert deferred.process is first
-        time.sleep(0.05)
+    _stays_ended(deferred, first)
     assert deferred.state() == "exited with code -2"
     deferred.stop(timeout=10)

@@ -33,6 +33,15 @@ def test_iso_utc_has_microseconds_and_z() -> None:
     assert iso_utc(moment) == "2026-01-02T01:04:05.000042Z"
 
 
+def test_iso_utc_keeps_zero_microseconds() -> None:
+    assert iso_utc(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000000Z"
+
+
+def test_iso_utc_takes_a_naive_moment_as_local_time_like_astimezone() -> None:
+    naive = datetime(2026, 1, 2, 3, 4, 5, 6)
+    assert iso_utc(naive) == naive.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @given(st.datetimes(timezones=st.just(UTC), min_value=datetime(1970, 1, 1)))
 def test_iso_utc_7_shape_and_round_trip(moment: datetime) -> None:
     text = iso_utc_7(moment)

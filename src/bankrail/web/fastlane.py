@@ -39,6 +39,7 @@ from bankrail.core.jsonbody import JSON_MEDIA_TYPE
 from bankrail.core.tracing import trace_id_var
 from bankrail.web.metrics import observe_request
 from bankrail.web.middleware import (
+    DEADLINE_AT,
     TRACE_HEADER,
     RequestTimedOut,
     failure_problem,
@@ -306,6 +307,7 @@ class ServedFastLane:
                         fast = await route.handler(request)
                     except HandOn:
                         scope[_HANDED_ON] = True
+                        scope[DEADLINE_AT] = deadline.when()
                         return None
                 reply = FastReply(fast.status, _json_headers(fast.body), fast.body)
             except Exception as exc:

@@ -27,6 +27,7 @@ from bankrail.web.fastlane import (
     HandOn,
     ServedFastLane,
 )
+from bankrail.web.middleware import ServiceMiddleware
 
 CONTEXT = object()
 ROUTE = SimpleNamespace(path="/v3/things/{thing_id}")
@@ -326,3 +327,50 @@ def test_the_served_lane_answers_failures_as_the_service_middleware_does(
     document = json.loads(reply.body)
     assert document["type"] == f"https://bankrail.test/errors#{problem.anchor}"
     assert document["trace_id"] == headers[b"svc-trace-id"].decode()
+
+
+class SlowHandOn:
+    """A fast handler that works a while and then hands the request on."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def __call__(self, request: FastRequest) -> FastAnswer:
+        await asyncio.sleep(self.seconds)
+        raise HandOn
+
+
+def test_a_request_handed_on_keeps_the_deadline_it_started_with() -> None:
+    """The time the served lane spent counts: the application does not start a fresh
+    deadline, so no request runs for up to twice BANKRAIL_REQUEST_TIMEOUT_SECONDS."""
+    timeout = 0.5
+    sent: list[Message] = []
+
+    async def application(scope: Scope, receive: Receive, send: Send) -> None:
+        await asyncio.sleep(0.35)  # within a fresh deadline, not within what is left
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"late"})
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def serve() -> None:
+        scope = _scope(headers=SIZED)
+        lane = _served(SlowHandOn(0.3), timeout=timeout)
+        taken = lane.take(scope)
+        assert taken is not None
+        assert await lane.answer(*taken, scope, _body(b"{}")) is None
+        middleware = ServiceMiddleware(
+            application,
+            public_url="https://bankrail.test",
+            max_body_bytes=100,
+            request_timeout=timeout,
+        )
+        await middleware(scope, receive, send)
+
+    asyncio.run(serve())
+    assert sent[0]["status"] == SERVICE_UNAVAILABLE.status
+    assert b"did not complete within 0.5 s" in sent[-1]["body"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -143,9 +144,13 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     started = run_dir / "api-started"
     os.environ[_API_STARTED_FILE] = str(started)
+    # How the API processes of --workers N (not this one) learn whether the worker runs.
+    worker_state = run_dir / "worker-state"
+    os.environ[_WORKER_STATE_FILE] = str(worker_state)
     worker = DeferredProcess(
         [sys.executable, "-m", "bankrail", "worker", "--nice", str(WORKER_NICENESS)],
         started.exists,
+        state_file=worker_state,
     )
     worker.start()
     global _supervised_worker
@@ -157,6 +162,7 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     finally:
         _supervised_worker = None
         worker.stop(timeout=60)
+        os.environ.pop(_WORKER_STATE_FILE, None)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -172,6 +178,8 @@ log = logging.getLogger(__name__)
 # Set by `serve` for its API processes: each creates this file once it has built its
 # application (the costly part of its start).
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
+# Set by `serve` for its API processes: the file where it keeps its background worker's state.
+_WORKER_STATE_FILE = "BANKRAIL_WORKER_STATE_FILE"
 # The background worker of `serve` with one API process, which runs in `serve`'s own process.
 _supervised_worker: DeferredProcess | None = None
 
@@ -189,7 +197,8 @@ class DeferredProcess:
     `serve` starts its background-work process this way, once an API process has built its
     application: the API processes then start with the machine's cores to themselves, so
     that the service answers sooner, and background work, which no request waits for,
-    follows them.
+    follows them. With `state_file`, its `state()` is also kept in that file (within 0.2 s
+    of a change), where the API processes of `--workers N` read it for /readyz.
     """
 
     def __init__(
@@ -199,11 +208,14 @@ class DeferredProcess:
         *,
         longest_wait: float = 10.0,
         restart_delay: float = 1.0,
+        state_file: Path | None = None,
     ) -> None:
         self._command = command
         self._ready = ready
         self._longest_wait = longest_wait
         self._restart_delay = restart_delay
+        self._state_file = state_file
+        self._published: str | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._start_when_ready, daemon=True)
@@ -224,6 +236,7 @@ class DeferredProcess:
         if process is not None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=timeout)
+        self._publish()
 
     def state(self) -> str:
         """`ok` while the process runs; `starting` before it is started; otherwise how it
@@ -238,16 +251,19 @@ class DeferredProcess:
         return f"exited with code {code}" + ("; restarting" if restarting else "")
 
     def _start_when_ready(self) -> None:
+        self._publish()
         deadline = time.monotonic() + self._longest_wait
         while not self._ready() and time.monotonic() < deadline:
             if self._stopping.wait(0.02):
                 return
         while self._launch():
+            self._publish()
             process = self.process
             assert process is not None
             while process.poll() is None:
                 if self._stopping.wait(0.2):
                     return
+            self._publish()
             if not _failed(process.returncode):
                 return
             log.warning(
@@ -256,6 +272,19 @@ class DeferredProcess:
             )
             if self._stopping.wait(self._restart_delay):
                 return
+
+    def _publish(self) -> None:
+        """Write `state()` to the state file, if there is one and the state changed."""
+        if self._state_file is None:
+            return
+        state = self.state()
+        if state == self._published:
+            return
+        # Whole or not at all: a reader never sees a half-written state.
+        written = self._state_file.with_name(self._state_file.name + ".new")
+        written.write_text(state)
+        written.replace(self._state_file)
+        self._published = state
 
     def _launch(self) -> bool:
         """Start the process unless stopping; whether it was started."""
@@ -272,6 +301,15 @@ class DeferredProcess:
 _ASKED_TO_STOP = frozenset({0, 128 + signal.SIGINT, -signal.SIGINT, -signal.SIGTERM})
 
 
+def published_state(state_file: Path) -> str:
+    """The state a `DeferredProcess` last wrote to `state_file` (`starting` before its
+    first)."""
+    try:
+        return state_file.read_text()
+    except FileNotFoundError:
+        return "starting"
+
+
 def _failed(returncode: int) -> bool:
     """Whether a process that ended with `returncode` failed, rather than was asked to
     stop."""
@@ -279,8 +317,8 @@ def _failed(returncode: int) -> bool:
 
 
 def api_only_app() -> Any:
-    """An API process of `serve`: HTTP only, background work runs in a process of its own
-    (whose state the only API process of `serve --workers 1` reports at /readyz)."""
+    """An API process of `serve`: HTTP only, background work runs in a process of its own,
+    whose state it reports at /readyz."""
     from bankrail.app import create_app
 
     settings = settings_from_env().with_overrides(run_workers=False)
@@ -288,8 +326,11 @@ def api_only_app() -> Any:
     dsn = settings.database_url
     assert dsn is not None
     app = create_app(settings, dsn)
+    state_file = os.environ.get(_WORKER_STATE_FILE)
     if _supervised_worker is not None:
         app.state.background_process = _supervised_worker.state
+    elif state_file:
+        app.state.background_process = functools.partial(published_state, Path(state_file))
     tune_gc_for_serving()
     started = os.environ.get(_API_STARTED_FILE)
     if started:

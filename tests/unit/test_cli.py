@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bankrail.cli import DeferredProcess
+from bankrail.cli import DeferredProcess, published_state
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -162,3 +162,27 @@ def test_a_process_stopped_by_a_signal_from_outside_is_not_started_again() -> No
     _stays_ended(deferred, first)
     assert deferred.state() == "exited with code -2"
     deferred.stop(timeout=10)
+
+
+def _published(state_file: Path, expected: str) -> None:
+    deadline = time.monotonic() + 20
+    while published_state(state_file) != expected:
+        assert time.monotonic() < deadline, f"still {published_state(state_file)!r}"
+        time.sleep(0.01)
+
+
+def test_its_state_is_published_for_other_processes() -> None:
+    # The API processes of `serve --workers N` read the worker's state from this file.
+    state_file = Path(tempfile.mkdtemp()) / "worker-state"
+    assert published_state(state_file) == "starting"
+    ready = threading.Event()
+    deferred = DeferredProcess(SLEEPER, ready.is_set, restart_delay=60, state_file=state_file)
+    deferred.start()
+    _published(state_file, "starting")
+    ready.set()
+    _published(state_file, "ok")
+    assert deferred.process is not None
+    deferred.process.kill()
+    _published(state_file, "exited with code -9; restarting")
+    deferred.stop(timeout=10)
+    assert published_state(state_file) == "exited with code -9"

@@ -36,8 +36,8 @@ async def healthz() -> Response:
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(request: Request, context: Context) -> Response:
     """Ready when the database answers, every migration is applied, and (in a process that
-    runs them, or supervises the process that does) the background workers are alive; 503
-    otherwise."""
+    runs them, or an API process of `serve`, which runs them in a process of its own) the
+    background workers are alive; 503 otherwise."""
     checks: dict[str, str] = {}
     try:
         async with context.pool.acquire(timeout=2) as conn:

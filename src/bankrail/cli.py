@@ -144,7 +144,8 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     started = run_dir / "api-started"
     os.environ[_API_STARTED_FILE] = str(started)
-    # How the API processes of --workers N (not this one) learn whether the worker runs.
+    # How the API processes learn whether the worker runs (with --workers 1, the one API
+    # process is this one, but it reads the state as the others do).
     worker_state = run_dir / "worker-state"
     os.environ[_WORKER_STATE_FILE] = str(worker_state)
     worker = DeferredProcess(
@@ -153,14 +154,9 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         state_file=worker_state,
     )
     worker.start()
-    global _supervised_worker
-    if workers == 1:
-        # The one API process is this one: its /readyz reports the worker it supervises.
-        _supervised_worker = worker
     try:
         uvicorn.run("bankrail.cli:api_only_app", factory=True, workers=workers, **common)
     finally:
-        _supervised_worker = None
         worker.stop(timeout=60)
         os.environ.pop(_WORKER_STATE_FILE, None)
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -180,8 +176,6 @@ log = logging.getLogger(__name__)
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
 # Set by `serve` for its API processes: the file where it keeps its background worker's state.
 _WORKER_STATE_FILE = "BANKRAIL_WORKER_STATE_FILE"
-# The background worker of `serve` with one API process, which runs in `serve`'s own process.
-_supervised_worker: DeferredProcess | None = None
 
 
 class DeferredProcess:
@@ -198,7 +192,7 @@ class DeferredProcess:
     application: the API processes then start with the machine's cores to themselves, so
     that the service answers sooner, and background work, which no request waits for,
     follows them. With `state_file`, its `state()` is also kept in that file (within 0.2 s
-    of a change), where the API processes of `--workers N` read it for /readyz.
+    of a change), where `serve`'s API processes read it for /readyz.
     """
 
     def __init__(
@@ -327,9 +321,7 @@ def api_only_app() -> Any:
     assert dsn is not None
     app = create_app(settings, dsn)
     state_file = os.environ.get(_WORKER_STATE_FILE)
-    if _supervised_worker is not None:
-        app.state.background_process = _supervised_worker.state
-    elif state_file:
+    if state_file:
         app.state.background_process = functools.partial(published_state, Path(state_file))
     tune_gc_for_serving()
     started = os.environ.get(_API_STARTED_FILE)

@@ -253,8 +253,7 @@ def test_serve_runs_background_work_in_a_lower_priority_process_and_stops_whole(
         workers = _session_processes(session, "bankrail worker")
         assert [niceness(pid) for pid in workers] == [10]
         assert {niceness(pid) for pid in _session_processes(session, "bankrail serve")} == {0}
-        # Every API process says whether the worker runs: the one of --workers 1 supervises
-        # it, those of --workers 2 read the state their parent keeps.
+        # Every API process says whether the worker runs, from the state `serve` keeps.
         for _ in range(4):  # connections of their own, so both of --workers 2 are likely asked
             ready = httpx.get(f"{serve.base_url}/readyz").json()
             assert ready["checks"]["workers"] == "ok", ready

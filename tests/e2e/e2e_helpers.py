@@ -8,18 +8,18 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 from support.api import MerchantClient, Operator
 from support.processes import pids, stat_fields
+from support.waiting import wait_for
 
 PROBLEM_TYPE = "application/problem+json"
-T = TypeVar("T")
 
 
 def assert_problem(
@@ -122,18 +122,6 @@ def is_uuid(text: object) -> bool:
     except ValueError:
         return False
     return True
-
-
-def wait_for(check: Callable[[], T | None], *, timeout: float = 10, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def get_record(merchant: MerchantClient, path: str) -> dict[str, Any]:

@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 
 from bankrail.cli import DeferredProcess, published_state
+from support.waiting import wait_for
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
 def _started(deferred: DeferredProcess, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while deferred.process is None:
-        assert time.monotonic() < deadline, "the process was not started"
-        time.sleep(0.01)
+    wait_for(lambda: deferred.process, timeout=timeout, what="the process to start", interval=0.01)
 
 
 def test_starts_the_process_once_ready_and_stops_it() -> None:
@@ -105,10 +103,12 @@ def test_a_process_that_fails_is_started_again() -> None:
     _started(deferred)
     first = deferred.process
     assert first is not None
-    deadline = time.monotonic() + 20
-    while deferred.process is first or deferred.state() != "ok":
-        assert time.monotonic() < deadline, f"not started again: {deferred.state()}"
-        time.sleep(0.01)
+    wait_for(
+        lambda: deferred.process is not first and deferred.state() == "ok",
+        timeout=20,
+        what="the process to be started again",
+        interval=0.01,
+    )
     assert first.returncode == 3
     assert marker.exists()
     deferred.stop(timeout=10)
@@ -154,10 +154,8 @@ def test_a_process_stopped_by_a_signal_from_outside_is_not_started_again() -> No
     _started(deferred)
     first = deferred.process
     assert first is not None
-    deadline = time.monotonic() + 20
-    while not running.exists():  # past the interpreter's start, as a running worker is
-        assert time.monotonic() < deadline, "the process did not start running"
-        time.sleep(0.01)
+    # Past the interpreter's start, as a running worker is.
+    wait_for(running.exists, timeout=20, what="the process to run", interval=0.01)
     first.send_signal(signal.SIGINT)
     _stays_ended(deferred, first)
     assert deferred.state() == "exited with code -2"
@@ -165,10 +163,12 @@ def test_a_process_stopped_by_a_signal_from_outside_is_not_started_again() -> No
 
 
 def _published(state_file: Path, expected: str) -> None:
-    deadline = time.monotonic() + 20
-    while published_state(state_file) != expected:
-        assert time.monotonic() < deadline, f"still {published_state(state_file)!r}"
-        time.sleep(0.01)
+    wait_for(
+        lambda: published_state(state_file) == expected,
+        timeout=20,
+        what=f"{expected!r} to be published",
+        interval=0.01,
+    )
 
 
 def test_its_state_is_published_for_other_processes() -> None:

@@ -92,6 +92,22 @@ def test_start_initialises_an_empty_directory(
     assert sql(dsn, "SHOW server_version_num")[0] >= "140000"
 
 
+def test_commits_are_durable_and_new_wal_segments_are_not_zero_filled(
+    data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
+) -> None:
+    # Durability is never traded for speed; zero-filling each new WAL segment would stall
+    # every commit while it runs (docs/performance.md, "WAL segments").
+    dsn = servers(data_dir).start()
+    settings = "('fsync', 'synchronous_commit', 'full_page_writes', 'wal_init_zero')"
+    rows = sql(dsn, f"SELECT name || '=' || setting FROM pg_settings WHERE name IN {settings}")
+    assert sorted(rows) == [
+        "fsync=on",
+        "full_page_writes=on",
+        "synchronous_commit=on",
+        "wal_init_zero=off",
+    ]
+
+
 def test_start_stop_start_keeps_data(
     data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
 ) -> None:

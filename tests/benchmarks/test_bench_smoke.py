@@ -37,6 +37,9 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         machine = run[scenario]["machine"]  # the hypervisor's share is printed beside it
         assert 0 <= machine["steal"] <= 1, scenario
         assert 0 < machine["busy"] <= 1, scenario
+        assert [r["requests_per_s"] for r in run[scenario]["runs"]] == [
+            run[scenario]["requests_per_s"]
+        ], scenario
     for scenario in (
         "post_payouts",
         "post_payouts_at_80pct",

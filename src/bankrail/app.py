@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -35,7 +34,6 @@ from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
-from bankrail.payouts.fast_routes import fast_routes as payout_fast_routes
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.sandbox.routes import router as sandbox_router
@@ -46,10 +44,8 @@ from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.security.verifier import VerifierProcesses
 from bankrail.web.console import router as console_router
-from bankrail.web.fastlane import FastLane, ServedFastLane
 from bankrail.web.health import router as health_router
 from bankrail.web.hpp import router as hpp_router
-from bankrail.web.http_protocol import SERVED_LANE
 from bankrail.web.metrics import MetricsMiddleware
 from bankrail.web.metrics import router as metrics_router
 from bankrail.web.middleware import ServiceMiddleware
@@ -85,7 +81,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         raise ValueError("; ".join(unsafe))
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(
             dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size
         )
@@ -194,20 +190,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         listener.start()
         for loop in loops:
             loop.start()
-        # The HTTP protocol of `bankrail serve` answers the fast lane's requests ahead of
-        # this application (web/http_protocol.py); other servers ignore this state.
-        state: dict[str, Any] = {}
-        if settings.fast_lane:
-            state[SERVED_LANE] = ServedFastLane(
-                payout_fast_routes(),
-                context,
-                public_url=settings.public_url,
-                max_body_bytes=settings.max_body_bytes,
-                request_timeout=settings.request_timeout_seconds,
-                access_log=not settings.sandbox,
-            )
         try:
-            yield state
+            yield
         finally:
             for loop in loops:
                 await loop.stop()
@@ -257,10 +241,6 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    if settings.fast_lane:
-        # Innermost: the fast lane answers the common case of the hottest operations behind
-        # the service middleware, and hands everything else to the router.
-        app.add_middleware(FastLane, routes=payout_fast_routes())
     app.add_middleware(
         ServiceMiddleware,
         public_url=settings.public_url,

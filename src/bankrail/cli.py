@@ -118,8 +118,6 @@ def _survive_reraised_signals() -> None:
 def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     import uvicorn
 
-    from bankrail.web.http_protocol import OneWriteHttpToolsProtocol
-
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -128,7 +126,7 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "log_config": None,  # uvicorn's loggers go through configure_logging's handler
         "timeout_graceful_shutdown": 30,
         "server_header": False,
-        "http": OneWriteHttpToolsProtocol,
+        "http": "httptools",
     }
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.

@@ -54,7 +54,6 @@ class Settings:
     token_rate_limit_burst: int = 200
     request_timeout_seconds: float = 30.0
     opentelemetry: bool = False
-    fast_lane: bool = True
     # Worker processes that verify request signatures (security.verifier); 0 verifies on
     # threads of the serving process instead.
     verify_processes: int = 2
@@ -117,7 +116,6 @@ def settings_from_env() -> Settings:
         token_rate_limit_burst=_env_int("BANKRAIL_TOKEN_RATE_LIMIT_BURST", 200),
         request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
-        fast_lane=os.environ.get("BANKRAIL_FAST_LANE", "1").lower() not in ("0", "false"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
     )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request
 
@@ -29,8 +29,6 @@ __all__ = [
     "access_claims",
     "bearer_of",
     "bearer_token",
-    "charge_rate_limit",
-    "merchant_claims",
     "require_operator",
     "require_payments_audience",
     "signed_body",
@@ -55,20 +53,6 @@ def bearer_of(authorization: str | None) -> str | None:
     return token.strip()
 
 
-# Marks, in the ASGI scope, a request already charged to its client's rate limit: the fast
-# lane (web/fastlane.py) charges a request before it may hand it on to the router.
-_RATE_LIMIT_CHARGED = "bankrail.rate_limit_charged"
-
-
-def charge_rate_limit(scope: MutableMapping[str, Any], context: AppContext, client_id: str) -> None:
-    """Charge the request to its client's rate limit, once however often it is called;
-    raises RateLimited (429) when the client is over its rate."""
-    if scope.get(_RATE_LIMIT_CHARGED):
-        return
-    context.rate_limits.take(client_id)
-    scope[_RATE_LIMIT_CHARGED] = True
-
-
 def access_claims(authorization: str | None, context: AppContext) -> AccessClaims:
     """The claims of the access token in an Authorization header value; raises
     Unauthenticated (401) when it is missing or invalid. Does not charge the rate limit."""
@@ -85,7 +69,7 @@ async def read_access_claims(request: Request, context: AppContext) -> AccessCla
     """The caller's access-token claims, charged to the caller's rate limit; 401 when the
     token is missing or invalid, 429 when the client is over its rate."""
     claims = access_claims(request.headers.get("authorization"), context)
-    charge_rate_limit(request.scope, context, claims.client_id)
+    context.rate_limits.take(claims.client_id)
     return claims
 
 
@@ -96,17 +80,6 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
             "InvalidAudience: the access token's audience does not include this API; "
             "request a token with the `payments` scope."
         )
-    return claims
-
-
-def merchant_claims(
-    scope: MutableMapping[str, Any], headers: Mapping[str, str], context: AppContext
-) -> AccessClaims:
-    """What the `Merchant` dependency gives a route, for a handler outside the router:
-    the claims of a token with the payments audience, charged to the client's rate limit.
-    `headers` maps lower-cased names to values."""
-    claims = require_payments_audience(access_claims(headers.get("authorization"), context))
-    charge_rate_limit(scope, context, claims.client_id)
     return claims
 
 

@@ -25,11 +25,6 @@ access_log = logging.getLogger("bankrail.access")
 
 TRACE_HEADER = b"svc-trace-id"
 
-# Scope key: the event-loop time at which the request's deadline ends, when something before
-# the application already started it (the served fast lane, for a request it hands on), so
-# that a request has one deadline, not one per layer that tried it.
-DEADLINE_AT = "bankrail.deadline_at"
-
 
 class RequestTimedOut(Exception):
     """The request's deadline passed and it was cancelled."""
@@ -92,11 +87,7 @@ class ServiceMiddleware:
                     return
                 whole: Message = {"type": "http.request", "body": buffered, "more_body": False}
                 receive = replay([whole], receive)
-            ends_at = scope.get(DEADLINE_AT)
-            if ends_at is None:
-                deadline = asyncio.timeout(self.request_timeout)
-            else:
-                deadline = asyncio.timeout_at(ends_at)
+            deadline = asyncio.timeout(self.request_timeout)
             try:
                 async with deadline:
                     await self.app(scope, self._limited(receive), send_with_trace)

@@ -313,7 +313,7 @@ def api_only_app() -> Any:
     whose state it reports at /readyz."""
     from bankrail.app import create_app
 
-    settings = settings_from_env().with_overrides(run_workers=False)
+    settings = settings_from_env()
     configure_logging(production=not settings.sandbox)
     dsn = settings.database_url
     assert dsn is not None
@@ -358,15 +358,14 @@ def worker(
     if nice:
         os.nice(nice)
     settings = _checked_settings(data_dir)
-    from bankrail.app import create_app
     from bankrail.db.embedded import EmbeddedPostgres
+    from bankrail.worker import run_worker
 
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = embedded.start(join_running=True)
-    app = create_app(settings, dsn)
     tune_gc_for_serving()
 
     async def run() -> None:
@@ -374,8 +373,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with app.router.lifespan_context(app):
-            await stop.wait()
+        await run_worker(settings, dsn, stop)
 
     try:
         asyncio.run(run())

@@ -36,7 +36,6 @@ class Settings:
     public_url_override: str | None = None
     admin_token: str | None = None
     mode: Mode = "sandbox"
-    run_workers: bool = True
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600

@@ -35,9 +35,9 @@ async def healthz() -> Response:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(request: Request, context: Context) -> Response:
-    """Ready when the database answers, every migration is applied, and (in a process that
-    runs them, or an API process of `serve`, which runs them in a process of its own) the
-    background workers are alive; 503 otherwise."""
+    """Ready when the database answers, every migration is applied, and (in an API process of
+    `serve`, which runs background work in a worker process of its own) the worker is
+    running; 503 otherwise."""
     checks: dict[str, str] = {}
     try:
         async with context.pool.acquire(timeout=2) as conn:
@@ -47,14 +47,10 @@ async def readyz(request: Request, context: Context) -> Response:
         checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
     except (OSError, TimeoutError, Exception) as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
-    loops = getattr(request.app.state, "loops", [])
     background_process: Callable[[], str] | None = getattr(
         request.app.state, "background_process", None
     )
-    if context.settings.run_workers:
-        dead = [loop.name for loop in loops if not loop.alive]
-        checks["workers"] = "ok" if loops and not dead else f"not running: {dead or 'none'}"
-    elif background_process is not None:
+    if background_process is not None:
         state = background_process()
         checks["workers"] = "ok" if state == "ok" else f"not running: {state}"
     ready = all(value == "ok" for value in checks.values())

@@ -17,9 +17,20 @@ from bankrail.config import Settings
 from bankrail.context import AppContext
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
-from bankrail.ledger.routes import router as ledger_router
+from bankrail.http.health import router as health_router
+from bankrail.http.metrics import MetricsMiddleware
+from bankrail.http.metrics import router as metrics_router
+from bankrail.http.middleware import ServiceMiddleware
+from bankrail.http.oauth import router as auth_router
+from bankrail.http.openapi import problem_json_openapi
+from bankrail.http.problems import install_problem_handlers
 from bankrail.merchants.admin_routes import router as merchant_admin_router
+from bankrail.merchants.ledger_routes import router as ledger_router
 from bankrail.merchants.routes import router as merchant_router
+from bankrail.pages.console.routes import router as console_router
+from bankrail.pages.errors import router as pages_router
+from bankrail.pages.hpp import router as hpp_router
+from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
@@ -29,24 +40,13 @@ from bankrail.process import open_process
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.ratelimit import RateLimiter
-from bankrail.security.routes import router as auth_router
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.security.verifier import VerifierProcesses
-from bankrail.web.console import router as console_router
-from bankrail.web.health import router as health_router
-from bankrail.web.hpp import router as hpp_router
-from bankrail.web.metrics import MetricsMiddleware
-from bankrail.web.metrics import router as metrics_router
-from bankrail.web.middleware import ServiceMiddleware
-from bankrail.web.mock_bank_pages import router as mock_bank_pages_router
-from bankrail.web.openapi import problem_json_openapi
-from bankrail.web.pages import router as pages_router
-from bankrail.web.problems import install_problem_handlers
 
 log = logging.getLogger(__name__)
 
-STATIC_DIR = Path(__file__).parent / "web" / "static"
+STATIC_DIR = Path(__file__).parent / "pages" / "static"
 
 
 def _telemetry(enabled: bool) -> TelemetryConfig:

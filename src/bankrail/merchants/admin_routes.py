@@ -6,11 +6,13 @@ import uuid
 
 from fastapi import APIRouter, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import invalid_field
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.events.destinations import webhook_destination_problem
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.responses import json_response
 from bankrail.merchants import service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
@@ -26,8 +28,6 @@ from bankrail.merchants.schemas import (
     WebhookSettings,
     WebhookSettingsOut,
 )
-from bankrail.security.auth import Admin
-from bankrail.web.openapi import ERRORS_ADMIN
 
 router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 

@@ -13,10 +13,22 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, StrictStr
 
-from bankrail.context import AppContext, Context
-from bankrail.core.jsonbody import json_response
+from bankrail.context import AppContext
 from bankrail.core.problems import CONFLICT, ProblemError, Unauthenticated, invalid_field
 from bankrail.db.pool import Connection
+from bankrail.http.auth import (
+    Merchant,
+    SignedBody,
+    bearer_token,
+    read_access_claims,
+    require_payments_audience,
+    signed_body,
+    verify_signature,
+)
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import respond_once
+from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payments import service
@@ -38,18 +50,7 @@ from bankrail.payments.schemas import (
 from bankrail.payments.sources import list_payment_sources
 from bankrail.payouts.schemas import Amount
 from bankrail.rails.mock_bank import action_for_username
-from bankrail.security.auth import (
-    Merchant,
-    SignedBody,
-    bearer_token,
-    read_access_claims,
-    require_payments_audience,
-    signed_body,
-    verify_signature,
-)
 from bankrail.security.tokens import AccessClaims, TokenError
-from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter(tags=["payments v3"])
 sandbox_router = APIRouter(tags=["mock bank"])

@@ -10,12 +10,17 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import AppContext, Context
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE, json_response
+from bankrail.context import AppContext
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, invalid_field
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
 from bankrail.db.pool import Connection
+from bankrail.http.auth import Merchant, SignedBody, signed_body
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import respond_once
+from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.responses import json_response
 from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payouts import service
 from bankrail.payouts.schemas import (
@@ -26,11 +31,8 @@ from bankrail.payouts.schemas import (
     V1TransactionList,
     V3PayoutRequest,
 )
-from bankrail.security.auth import Merchant, SignedBody, signed_body
 from bankrail.security.idempotency import fingerprint
 from bankrail.security.tokens import AccessClaims
-from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter()
 

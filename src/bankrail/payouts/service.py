@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from bankrail.core.iban import normalise_iban
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
@@ -47,7 +48,6 @@ from bankrail.rails.incoming import record_internal_credit
 from bankrail.rails.schemes import sandbox_outcome, scheme_for
 from bankrail.rails.screening import is_screened_out, normalise_name
 from bankrail.security.idempotency import lock_key
-from bankrail.web.validation import normalise_iban
 
 ADVANCE_JOB = "payout.advance"
 

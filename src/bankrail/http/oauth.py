@@ -13,8 +13,8 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
+from bankrail.http.deps import Context
+from bankrail.http.responses import json_response
 from bankrail.security.tokens import secret_matches
 
 router = APIRouter(tags=["auth"])

@@ -12,8 +12,8 @@ from bankrail.context import AppContext
 from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE, dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
+from bankrail.http.problems import render_problem_bytes
 from bankrail.security.idempotency import fingerprint, run_idempotent
-from bankrail.web.problems import render_problem_bytes
 
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
 

@@ -27,9 +27,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bankrail.context import Context
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
-from bankrail.security.auth import require_operator
+from bankrail.http.auth import require_operator
+from bankrail.http.deps import Context
 
 __all__ = ["MetricsMiddleware", "observe_request", "router"]
 

@@ -28,17 +28,18 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.datastructures import FormData
 
-from bankrail.context import AppContext, Context
+from bankrail.context import AppContext
 from bankrail.core.money import format_amount
 from bankrail.core.problems import NotFound, ProblemError
 from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
+from bankrail.http.deps import Context
 from bankrail.merchants import service as merchants_service
+from bankrail.pages.errors import templates
 from bankrail.payments import service
 from bankrail.payments.models import PaymentStatus
 from bankrail.payments.providers import Provider, find_provider
 from bankrail.security.tokens import TokenError
-from bankrail.web.pages import templates
 
 router = APIRouter(include_in_schema=False)
 

@@ -25,10 +25,10 @@ from bankrail.context import AppContext
 from bankrail.core.money import decimal_text, format_amount
 from bankrail.core.problems import ProblemError
 from bankrail.core.timefmt import iso_utc
-from bankrail.web.console_chart import format_time
-from bankrail.web.console_data import get_merchant, list_merchants
-from bankrail.web.console_forms import FieldError
-from bankrail.web.console_session import (
+from bankrail.pages.console.chart import format_time
+from bankrail.pages.console.data import get_merchant, list_merchants
+from bankrail.pages.console.forms import FieldError
+from bankrail.pages.console.session import (
     FLASH_COOKIE_NAME,
     Session,
     SessionSigner,
@@ -43,7 +43,7 @@ T = TypeVar("T")
 Errors = dict[str, list[str]]
 
 templates = Environment(
-    loader=PackageLoader("bankrail.web", "templates"),
+    loader=PackageLoader("bankrail.pages", "templates"),
     autoescape=select_autoescape(["html"]),
     undefined=StrictUndefined,
     trim_blocks=True,

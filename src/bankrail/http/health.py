@@ -7,9 +7,9 @@ from collections.abc import Callable
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
 from bankrail.db.migrations import pending_migrations
+from bankrail.http.deps import Context
+from bankrail.http.responses import json_response
 
 router = APIRouter(tags=["operations"])
 

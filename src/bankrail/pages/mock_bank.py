@@ -18,11 +18,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 
-from bankrail.context import AppContext, Context
-from bankrail.payments import service
-from bankrail.payments.providers import find_provider
-from bankrail.rails.mock_bank import action_for_username
-from bankrail.web.hpp import (
+from bankrail.context import AppContext
+from bankrail.http.deps import Context
+from bankrail.pages.hpp import (
     PageError,
     authenticate,
     check_csrf,
@@ -35,6 +33,9 @@ from bankrail.web.hpp import (
     redirect,
     render_page,
 )
+from bankrail.payments import service
+from bankrail.payments.providers import find_provider
+from bankrail.rails.mock_bank import action_for_username
 
 router = APIRouter(include_in_schema=False)
 

@@ -18,7 +18,7 @@ from bankrail.core.problems import (
 )
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.outage import is_database_outage
-from bankrail.web.problems import problem_document
+from bankrail.http.problems import problem_document
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("bankrail.access")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bankrail.core.money import CURRENCY_EXPONENTS, format_amount
-from bankrail.web.console_data import BalanceHistory, BalancePoint
+from bankrail.pages.console.data import BalanceHistory, BalancePoint
 
 WIDTH = 640
 HEIGHT = 240

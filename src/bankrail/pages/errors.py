@@ -11,7 +11,7 @@ from bankrail.core.problems import CATALOGUE
 router = APIRouter(include_in_schema=False)
 
 templates = Environment(
-    loader=PackageLoader("bankrail.web", "templates"),
+    loader=PackageLoader("bankrail.pages", "templates"),
     autoescape=select_autoescape(["html"]),
 )
 

@@ -1,5 +1,5 @@
 """Unit tests for the request deadline and the outage classification of
-bankrail.web.middleware.ServiceMiddleware: a request that runs past the request timeout is
+bankrail.http.middleware.ServiceMiddleware: a request that runs past the request timeout is
 cancelled (so its work stops, and an open transaction rolls back) and answered 503
 problem+json with `Retry-After`; a database that cannot be reached is a 503 too; but an
 error that merely looks like a network error (an OSError raised outside asyncpg) is a bug and
@@ -19,7 +19,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from bankrail.db.outage import is_database_outage
-from bankrail.web.middleware import ServiceMiddleware
+from bankrail.http.middleware import ServiceMiddleware
 
 PUBLIC_URL = "http://bankrail.test"
 Handler = Callable[[], Awaitable[None]]

@@ -9,9 +9,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext, Context
+from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
+from bankrail.http.deps import Context
 from bankrail.security.signing import (
     SignatureError,
     mismatch,

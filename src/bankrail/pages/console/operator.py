@@ -15,14 +15,12 @@ from fastapi.responses import HTMLResponse, Response
 from bankrail.core.jsonbody import dumps, loads
 from bankrail.core.money import format_amount
 from bankrail.db.pool import Connection
+from bankrail.http.problems import render_problem_bytes
 from bankrail.merchants import service as merchants_service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.models import MerchantAccount
-from bankrail.rails.incoming import IncomingTransfer, receive_transfer
-from bankrail.rails.screening import replace_screening_list, screening_list
-from bankrail.security.idempotency import fingerprint, run_idempotent
-from bankrail.web.console_chart import format_time
-from bankrail.web.console_core import (
+from bankrail.pages.console.chart import format_time
+from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
     PageError,
@@ -36,7 +34,7 @@ from bankrail.web.console_core import (
     resolve_viewer,
     text,
 )
-from bankrail.web.console_forms import (
+from bankrail.pages.console.forms import (
     MAX_NAME_LENGTH,
     FieldError,
     parse_amount,
@@ -44,8 +42,10 @@ from bankrail.web.console_forms import (
     parse_text,
     parse_uuid,
 )
-from bankrail.web.console_session import SESSION_TTL, set_session_cookie
-from bankrail.web.problems import render_problem_bytes
+from bankrail.pages.console.session import SESSION_TTL, set_session_cookie
+from bankrail.rails.incoming import IncomingTransfer, receive_transfer
+from bankrail.rails.screening import replace_screening_list, screening_list
+from bankrail.security.idempotency import fingerprint, run_idempotent
 
 router = APIRouter(prefix="/operator", route_class=ConsoleRoute)
 

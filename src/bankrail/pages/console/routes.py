@@ -21,10 +21,8 @@ from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
 from bankrail.events.destinations import webhook_destination_problem
 from bankrail.merchants import service as merchants_service
-from bankrail.payments.models import PaymentStatus
-from bankrail.security.tokens import hash_secret, secret_matches
-from bankrail.web.console_chart import build_chart
-from bankrail.web.console_core import (
+from bankrail.pages.console.chart import build_chart
+from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
     PageError,
@@ -42,7 +40,7 @@ from bankrail.web.console_core import (
     text,
     upload_text,
 )
-from bankrail.web.console_data import (
+from bankrail.pages.console.data import (
     PAYOUT_STATUS_STAGES,
     ListFilter,
     Page,
@@ -54,7 +52,7 @@ from bankrail.web.console_data import (
     list_payouts,
     list_signing_keys,
 )
-from bankrail.web.console_forms import (
+from bankrail.pages.console.forms import (
     MAX_KID_LENGTH,
     MAX_PEM_LENGTH,
     FieldError,
@@ -63,8 +61,8 @@ from bankrail.web.console_forms import (
     parse_day_or_time,
     parse_text,
 )
-from bankrail.web.console_operator import router as operator_router
-from bankrail.web.console_session import (
+from bankrail.pages.console.operator import router as operator_router
+from bankrail.pages.console.session import (
     COOKIE_NAME,
     console_signer,
     is_revoked,
@@ -73,6 +71,8 @@ from bankrail.web.console_session import (
     set_flash,
     set_session_cookie,
 )
+from bankrail.payments.models import PaymentStatus
+from bankrail.security.tokens import hash_secret, secret_matches
 
 router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
 

@@ -1,4 +1,4 @@
-"""`GET /admin/ledger/check`: the ledger invariants, checked on demand."""
+"""`GET /admin/ledger/check`: the ledger invariants, checked on demand by the operator."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.responses import json_response
 from bankrail.ledger.service import check_ledger
-from bankrail.security.auth import Admin
-from bankrail.web.openapi import ERRORS_ADMIN
 
 router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 

@@ -1,4 +1,4 @@
-"""Merchant accounts and their transactions over HTTP (DESIGN §7 "Merchant accounts")."""
+"""Merchant accounts and their transactions over HTTP (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`/connect/token` and bearer-token checks, over HTTP against a running server (DESIGN §4)."""
+"""`/connect/token` and bearer-token checks, over HTTP against a running server (docs/api.md)."""
 
 from __future__ import annotations
 

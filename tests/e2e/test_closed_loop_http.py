@@ -1,6 +1,6 @@
 """The closed loop over HTTP against `bankrail serve`: a payer pays in through the headless mock
 bank, the payment settles with a payment source, and the merchant pays that user back to that
-source (spec 1.3, 2.4, 2.8, 4.2, 6.2; DESIGN §7 "Payments API v3 — payouts" and "— pay-ins").
+source (spec 1.3, 2.4, 2.8, 4.2, 6.2; docs/api.md).
 
 Every merchant request is signed with the public `truelayer-signing` library, and every webhook
 the loopback receiver gets is verified with it against the service's JWKS."""

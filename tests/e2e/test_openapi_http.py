@@ -1,4 +1,5 @@
-"""`/openapi.json` as served: the routes a client generator needs, with their errors (DESIGN §6)."""
+"""`/openapi.json` as served: the routes a client generator needs, with their errors
+(docs/api.md)."""
 
 from __future__ import annotations
 

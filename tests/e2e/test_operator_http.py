@@ -1,4 +1,4 @@
-"""The operator API over HTTP (DESIGN §8): merchants, clients, keys, webhooks, accounts."""
+"""The operator API over HTTP (docs/operations.md): merchants, clients, keys, webhooks, accounts."""
 
 from __future__ import annotations
 

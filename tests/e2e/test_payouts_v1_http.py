@@ -1,4 +1,4 @@
-"""Payouts API v1 over HTTP against `bankrail serve` (spec 2.2, 2.3, 3.1, 4.1, 6.1, 7; DESIGN §4,
+"""Payouts API v1 over HTTP against `bankrail serve` (spec 2.2, 2.3, 3.1, 4.1, 6.1, 7; docs/api.md,
 §5, §7 "Payouts API v1"). Requests carry `X-SVC-Signature`, made with the public
 `truelayer-signing` library (tl_version 2) or as a body-only detached JWS."""
 

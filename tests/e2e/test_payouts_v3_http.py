@@ -1,4 +1,4 @@
-"""Payments API v3 payouts over HTTP against `bankrail serve` (spec 2.4, 4.2, 6.4, 7; DESIGN §4,
+"""Payments API v3 payouts over HTTP against `bankrail serve` (spec 2.4, 4.2, 6.4, 7; docs/api.md,
 §5, §7 "Payments API v3 — payouts"). Requests are signed with the public `truelayer-signing`
 library; webhooks are collected by a loopback receiver."""
 

@@ -1,4 +1,4 @@
-"""Webhooks end to end, over HTTP against `bankrail serve` (DESIGN §7 "Webhook delivery" and
+"""Webhooks end to end, over HTTP against `bankrail serve` (docs/webhooks.md and
 "Balance notifications", §8; spec 6): what a merchant's receiver gets, how it verifies it with
 the public truelayer-signing library, retries on the service clock, discarding and replays."""
 

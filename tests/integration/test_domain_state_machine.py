@@ -19,7 +19,7 @@ rejected, cancelled, expired), threshold changes and clock advances, after EVERY
   execution at most once and only for executed payouts, a credit only for settled pay-ins);
 - the events written are exactly those the model expects, and the balance notifications
   (`approaching_threshold`, `below_threshold`, `recovered`) were emitted exactly when the
-  available balance history crosses the bounds of DESIGN §7, with the balances of that moment;
+  available balance history crosses the bounds of docs/api.md, with the balances of that moment;
 - the durable job queue holds exactly the jobs the model expects, none failing, and every job
   the model says is due runs when the queue is drained.
 
@@ -210,7 +210,7 @@ class PaymentModel:
 
 
 def notification_step(state: str, threshold: int | None, available: int) -> tuple[str, str | None]:
-    """DESIGN §7, written out again: normal -> approaching at <= 1.5 T, -> below at <= T (one
+    """docs/api.md, written out again: normal -> approaching at <= 1.5 T, -> below at <= T (one
     notification for the state reached); below -> normal with `recovered` at >= 2 T; from
     approaching, >= 2 T returns quietly to normal."""
     if threshold is None:

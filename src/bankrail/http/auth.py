@@ -1,4 +1,4 @@
-"""FastAPI dependencies that authenticate callers and verify request signatures (DESIGN §4)."""
+"""FastAPI dependencies that authenticate callers and verify request signatures (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ async def respond_once(
     """Run `effect` in one transaction and answer its (status, JSON value).
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
-    of the same request within the validity window (DESIGN §5). Answers under a scope that
+    of the same request within the validity window (docs/api.md). Answers under a scope that
     `security.idempotency.EXPIRING_SCOPES` matches (v3, sandbox, console) are deleted once the
     configured validity ends, so such a scope takes no `ttl` of its own; the scopes that do
     (v1 payouts, legacy deposits) lie outside it and keep their keys for good.

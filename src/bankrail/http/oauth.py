@@ -1,4 +1,4 @@
-"""`POST /connect/token`: the OAuth 2 client credentials grant (DESIGN §4).
+"""`POST /connect/token`: the OAuth 2 client credentials grant (docs/api.md).
 
 Errors here follow RFC 6749 (`{"error": ...}`), the one exception to problem+json.
 """

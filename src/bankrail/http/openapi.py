@@ -1,4 +1,4 @@
-"""OpenAPI documentation of the error answers each route can give (DESIGN §6)."""
+"""OpenAPI documentation of the error answers each route can give (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one place that turns errors into problem+json responses (DESIGN §6)."""
+"""The one place that turns errors into problem+json responses (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Operator routes (DESIGN §8) for merchants, clients, keys, webhooks, accounts and thresholds."""
+"""Operator routes (docs/operations.md) for merchants, clients, keys, webhooks, accounts and
+thresholds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Provider search over HTTP (spec 2.9, 4.2, 9.3; DESIGN §7 "Merchant accounts and providers").
+"""Provider search over HTTP (spec 2.9, 4.2, 9.3; docs/api.md).
 
 - `POST /v3/payments-providers/search` (alias `/v3/payment-providers/search`): bearer token with
   the `payments` scope, not signed, JSON body of filters.

@@ -1,4 +1,4 @@
-"""Request and response bodies of the pay-in routes (spec 2.5 to 2.8 and DESIGN §7)."""
+"""Request and response bodies of the pay-in routes (spec 2.5 to 2.8 and docs/api.md)."""
 
 from __future__ import annotations
 

@@ -503,7 +503,7 @@ async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:
 
 
 async def render(conn: Connection, row: Any) -> dict[str, Any]:
-    """The payment resource (spec 2.7 and DESIGN §7)."""
+    """The payment resource (spec 2.7 and docs/api.md)."""
     state = state_of(row)
     selection: dict[str, Any] = {"type": row["selection_type"]}
     if row["provider_id"] and row["selection_type"] == "preselected":

@@ -1,4 +1,4 @@
-"""Request and response bodies of the payout routes (spec 2.2 to 2.4, DESIGN §7)."""
+"""Request and response bodies of the payout routes (spec 2.2 to 2.4, docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`/sandbox/...`: incoming bank transfers and the service clock (DESIGN §8)."""
+"""`/sandbox/...`: incoming bank transfers and the service clock (docs/operations.md)."""
 
 from __future__ import annotations
 

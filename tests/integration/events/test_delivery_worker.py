@@ -1,4 +1,4 @@
-"""The webhook DeliveryWorker against real PostgreSQL and a real HTTP receiver (DESIGN §7
+"""The webhook DeliveryWorker against real PostgreSQL and a real HTTP receiver (docs/api.md
 "Webhook delivery", spec 6.5): claims, attempts, the retry schedule on the service clock,
 discarding, replays, leases and concurrency."""
 

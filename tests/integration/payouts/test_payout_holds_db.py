@@ -1,4 +1,4 @@
-"""Payout holds, execution and recovery on real PostgreSQL (DESIGN §3, §7).
+"""Payout holds, execution and recovery on real PostgreSQL (docs/architecture.md, docs/api.md).
 
 Payouts are accepted with `payouts.service.accept_payout` (each in its own connection and
 transaction, as the route does) and moved on by a `JobQueue` running `advance_payout`.

@@ -1,5 +1,5 @@
 """The payout state machine (bankrail.payouts.models): legal steps, illegal steps, and how each
-stage and failure reason is shown by API v3 and API v1 (DESIGN §7)."""
+stage and failure reason is shown by API v3 and API v1 (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -286,7 +286,7 @@ def test_v1_reason(reason: FailureReason, expected: str) -> None:
 
 
 def test_v1_reasons_are_the_documented_set() -> None:
-    """DESIGN §7: rejected -> insufficient_funds | aml_check_failed; failed -> scheme_error |
+    """docs/api.md: rejected -> insufficient_funds | aml_check_failed; failed -> scheme_error |
     server_error."""
     for reason in FailureReason:
         name = v1_reason(reason)

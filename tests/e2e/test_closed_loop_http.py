@@ -22,10 +22,12 @@ from e2e_helpers import (
     wait_record_status,
 )
 from pay_in_helpers import HOOK_PATH
+from pay_in_helpers import authorised_pay_in as _pay_in
 from pay_in_helpers import balances as _balances
 from pay_in_helpers import (
     merchant_with_webhooks as _merchant,
 )
+from pay_in_helpers import settled_payment as _settled
 from truelayer_signing import HttpMethod, extract_jws_header
 
 from support.api import MerchantClient, Operator
@@ -39,65 +41,6 @@ RETURN_URI = "https://shop.example/back"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _pay_in(
-    merchant: MerchantClient,
-    amount: int,
-    user: dict[str, Any],
-    currency: str = "GBP",
-    provider_id: str = GB_REDIRECT,
-) -> str:
-    """Create a payment, authorise it at the mock bank, and return its id (not yet settled)."""
-    body = {
-        "amount_in_minor": amount,
-        "currency": currency,
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts[currency]["id"],
-            },
-        },
-        "user": user,
-        "metadata": {"purpose": "deposit"},
-    }
-    answer = merchant.signed_post(PAYMENTS, body)
-    assert answer.status_code == 201, answer.text
-    created = answer.json()
-    assert created["status"] == "authorization_required"
-    assert created["user"]["id"] == user["id"]
-    payment_id = str(created["id"])
-
-    answer = merchant.signed_post(
-        f"{PAYMENTS}/{payment_id}/authorization-flow",
-        {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
-    )
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["authorization_flow"]["actions"]["next"]["type"] == "provider_selection"
-    answer = merchant.signed_post(
-        f"{PAYMENTS}/{payment_id}/authorization-flow/actions/provider-selection",
-        {"provider_id": provider_id},
-    )
-    assert answer.status_code == 200, answer.text
-    uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
-    answer = merchant.http.post(
-        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
-        json={"action": "Execute"},
-        headers=bearer(token),
-    )
-    assert answer.status_code == 202, answer.text
-    return payment_id
-
-
-def _settled(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
-    payment = wait_record_status(
-        merchant, f"{PAYMENTS}/{payment_id}", {"payment_settled", "payment_failed"}
-    )
-    assert payment["status"] == "payment_settled", payment
-    return payment
 
 
 def _payout_body(

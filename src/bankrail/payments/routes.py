@@ -27,18 +27,20 @@ from bankrail.http.auth import (
 )
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import respond_once
-from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.listing import ListWindow
+from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.merchants.service import account_in_currency, require_account
-from bankrail.payments import service
-from bankrail.payments.models import AUTHORIZATION_WINDOW
+from bankrail.payments import queries, service
+from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
 from bankrail.payments.schemas import (
     AuthorizationFlowAnswer,
     AuthorizationFlowRequest,
     BankAction,
     FormSubmit,
     PaymentCreated,
+    PaymentList,
     PaymentOut,
     PaymentRequest,
     PaymentSourceList,
@@ -180,6 +182,34 @@ async def create_payment(
         body=raw,
         effect=effect,
     )
+
+
+@_routes(
+    "GET",
+    ["/v3/payments", "/payments"],
+    response_model=PaymentList,
+    responses=ERRORS_AUTH,
+)
+async def list_payments(
+    context: Context,
+    merchant: Merchant,
+    window: ListWindow,
+    merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
+    status: Annotated[PaymentStatus | None, Query()] = None,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> Response:
+    """The caller's payments, newest first, each as `GET /v3/payments/{id}` shows it; `from`
+    and `to` (inclusive) bound `created_at`."""
+    async with context.pool.acquire() as conn:
+        items, next_cursor = await queries.list_payments(
+            conn,
+            merchant.merchant_id,
+            window,
+            merchant_account_id=merchant_account_id,
+            status=status.value if status else None,
+            user_id=user_id,
+        )
+    return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
 
 
 @_routes(

@@ -42,7 +42,7 @@ from bankrail.security.tokens import TokenIssuer
 ADVANCE_JOB = "payment.advance"
 EXPIRE_JOB = "payment.expire"
 
-_COLUMNS = (
+PAYMENT_COLUMNS = (
     "id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id, user_details,"
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
@@ -145,7 +145,7 @@ async def lock_payment(
 ) -> Any:
     """The payment row, locked for the transaction; 404 when absent or another merchant's."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1"
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"
         " AND ($2::uuid IS NULL OR merchant_id = $2) FOR UPDATE",
         payment_id,
         merchant_id,
@@ -204,7 +204,7 @@ async def _save(
     if changed:
         args += [state.status.value, iso_utc(now)]
     updated = await conn.fetchrow(
-        f"UPDATE payments SET {assignments}{history_sql} WHERE id = $1 RETURNING {_COLUMNS}",
+        f"UPDATE payments SET {assignments}{history_sql} WHERE id = $1 RETURNING {PAYMENT_COLUMNS}",
         *args,
     )
     if changed and state.status in ANNOUNCED:
@@ -409,7 +409,7 @@ async def bank_action(
 async def advance_payment(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """The bank's next step after authorisation (a job handler)."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["payment_id"]),
     )
     if row is None:
@@ -484,7 +484,7 @@ async def _record_activity(
 async def expire_payment(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """Fail a payment still unauthorised when its 15 minutes are up (a job handler)."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["payment_id"]),
     )
     if row is None:
@@ -504,6 +504,13 @@ async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:
 
 async def render(conn: Connection, row: Any) -> dict[str, Any]:
     """The payment resource (spec 2.7 and docs/api.md)."""
+    source = await _source_document(conn, row["payment_source_id"])
+    return render_row(row, source)
+
+
+def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any]:
+    """The payment resource of a payments row whose payment source (if it has one) is
+    `payment_source`."""
     state = state_of(row)
     selection: dict[str, Any] = {"type": row["selection_type"]}
     if row["provider_id"] and row["selection_type"] == "preselected":
@@ -541,8 +548,8 @@ async def render(conn: Connection, row: Any) -> dict[str, Any]:
     if state.status is PaymentStatus.FAILED:
         payment["failure_stage"] = row["failure_stage"]
         payment["failure_reason"] = row["failure_reason"]
-    if row["payment_source_id"]:
-        payment["payment_source"] = await _source_document(conn, row["payment_source_id"])
+    if payment_source is not None:
+        payment["payment_source"] = payment_source
     return payment
 
 
@@ -551,7 +558,8 @@ async def get_payment_row(
 ) -> Any:
     """The payment row without locking; 404 when absent or another merchant's."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments"
+        " WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)",
         payment_id,
         merchant_id,
     )

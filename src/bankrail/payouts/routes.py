@@ -19,12 +19,15 @@ from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody, signed_body
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import respond_once
+from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
 from bankrail.merchants.service import account_in_currency, require_account
 from bankrail.payouts import service
+from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
     PayoutCreated,
+    PayoutList,
     PayoutOut,
     V1PayoutAccepted,
     V1PayoutRequest,
@@ -46,6 +49,7 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 200
 IdempotencyKey = Annotated[str, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
+V3Status = Literal["pending", "authorized", "executed", "failed"]
 
 
 @router.post(
@@ -147,6 +151,34 @@ async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Mercha
     async with context.pool.acquire() as conn:
         record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
     return json_response(200, record)
+
+
+@router.get(
+    "/v3/payouts",
+    tags=["payouts v3"],
+    response_model=PayoutList,
+    responses=ERRORS_AUTH,
+)
+async def list_v3_payouts(
+    context: Context,
+    merchant: Merchant,
+    window: ListWindow,
+    merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
+    status: Annotated[
+        Literal["pending", "authorized", "executed", "failed"] | None, Query()
+    ] = None,
+) -> Response:
+    """The caller's payouts, newest first, each as `GET /v3/payouts/{id}` shows it; `from`
+    and `to` (inclusive) bound `created_at`."""
+    async with context.pool.acquire() as conn:
+        items, next_cursor = await list_payouts(
+            conn,
+            merchant.merchant_id,
+            window,
+            merchant_account_id=merchant_account_id,
+            status=status,
+        )
+    return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
 
 
 @router.post(

@@ -38,6 +38,7 @@ from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.process import open_process
 from bankrail.rails.admin_routes import router as rails_admin_router
+from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
@@ -120,6 +121,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         provider_router,
         payouts_router,
         payments_router,
+        refunds_router,
         merchant_admin_router,
         events_router,
         events_admin_router,

@@ -16,6 +16,7 @@ from bankrail.payments import service as payments_service
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
 from bankrail.process import ProcessResources, open_process
+from bankrail.refunds import service as refunds_service
 from bankrail.security.pruning import ExpiredKeyPruner
 
 __all__ = ["WORKER_CHANNELS", "register_jobs", "run_worker"]
@@ -30,6 +31,7 @@ def register_jobs(queue: JobQueue) -> None:
     queue.register_batch(payouts_service.ADVANCE_JOB, payouts_jobs.advance_due_payouts)
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
+    queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
 
 
 async def run_worker(

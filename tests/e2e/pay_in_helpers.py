@@ -6,10 +6,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import truelayer_signing
 from e2e_helpers import account_by_currency, bearer, wait_record_status
+from truelayer_signing import HttpMethod, extract_jws_header
 
 from support.api import MerchantClient, Operator
-from support.receiver import WebhookReceiver
+from support.receiver import Received, WebhookReceiver
 
 HOOK_PATH = "/v3"
 PAYMENTS = "/v3/payments"
@@ -181,3 +183,42 @@ def settled_payment(merchant: MerchantClient, payment_id: str) -> dict[str, Any]
     )
     assert payment["status"] == "payment_settled", payment
     return payment
+
+
+def _header(request: Received, name: str) -> str:
+    return next(v for k, v in request.headers.items() if k.lower() == name.lower())
+
+
+def verify_webhook(jwks: dict[str, Any], request: Received) -> None:
+    """The webhook verifies with the public library against the service's JWKS."""
+    signature = _header(request, "Svc-Signature")
+    header = extract_jws_header(signature)
+    assert header.jku is not None
+    assert header.jku.endswith("/.well-known/jwks")
+    (
+        truelayer_signing.verify_with_jwks(jwks, header)
+        .set_method(HttpMethod.POST)
+        .set_path(request.path)
+        .add_header("X-SVC-Webhook-Timestamp", _header(request, "X-SVC-Webhook-Timestamp"))
+        .add_header("Content-Type", _header(request, "Content-Type"))
+        .set_body(request.body.decode())
+        .verify(signature)
+    )
+
+
+def webhooks_with(receiver: WebhookReceiver, key: str, value: str) -> list[Received]:
+    """The webhooks received so far whose body has `key` = `value`."""
+    return [r for r in receiver.snapshot() if r.path == HOOK_PATH and r.json().get(key) == value]
+
+
+def wait_webhook(receiver: WebhookReceiver, key: str, value: str, event_type: str) -> Received:
+    """The one webhook of `event_type` whose body has `key` = `value` (every copy carries one
+    event_id), once it arrives."""
+
+    def typed() -> list[Received]:
+        return [r for r in webhooks_with(receiver, key, value) if r.json()["type"] == event_type]
+
+    receiver.wait_for(lambda _seen: bool(typed()))
+    found = typed()
+    assert len({r.json()["event_id"] for r in found}) == 1
+    return found[0]

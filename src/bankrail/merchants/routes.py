@@ -64,7 +64,7 @@ async def list_merchant_account_transactions(
     merchant: Merchant,
     from_: Annotated[Timestamp | None, Query(alias="from")] = None,
     to: Annotated[Timestamp | None, Query()] = None,
-    type: Annotated[Literal["payment", "payout", "topup"] | None, Query()] = None,
+    type: Annotated[Literal["payment", "payout", "topup", "refund"] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:

@@ -62,7 +62,7 @@ class AccountTransaction(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
-    type: Literal["payment", "payout", "topup"]
+    type: Literal["payment", "payout", "topup", "refund"]
     amount_in_minor: int
     currency: str
     status: str

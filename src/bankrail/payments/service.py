@@ -46,7 +46,7 @@ PAYMENT_COLUMNS = (
     "id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id, user_details,"
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
-    " executed_at, settled_at, failed_at, history"
+    " executed_at, settled_at, failed_at, history, refunded_amount_in_minor"
 )
 
 
@@ -535,6 +535,7 @@ def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any
         "status": state.status.value,
         "status_history": row["history"],
         "metadata": row["metadata"] or {},
+        "refunded_amount_in_minor": row["refunded_amount_in_minor"],
     }
     if row["provider_id"]:
         payment["provider_id"] = row["provider_id"]

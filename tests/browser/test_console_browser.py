@@ -311,3 +311,33 @@ def test_operator_tops_up_from_the_sandbox_panel_and_the_chart_moves(
         expect(page.get_by_role("heading", level=1)).to_have_text(heading)
         assert f"merchant_id={merchant.merchant_id}" in page.url
         check_page(page, f"console-operator-{name.lower()}")
+
+
+def test_operator_sets_a_merchants_allowed_return_uris(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Console Return Ltd", currencies=("GBP",))
+    page.goto(f"{server.base_url}/console/login")
+    page.get_by_label("Operator token").fill(server.admin_token)
+    page.get_by_role("button", name="Sign in as operator").click()
+    page.wait_for_url(re.compile(r"/console$"))
+    page.goto(f"{server.base_url}/console/settings?merchant_id={merchant.merchant_id}")
+    expect(page.get_by_role("heading", name="Allowed return URIs")).to_be_visible()
+
+    field = page.get_by_label("Allowed return URIs, one per line")
+    field.fill("https://shop.example/return\nhttp://shop.example/plain")
+    page.get_by_role("button", name="Save return URIs").click()
+    expect(page.get_by_role("alert")).to_contain_text("line 2 must be an absolute https URI")
+    expect(field).to_have_value("https://shop.example/return\nhttp://shop.example/plain")
+    check_page(page, "console-operator-return-uris-error")
+
+    field.fill("https://shop.example/return\nhttps://shop.example:8443/other")
+    page.get_by_role("button", name="Save return URIs").click()
+    expect(page.get_by_role("status")).to_contain_text("Allowed return URIs saved: 2 URIs.")
+    expect(field).to_have_value("https://shop.example/return\nhttps://shop.example:8443/other")
+    check_page(page, "console-operator-return-uris-saved")
+    # What the console stored is what the operator API replaces.
+    replaced = operator.put(f"/admin/merchants/{merchant.merchant_id}/return-uris", {"uris": []})
+    assert replaced.json() == {"uris": []}
+    page.reload()
+    expect(field).to_have_value("")

@@ -270,6 +270,7 @@ class World:
                 "remitter_name": "Fuzz Payer",
                 "reference": "fuzz",
             },
+            "/admin/merchants/{merchant_id}/return-uris": {"uris": [RETURN_URI]},
             "/admin/merchants/{merchant_id}/signing-keys": {
                 "public_key_pem": signing.public_key_pem(
                     signing.generate_private_key().public_key()

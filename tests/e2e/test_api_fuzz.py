@@ -144,6 +144,7 @@ ROUTES = [
     Route("POST", "/admin/merchants/{merchant_id}/clients", Caller.OPERATOR),
     Route("POST", "/admin/merchants/{merchant_id}/signing-keys", Caller.OPERATOR),
     Route("PUT", "/admin/merchants/{merchant_id}/webhooks", Caller.OPERATOR),
+    Route("PUT", "/admin/merchants/{merchant_id}/return-uris", Caller.OPERATOR),
     Route("POST", "/admin/merchants/{merchant_id}/merchant-accounts", Caller.OPERATOR),
     Route(
         "PUT", "/admin/merchant-accounts/{merchant_account_id}/balance-threshold", Caller.OPERATOR

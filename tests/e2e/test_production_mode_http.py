@@ -158,6 +158,12 @@ REFUSED_URIS = [
     "https://[::1]/hooks",
     "https://[fe80::1]/hooks",
     "https://[::ffff:127.0.0.1]/hooks",
+    # IPv6 transition forms that reach an IPv4 loopback or metadata address.
+    "https://[::127.0.0.1]/",  # IPv4-compatible
+    "https://[64:ff9b::7f00:1]/",  # NAT64
+    "https://[64:ff9b::a9fe:a9fe]/",
+    "https://[2002:7f00:1::]/",  # 6to4
+    "https://[2002:a9fe:a9fe::]/",
     "https://2130706433/hooks",  # 127.0.0.1 spelled as one number
 ]
 

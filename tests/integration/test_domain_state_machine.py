@@ -536,7 +536,11 @@ class DomainMachine(RuleBasedStateMachine):
             async with self.env.pool.acquire() as conn, conn.transaction():
                 row = await payments.lock_payment(conn, payment_id)
                 await payments.start_authorization(
-                    conn, row, return_uri=RETURN_URI, now=self.env.clock.now()
+                    conn,
+                    row,
+                    return_uri=RETURN_URI,
+                    now=self.env.clock.now(),
+                    allow_listed_only=False,  # sandbox mode
                 )
 
         async def decide() -> None:

@@ -9,7 +9,10 @@ waits for the outcome and then returns the payer to the merchant's `return_uri` 
 The pages authenticate with the payment's resource token only (never merchant credentials).
 Bad input never changes state and answers an HTML page with the right status (401 bad token,
 403 tampered form, 404 unknown payment, 409 finished payment, 400 bad `return_uri`); problem+json
-is for the JSON APIs only. The helpers here are shared with the mock bank pages.
+is for the JSON APIs only. In production mode the `return_uri` must be one that the merchant's
+allowed return URIs cover (`bankrail.merchants.return_uris`); otherwise the page is a 400 that
+links nowhere, so the service's pages never send a payer to a site the operator did not allow.
+The helpers here are shared with the mock bank pages.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from bankrail.core.problems import NotFound, ProblemError
 from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
 from bankrail.http.deps import Context
+from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.errors import templates
 from bankrail.payments import service
@@ -177,6 +181,25 @@ def require_return_uri(uri: str | None) -> str:
             "This payment link is not valid",
             "The link's return address (return_uri) must be an absolute http or https URL. "
             "Nothing has been changed. Please contact the merchant.",
+        )
+    return uri
+
+
+async def allowed_return_uri(
+    conn: Connection, context: AppContext, row: Any, uri: str | None
+) -> str:
+    """`require_return_uri`, and in production mode a 400 page unless the merchant's allowed
+    return URIs cover `uri`: the page then offers no link to it and sends the payer nowhere."""
+    uri = require_return_uri(uri)
+    if not context.settings.sandbox and not return_uris.is_allowed(
+        uri, await return_uris.allowed_return_uris(conn, row["merchant_id"])
+    ):
+        raise PageError(
+            400,
+            "This payment link is not valid",
+            "The link's return address (return_uri) is not one this merchant has registered, "
+            "so you will not be sent there. Nothing has been changed. Please go back to the "
+            "merchant's website and start the payment again.",
         )
     return uri
 
@@ -330,7 +353,7 @@ async def hosted_payment_page(request: Request, context: Context) -> Response:
     query = (params.get("q") or "").strip()[:MAX_QUERY]
     async with context.pool.acquire() as conn:
         row = await authenticate(conn, context, raw_id, token, kind="resource")
-        return_uri = require_return_uri(return_uri)
+        return_uri = await allowed_return_uri(conn, context, row, return_uri)
         merchant = await merchant_name(conn, row["merchant_id"])
     back_uri = with_query(return_uri, payment_id=str(row["id"]))
     ensure_open(row, back_uri, merchant)
@@ -364,10 +387,10 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
         provider_id = form_value(form, "provider_id")
     public_url = context.settings.public_url
     async with context.pool.acquire() as conn:
-        await authenticate(conn, context, payment_id, token, kind="resource")
+        found = await authenticate(conn, context, payment_id, token, kind="resource")
         assert token is not None
         check_csrf(token, submitted_csrf, b"hpp")
-        return_uri = require_return_uri(return_uri)
+        return_uri = await allowed_return_uri(conn, context, found, return_uri)
         async with conn.transaction():
             row = await service.lock_payment(conn, uuid.UUID(payment_id))
             ensure_open(row, with_query(return_uri, payment_id=str(row["id"])))
@@ -389,11 +412,14 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
                 )
             now = context.clock.now()
             if row["status"] == PaymentStatus.AUTHORIZATION_REQUIRED.value:
+                # The bank returns the payer to this service's own result page, which
+                # carries the merchant's return_uri, checked above.
                 row = await service.start_authorization(
                     conn,
                     row,
                     return_uri=result_uri(public_url, row["id"], token, return_uri),
                     now=now,
+                    allow_listed_only=False,
                 )
             if row["provider_id"] is None:
                 row = await service.select_provider(conn, row, provider_id, None, now)
@@ -416,7 +442,7 @@ async def payment_result(payment_id: str, request: Request, context: Context) ->
     token = params.get("resource_token")
     async with context.pool.acquire() as conn:
         row = await authenticate(conn, context, payment_id, token, kind="resource")
-        return_uri = require_return_uri(params.get("return_uri"))
+        return_uri = await allowed_return_uri(conn, context, row, params.get("return_uri"))
         merchant = await merchant_name(conn, row["merchant_id"])
     status = row["status"]
     outcome = (

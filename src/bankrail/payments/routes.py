@@ -244,7 +244,11 @@ async def start_authorization_flow(
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         return_uri = body.redirect.return_uri if body.redirect else None
         updated = await service.start_authorization(
-            conn, row, return_uri=return_uri, now=context.clock.now()
+            conn,
+            row,
+            return_uri=return_uri,
+            now=context.clock.now(),
+            allow_listed_only=not context.settings.sandbox,
         )
         return 200, _flow_answer(context, updated)
 
@@ -463,7 +467,12 @@ async def legacy_deposit(
         created = await service.create_payment(conn, merchant.merchant_id, request_v3, now)
         row = await service.lock_payment(conn, created["id"])
         row = await service.start_authorization(
-            conn, row, return_uri=body.auth_flow.return_uri, now=now
+            conn,
+            row,
+            return_uri=body.auth_flow.return_uri,
+            now=now,
+            allow_listed_only=not context.settings.sandbox,
+            field="auth_flow.return_uri",
         )
         action = _flow_answer(context, row).get("authorization_flow", {}).get("actions", {})
         next_step = action.get("next") or {}

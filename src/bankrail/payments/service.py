@@ -22,6 +22,7 @@ from bankrail.jobs.queue import enqueue
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import MerchantAccount
+from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
 from bankrail.merchants.service import get_account, require_account
 from bankrail.payments.models import (
     ANNOUNCED,
@@ -55,6 +56,14 @@ def check_return_uri(uri: str, field: str) -> str:
     if not is_absolute_http_uri(uri):
         raise invalid_field(field, "must be an absolute http(s) URI")
     return uri
+
+
+async def require_allowed_return_uri(
+    conn: Connection, merchant_id: uuid.UUID, uri: str, field: str
+) -> None:
+    """400 naming `field` unless the merchant's allowed return URIs cover `uri`."""
+    if not is_allowed(uri, await allowed_return_uris(conn, merchant_id)):
+        raise invalid_field(field, NOT_ALLOWED)
 
 
 def _check_provider(
@@ -321,10 +330,19 @@ async def start_authorization(
     *,
     return_uri: str | None,
     now: datetime,
+    allow_listed_only: bool,
+    field: str = "redirect.return_uri",
 ) -> Any:
-    """The payer starts the journey: the payment becomes `authorizing`."""
+    """The payer starts the journey: the payment becomes `authorizing`.
+
+    `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
+    `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
+    allowed return URIs cover, else 400 naming `field`.
+    """
     if return_uri is not None:
-        check_return_uri(return_uri, "redirect.return_uri")
+        check_return_uri(return_uri, field)
+        if allow_listed_only:
+            await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
     state = state_of(row)
     try:
         state = state.start_authorization()

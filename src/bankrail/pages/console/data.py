@@ -76,9 +76,9 @@ async def list_merchants(conn: Connection) -> list[dict[str, Any]]:
 
 
 async def get_merchant(conn: Connection, merchant_id: uuid.UUID) -> dict[str, Any] | None:
-    """The merchant's name and webhook URIs."""
+    """The merchant's name, webhook URIs and allowed return URIs."""
     row = await conn.fetchrow(
-        "SELECT id, name, payments_webhook_uri, payouts_webhook_uri, created_at"
+        "SELECT id, name, payments_webhook_uri, payouts_webhook_uri, return_uris, created_at"
         " FROM merchants WHERE id = $1",
         merchant_id,
     )

@@ -20,6 +20,7 @@ from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
 from bankrail.events.destinations import webhook_destination_problem
+from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.console.chart import build_chart
 from bankrail.pages.console.core import (
@@ -502,6 +503,7 @@ async def _settings_page(
     shown = {
         "payments_uri": merchant.get("payments_webhook_uri") or "",
         "payouts_uri": merchant.get("payouts_webhook_uri") or "",
+        "return_uris": "\n".join(merchant.get("return_uris") or []),
         "kid": "",
         "public_key_pem": "",
         **(values or {}),
@@ -562,6 +564,36 @@ async def save_webhooks(request: Request) -> Response:
     return await redirect_with_flash(
         request, viewer, viewer.url("/console/settings"), "Webhook URIs saved."
     )
+
+
+@router.post("/settings/return-uris")
+async def save_return_uris(request: Request) -> Response:
+    """Replace the merchant's allowed return URIs, one per line (operator only: in production
+    mode they decide where the service's pages may send a payer)."""
+    viewer = await resolve_viewer(request, operator_only=True)
+    form = await check_csrf(request, viewer)
+    merchant_id = _require_merchant(viewer)
+    raw = text(form, "return_uris")
+    lines = [line.strip() for line in raw.splitlines() if line.strip()]
+    messages: list[str] = []
+    uris: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            uris.append(return_uris.check_allowed_uri(line))
+        except ValueError as exc:
+            messages.append(f"line {number} {exc}.")
+    if len(lines) > return_uris.MAX_RETURN_URIS:
+        messages.append(f"at most {return_uris.MAX_RETURN_URIS} URIs.")
+    if messages:
+        errors: Errors = {"return_uris": messages}
+        return await _settings_page(
+            request, viewer, 400, errors=errors, values={"return_uris": raw}
+        )
+    async with app_context(request).pool.acquire() as conn:
+        stored = await return_uris.set_return_uris(conn, merchant_id, uris)
+    count = len(stored)
+    message = f"Allowed return URIs saved: {count} URI{'s' if count != 1 else ''}."
+    return await redirect_with_flash(request, viewer, viewer.url("/console/settings"), message)
 
 
 @router.post("/settings/signing-keys")

@@ -48,7 +48,7 @@ from bankrail.security.auth import (
     verify_signature,
 )
 from bankrail.security.tokens import AccessClaims, TokenError
-from bankrail.web.idempotent import respond_once
+from bankrail.web.idempotent import idempotency_key, respond_once
 from bankrail.web.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter(tags=["payments v3"])
@@ -126,7 +126,7 @@ async def _act(
         context,
         request,
         scope=f"v3:{caller.claims.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )
@@ -175,7 +175,7 @@ async def create_payment(
         context,
         request,
         scope=f"v3:{merchant.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )

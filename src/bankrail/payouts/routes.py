@@ -29,7 +29,7 @@ from bankrail.payouts.schemas import (
 from bankrail.security.auth import Merchant, SignedBody, signed_body
 from bankrail.security.idempotency import fingerprint
 from bankrail.security.tokens import AccessClaims
-from bankrail.web.idempotent import respond_once
+from bankrail.web.idempotent import idempotency_key, respond_once
 from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter()
@@ -41,7 +41,23 @@ V1SignedBody = Annotated[
     ),
 ]
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
-IdempotencyKey = Annotated[str, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
+
+
+async def _idempotency_key(
+    request: Request,
+    header: Annotated[
+        str, Header(alias="idempotency-key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
+    ],
+) -> str:
+    """The Idempotency-Key, validated and documented as a header parameter, but read as the
+    signature check read it (web/idempotent.py): 400 when it is repeated."""
+    del header  # FastAPI's copy, the first of several: validated, not used
+    key = idempotency_key(request)
+    assert key is not None  # the header parameter is required
+    return key
+
+
+IdempotencyKey = Annotated[str, Depends(_idempotency_key)]
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
 

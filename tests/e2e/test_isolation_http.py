@@ -230,6 +230,7 @@ def _state(world: World, payment_id: str | None = None) -> list[Any]:
         _json(world.b, "/v3/merchant-accounts"),
         _v1_records(world.a),
         _v1_records(world.b),
+        *(_account_list(m, c) for m in (world.a, world.b) for c in m.accounts),
     ]
     if payment_id is not None:
         views.append(_json(world.a, f"/v3/payments/{payment_id}"))
@@ -743,8 +744,17 @@ def _assert_bad_signature(answer: httpx.Response) -> None:
     assert problem["detail"].startswith("Invalid request signature"), problem
 
 
+def _account_list(merchant: MerchantClient, currency: str = "GBP") -> list[dict[str, Any]]:
+    """The movements of the merchant's account: payouts of both APIs, top-ups, payments."""
+    items: list[dict[str, Any]] = _json(
+        merchant, f"/v3/merchant-accounts/{merchant.accounts[currency]['id']}/transactions"
+    )["items"]
+    return items
+
+
 def _payouts(merchant: MerchantClient) -> list[dict[str, Any]]:
-    return [r for r in _v1_records(merchant) if r["type"] == "payout"]
+    """Every payout of the merchant's GBP account, made through v1 or v3."""
+    return [item for item in _account_list(merchant) if item["type"] == "payout"]
 
 
 def test_v3_signature_replayed_with_a_changed_body_is_rejected(funded: MerchantClient) -> None:
@@ -837,4 +847,7 @@ def test_v1_signature_replayed_with_another_transaction_id_is_rejected(
     assert _payouts(funded) == []
     answer = _post_raw(funded, "/v1/payouts", content, signature, None, "X-SVC-Signature")
     assert answer.status_code == 202, answer.text
-    assert [p["transaction_id"] for p in _payouts(funded)] == [signed_id]
+    assert len(_payouts(funded)) == 1
+    assert [p["transaction_id"] for p in _v1_records(funded) if p["type"] == "payout"] == [
+        signed_id
+    ]

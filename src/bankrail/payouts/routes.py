@@ -285,13 +285,18 @@ async def list_v1_transactions(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> Response:
-    """Payouts and top-ups of the caller's currency accounts, oldest first; `from` and `to`
-    are inclusive, `type` is `Payout` or `Topup`."""
+    """The payouts made through `POST /v1/payouts` and the top-ups of the caller's currency
+    accounts, oldest first; `from` and `to` are inclusive, `type` is `Payout` or `Topup`.
+
+    v3 payouts are listed by `GET /v3/merchant-accounts/{id}/transactions` only: they have
+    no `context_code`, and one paid to a sort code has no `beneficiary_iban`, both strings in
+    every v1 record."""
     after_time, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await context.pool.fetch(
         "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.created_at, a.details"
         " FROM account_activity a JOIN merchant_accounts m ON m.id = a.merchant_account_id"
-        " WHERE m.merchant_id = $1 AND a.type IN ('payout', 'topup')"
+        " WHERE m.merchant_id = $1"
+        " AND (a.type = 'topup' OR (a.type = 'payout' AND a.details->>'api' = 'v1'))"
         " AND ($2::text IS NULL OR a.type = $2) AND ($3::text IS NULL OR a.currency = $3)"
         " AND ($4::timestamptz IS NULL OR a.created_at >= $4)"
         " AND ($5::timestamptz IS NULL OR a.created_at <= $5)"

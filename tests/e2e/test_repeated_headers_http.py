@@ -8,8 +8,11 @@ private key. Promises proved:
 - on every signed POST (v1 and v3), a request that repeats `Idempotency-Key`, its signature
   header, or a header named in its signature's `tl_headers` is 400 Invalid Parameters naming
   the header, and has no effect;
-- the replay of the report (same bytes, `Idempotency-Key: <new>` then the signed key) creates
-  no payout however often it is sent, and a payment is not created by it either.
+- the replay of the report (same bytes, `Idempotency-Key: <new>` then the signed key) is 400
+  however often it is sent and creates no payout; the same replay of a `POST /v3/payments` is
+  400 too, and the signed request still gets its stored answer;
+- a repeated `Idempotency-Key` on `POST /sandbox/bank-transfers` (not signed, but answered
+  once per key) is 400 and credits nothing.
 """
 
 from __future__ import annotations

@@ -236,8 +236,10 @@ class World:
             )
             assert executed.status_code == 202, executed.text
             wait_for(
-                lambda: self.merchant.get(f"/v3/payments/{payment.id}").json()["status"]
-                == "payment_settled",
+                lambda: (
+                    self.merchant.get(f"/v3/payments/{payment.id}").json()["status"]
+                    == "payment_settled"
+                ),
                 what=f"payment {payment.id} to settle",
             )
         return payment

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import assert_invalid, assert_problem, bearer, is_uuid, parse_time, wait_for
-from payout_helpers import funded_merchant
+from payout_helpers import SORT_CODE, external_beneficiary, funded_merchant, payout_body
 
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
@@ -565,3 +565,41 @@ def test_transactions_are_only_the_callers(operator: Operator) -> None:
     results = _transactions(mine)["results"]
     assert [r["amount_in_minor"] for r in results] == [100]
     assert all(r["type"] == "topup" for r in results)
+
+
+# Spec 2.3 types these fields of a v1 transaction record as strings.
+V1_STRING_FIELDS = (
+    "transaction_id",
+    "type",
+    "beneficiary_name",
+    "beneficiary_iban",
+    "beneficiary_reference",
+    "currency",
+    "context_code",
+    "status",
+)
+
+
+def test_v3_payouts_are_listed_by_the_v3_account_list_only(operator: Operator) -> None:
+    """/v1/transactions lists what was paid through /v1/payouts (and top-ups): a v3 payout
+    has no context_code, and one to a sort code no IBAN, which every v1 record has."""
+    merchant = funded_merchant(operator, gbp=10_000)
+    v1_payout = _accept(merchant, _request(amount=300, currency="GBP", iban=GB_IBAN))
+    v3_payouts = []
+    for identifier in (SORT_CODE, {"type": "iban", "iban": GB_IBAN}):
+        body = payout_body(merchant, "GBP", 200, external_beneficiary(identifier))
+        answer = merchant.signed_post("/v3/payouts", body)
+        assert answer.status_code == 202, answer.text
+        v3_payouts.append(answer.json()["id"])
+
+    for params in ({}, {"type": "Payout"}, {"currency": "GBP"}):
+        payouts = [r for r in _transactions(merchant, **params)["results"] if r["type"] == "payout"]
+        assert [r["transaction_id"] for r in payouts] == [v1_payout], params
+        for record in payouts:
+            for field in V1_STRING_FIELDS:
+                assert isinstance(record[field], str), (field, record)
+    # The v3 payouts are there, in the merchant account's list, as is the v1 one.
+    path = f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions"
+    items = merchant.get(path, type="payout").json()["items"]
+    assert {item["id"] for item in items} >= set(v3_payouts)
+    assert len(items) == 3

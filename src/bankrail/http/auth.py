@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated
 
@@ -13,6 +13,7 @@ from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import Context
+from bankrail.security.headers import RequestHeaders, request_headers
 from bankrail.security.signing import (
     SignatureError,
     mismatch,
@@ -33,7 +34,6 @@ __all__ = [
     "require_operator",
     "require_payments_audience",
     "signed_body",
-    "verify_signed_request",
 ]
 
 PAYMENTS_SCOPE = "payments"
@@ -124,16 +124,22 @@ async def verify_signature(
     require_idempotency_key: bool = True,
     allow_body_only: bool = False,
 ) -> bytes:
-    """Verify the request's signature with the caller's registered key; returns the body."""
+    """Verify the request's signature with the caller's registered key; returns the body.
+
+    The headers are the request's `RequestHeaders` (security/headers.py), the very values the
+    idempotency layer reads: a repeated signature header, `Idempotency-Key`, or header named
+    in the signature's `tl_headers` is 400 before anything is verified or stored."""
+    headers = request_headers(request.scope)
+    headers.require_once((*names, "Idempotency-Key"))
     body = await request.body()
     raw_path = request.scope.get("raw_path")
-    await verify_signed_request(
+    await _verify_signed_request(
         context,
         claims,
         method=request.method,
         path=raw_path.decode("latin-1") if raw_path else request.url.path,
-        headers={k.lower(): v for k, v in request.headers.items()},
-        signature=next((request.headers[n] for n in names if n in request.headers), None),
+        headers=headers,
+        signature=next((headers[n] for n in names if n in headers), None),
         body=body,
         names=names,
         require_idempotency_key=require_idempotency_key,
@@ -142,13 +148,13 @@ async def verify_signature(
     return body
 
 
-async def verify_signed_request(
+async def _verify_signed_request(
     context: AppContext,
     claims: AccessClaims,
     *,
     method: str,
     path: str,
-    headers: Mapping[str, str],
+    headers: RequestHeaders,
     signature: str | None,
     body: bytes,
     names: tuple[str, ...] = ("Svc-Signature", "X-SVC-Signature"),
@@ -156,15 +162,20 @@ async def verify_signed_request(
     allow_body_only: bool = False,
 ) -> None:
     """Check `signature` (the value of the first of `names` present) over the request with
-    the caller's registered key; raises Unauthenticated (401) when it does not verify.
+    the caller's registered key; raises Unauthenticated (401) when it does not verify, and
+    RepeatedHeader (400) when a header the signature covers was sent more than once.
 
-    `headers` maps lower-cased names to values; `path` is the path as sent."""
+    `path` is the path as sent."""
     if signature is None:
         raise Unauthenticated(f"Invalid request signature: the {names[0]} header is missing.")
     if require_idempotency_key and not headers.get("idempotency-key"):
         raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     try:
         parsed = parse_signature(signature)
+    except SignatureError as exc:
+        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+    headers.require_once(parsed.header.tl_headers)
+    try:
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
         if key is None:
             raise SignatureError(f"no signing key with kid {parsed.header.kid!r}")
@@ -197,7 +208,8 @@ def signed_body(
 
     Any of `Svc-Signature` / `X-SVC-Signature` is read (the named one first). A missing or
     unparsable signature, an unknown kid, a mismatch, or a mandatory Idempotency-Key that is
-    absent from the request or from `tl_headers` is 401 "Invalid request signature".
+    absent from the request or from `tl_headers` is 401 "Invalid request signature". A
+    signature header, `Idempotency-Key` or `tl_headers` header sent more than once is 400.
     """
     names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
 

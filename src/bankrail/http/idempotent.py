@@ -13,9 +13,16 @@ from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE, dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
 from bankrail.http.problems import render_problem_bytes
+from bankrail.security.headers import request_headers
 from bankrail.security.idempotency import fingerprint, run_idempotent
 
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's `Idempotency-Key`, the same value its signature was verified over
+    (security/headers.py); RepeatedHeader (400) when the header was sent more than once."""
+    return request_headers(request.scope).get("idempotency-key")
 
 
 async def respond_once(
@@ -37,7 +44,11 @@ async def respond_once(
     `security.idempotency.EXPIRING_SCOPES` matches (v3, sandbox, console) are deleted once the
     configured validity ends, so such a scope takes no `ttl` of its own; the scopes that do
     (v1 payouts, legacy deposits) lie outside it and keep their keys for good.
+
+    A request that repeats the `Idempotency-Key` header is refused (400) here too, whatever
+    its key is taken from, before anything runs or is stored.
     """
+    request_headers(request.scope).require_once(("Idempotency-Key",))
     now = context.clock.now()
 
     async def handler(conn: Connection) -> tuple[int, bytes]:

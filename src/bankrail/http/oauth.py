@@ -100,12 +100,14 @@ async def issue_token(request: Request, context: Context) -> Response:
     client_id = fields.get("client_id")
     client_secret = fields.get("client_secret")
     scope = fields.get("scope")
-    if not all(isinstance(v, str) for v in (grant_type, client_id, client_secret)) or (
-        scope is not None and not isinstance(scope, str)
-    ):
+    if not all(isinstance(v, str) for v in (grant_type, client_id, client_secret)):
         return _oauth_error(
             "invalid_request", "grant_type, client_id and client_secret are required strings."
         )
+    # Absent is "every scope of the client"; present, it must be a string (JSON null too is
+    # refused rather than read as absent).
+    if "scope" in fields and not isinstance(scope, str):
+        return _oauth_error("invalid_request", "scope, when given, must be a string.")
     assert isinstance(client_id, str)
     assert isinstance(client_secret, str)
     if "\x00" in client_id or "\x00" in client_secret:

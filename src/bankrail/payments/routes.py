@@ -26,7 +26,7 @@ from bankrail.http.auth import (
     verify_signature,
 )
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import respond_once
+from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
@@ -129,7 +129,7 @@ async def _act(
         context,
         request,
         scope=f"v3:{caller.claims.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )
@@ -178,7 +178,7 @@ async def create_payment(
         context,
         request,
         scope=f"v3:{merchant.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )

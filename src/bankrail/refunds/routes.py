@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, Response
 from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import respond_once
+from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
 from bankrail.refunds import service
@@ -50,7 +50,7 @@ async def create_refund(
         context,
         request,
         scope=f"v3:{merchant.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )

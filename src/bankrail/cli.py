@@ -430,6 +430,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     from bankrail.db.pool import create_pool
     from bankrail.merchants import service
     from bankrail.security import signing
+    from bankrail.security.secret_files import write_secret_file
     from bankrail.security.service_keys import ADMIN_TOKEN_FILE, ensure_admin_token
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -462,8 +463,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     finally:
         await pool.close()
     key_path = settings.data_dir / DEMO_KEY
-    key_path.write_text(signing.private_key_pem(key))
-    key_path.chmod(0o600)
+    write_secret_file(key_path, signing.private_key_pem(key))
     admin_file = settings.data_dir / ADMIN_TOKEN_FILE
     admin_token = settings.admin_token or (
         admin_file.read_text().strip() if admin_file.exists() else generated
@@ -485,8 +485,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
             for a in accounts
         ],
     }
-    saved.write_text(json.dumps(demo, indent=2) + "\n")
-    saved.chmod(0o600)
+    write_secret_file(saved, json.dumps(demo, indent=2) + "\n")
     return demo
 
 

@@ -1,18 +1,21 @@
 """Production mode (`BANKRAIL_MODE=production`) against a real `bankrail serve`: it refuses to
-start without a strong operator token; the sandbox routes, the service clock control and the
-mock bank do not exist; webhook URIs must be https on the public internet (no loopback,
-private, link-local or metadata addresses, whether written as an IP or as a name that
-resolves to one), through the admin API and the console form alike; /metrics needs the
-operator token; and the process log is JSON lines, each with a `trace_id`, with one access
-line per request carrying the response's `Svc-Trace-Id`, and never a client secret, access
-token or operator token, however a request carried it.
+start without a strong operator token, and refuses to make (and print) a demo merchant; the
+sandbox routes, the service clock control and the mock bank do not exist; webhook URIs must be
+https on the public internet (no loopback, private, link-local or metadata addresses, whether
+written as an IP or as a name that resolves to one), through the admin API and the console
+form alike; /metrics needs the operator token; and the process log is JSON lines, each with a
+`trace_id`, with one access line per request carrying the response's `Svc-Trace-Id`, and never
+a client secret, access token or operator token, however a request carried it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -96,6 +99,38 @@ def test_serve_refuses_a_weak_operator_token_with_exit_code_2(pg_server: str, to
     finally:
         if server.process is not None and server.process.poll() is None:
             server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("command", [["serve", "--demo"], ["init"]], ids=["serve-demo", "init"])
+def test_the_demo_merchant_is_refused_before_anything_is_printed_or_written(
+    pg_server: str, command: list[str]
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="bankrail-prod-demo-"))
+    data_dir = base / "data"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bankrail", *command, "--data-dir", str(data_dir)],
+            env={
+                **os.environ,
+                **PRODUCTION,
+                "BANKRAIL_ADMIN_TOKEN": secrets.token_urlsafe(32),
+                "BANKRAIL_PORT": str(free_port()),
+                # A database that does not exist: the refusal must come before any connection.
+                "DATABASE_URL": with_database(pg_server, "bankrail_never_created"),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert f"error: `bankrail {' '.join(command)}` is refused in production mode" in (
+            done.stderr
+        )
+        assert not data_dir.exists()  # no demo-credentials.json, key or operator token file
+    finally:
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -73,9 +73,10 @@ def _log_documents(server: RunningServer) -> list[dict[str, Any]]:
     [
         "",  # none at all
         "0123456789" * 4,  # 40 characters, but a pattern of 10
+        "0123456789ab" * 3,  # 36 characters, 12 different ones, but a pattern of 12
         secrets.token_urlsafe(16),  # random, but only ~22 characters
     ],
-    ids=["missing", "patterned", "too-short-random"],
+    ids=["missing", "patterned", "repeated-unit", "too-short-random"],
 )
 def test_serve_refuses_a_weak_operator_token_with_exit_code_2(pg_server: str, token: str) -> None:
     base = Path(tempfile.mkdtemp(prefix="bankrail-weak-"))

@@ -30,7 +30,19 @@ class Console:
     """One browser's worth of console session: a cookie jar and the forms' CSRF tokens."""
 
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=30, follow_redirects=False)
+        self.http = httpx.Client(
+            base_url=base_url,
+            timeout=30,
+            follow_redirects=False,
+            event_hooks={"response": [self._as_on_loopback]},
+        )
+
+    def _as_on_loopback(self, _response: httpx.Response) -> None:
+        """Keep sending `Secure` cookies (production mode sets them) over plain http, as a
+        browser does for http://127.0.0.1, where every server under test listens: the jar
+        (http.cookiejar) would only send them over https."""
+        for cookie in self.http.cookies.jar:
+            cookie.secure = False
 
     def close(self) -> None:
         self.http.close()

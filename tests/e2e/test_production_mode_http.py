@@ -1,11 +1,12 @@
 """Production mode (`BANKRAIL_MODE=production`) against a real `bankrail serve`: it refuses to
 start without a strong operator token, and refuses to make (and print) a demo merchant; the
-sandbox routes, the service clock control and the mock bank do not exist; webhook URIs must be
-https on the public internet (no loopback, private, link-local or metadata addresses, whether
-written as an IP or as a name that resolves to one), through the admin API and the console
-form alike; /metrics needs the operator token; and the process log is JSON lines, each with a
-`trace_id`, with one access line per request carrying the response's `Svc-Trace-Id`, and never
-a client secret, access token or operator token, however a request carried it.
+sandbox routes, the service clock control and the mock bank do not exist;
+webhook URIs must be https on the public internet (no loopback, private, link-local or
+metadata addresses, whether written as an IP or as a name that resolves to one), through the
+admin API and the console form alike; the console's cookies are `Secure`; /metrics needs the
+operator token; and the process log is JSON lines, each with a `trace_id`, with one access line
+per request carrying the response's `Svc-Trace-Id`, and never a client secret, access token or
+operator token, however a request carried it.
 """
 
 from __future__ import annotations
@@ -253,6 +254,30 @@ def test_the_console_settings_form_refuses_a_private_webhook_uri(
         assert accepted.status_code == 303, accepted.text
     finally:
         console.close()
+
+
+def test_the_console_cookies_are_secure_http_only_and_same_site(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    merchant = prod_operator.new_merchant("Prod Cookie Ltd")
+    console = Console(production.base_url)
+    try:
+        anonymous = console.get("/console/login")
+        signed_in = console.login_merchant(merchant)
+        assert signed_in.status_code == 303, signed_in.text
+        assert console.get("/console").status_code == 200  # the jar sent the session back
+        cookies = [
+            *anonymous.headers.get_list("set-cookie"),
+            *signed_in.headers.get_list("set-cookie"),
+        ]
+    finally:
+        console.close()
+    names = {cookie.split("=", 1)[0] for cookie in cookies}
+    assert names == {"bankrail_console", "bankrail_console_flash"}
+    for cookie in cookies:
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+        assert {"secure", "httponly", "samesite", "path"} <= attributes, cookie
+        assert "samesite=lax" in cookie.lower(), cookie
 
 
 # --- metrics ---------------------------------------------------------------------------------

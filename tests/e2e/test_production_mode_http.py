@@ -1,6 +1,6 @@
 """Production mode (`BANKRAIL_MODE=production`) against a real `bankrail serve`: it refuses to
 start without a strong operator token, and refuses to make (and print) a demo merchant; the
-sandbox routes, the service clock control and the mock bank do not exist;
+sandbox routes, the service clock control, the mock bank and a Swagger UI page do not exist;
 webhook URIs must be https on the public internet (no loopback, private, link-local or
 metadata addresses, whether written as an IP or as a name that resolves to one), through the
 admin API and the console form alike; the console's cookies are `Secure`; /metrics needs the
@@ -177,6 +177,14 @@ def test_the_api_description_has_no_sandbox_or_mock_bank_routes(production: Runn
     paths = httpx.get(f"{production.base_url}/openapi.json", timeout=30).json()["paths"]
     assert "/v3/payouts" in paths
     assert not [p for p in paths if p.startswith(("/sandbox", "/mock-bank"))]
+
+
+def test_there_is_no_swagger_ui_page(production: RunningServer) -> None:
+    # Its scripts would come from a CDN; the API description is /openapi.json.
+    with httpx.Client(base_url=production.base_url, timeout=30) as http:
+        assert_problem(http.get("/docs"), 404)
+        assert_problem(http.get("/docs/oauth2-redirect"), 404)
+        assert http.get("/openapi.json").status_code == 200
 
 
 # --- webhook destinations --------------------------------------------------------------------

@@ -63,6 +63,20 @@ def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
     return settings
 
 
+def _refuse_demo_in_production(settings: Settings, command: str) -> None:
+    """Exit 2, before anything is created, printed or written, when `command` would make a
+    demo merchant in production mode: it prints the operator token and the client secret,
+    and stores them in plaintext in the data directory."""
+    if not settings.sandbox:
+        typer.echo(
+            f"error: `bankrail {command}` is refused in production mode: it would print the "
+            "operator token and a client secret and store them in the data directory. "
+            "Create merchants with the operator API (`/admin/merchants`) instead.",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 @cli.command()
 def serve(
     host: Host = None,
@@ -74,13 +88,15 @@ def serve(
         typer.Option(
             "--demo",
             help="Before serving, create the demo merchant if there is none and print it, "
-            "as `bankrail init` does (what `./dev serve` runs).",
+            "as `bankrail init` does (what `./dev serve` runs). Sandbox mode only.",
         ),
     ] = False,
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
     DATABASE_URL is set)."""
     settings = _checked_settings(data_dir, host=host, port=port)
+    if demo:
+        _refuse_demo_in_production(settings, "serve --demo")
     from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 
     embedded: EmbeddedPostgres | None = None
@@ -393,9 +409,11 @@ def init(
     ] = False,
 ) -> None:
     """Create a demo merchant with client credentials, a signing key pair and GBP and EUR
-    accounts, and print what a developer needs. Running it again prints the same demo."""
+    accounts, and print what a developer needs. Running it again prints the same demo.
+    Sandbox mode only."""
     logging.basicConfig(level=logging.WARNING)
     settings = _settings(data_dir, host=host, port=port)
+    _refuse_demo_in_production(settings, "init")
     from bankrail.db.embedded import EmbeddedPostgres
 
     embedded: EmbeddedPostgres | None = None
@@ -426,6 +444,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     from bankrail.db.pool import create_pool
     from bankrail.merchants import service
     from bankrail.security import signing
+    from bankrail.security.secret_files import write_secret_file
     from bankrail.security.service_keys import ADMIN_TOKEN_FILE, ensure_admin_token
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -458,8 +477,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     finally:
         await pool.close()
     key_path = settings.data_dir / DEMO_KEY
-    key_path.write_text(signing.private_key_pem(key))
-    key_path.chmod(0o600)
+    write_secret_file(key_path, signing.private_key_pem(key))
     admin_file = settings.data_dir / ADMIN_TOKEN_FILE
     admin_token = settings.admin_token or (
         admin_file.read_text().strip() if admin_file.exists() else generated
@@ -481,8 +499,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
             for a in accounts
         ],
     }
-    saved.write_text(json.dumps(demo, indent=2) + "\n")
-    saved.chmod(0o600)
+    write_secret_file(saved, json.dumps(demo, indent=2) + "\n")
     return demo
 
 

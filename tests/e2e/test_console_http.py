@@ -30,7 +30,19 @@ class Console:
     """One browser's worth of console session: a cookie jar and the forms' CSRF tokens."""
 
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=30, follow_redirects=False)
+        self.http = httpx.Client(
+            base_url=base_url,
+            timeout=30,
+            follow_redirects=False,
+            event_hooks={"response": [self._as_on_loopback]},
+        )
+
+    def _as_on_loopback(self, _response: httpx.Response) -> None:
+        """Keep sending `Secure` cookies (production mode sets them) over plain http, as a
+        browser does for http://127.0.0.1, where every server under test listens: the jar
+        (http.cookiejar) would only send them over https."""
+        for cookie in self.http.cookies.jar:
+            cookie.secure = False
 
     def close(self) -> None:
         self.http.close()
@@ -415,7 +427,13 @@ def test_replay_without_csrf_token_is_403_and_sends_nothing(
     operator.put(f"/admin/merchants/{merchant.merchant_id}/webhooks", {"payouts_uri": receiver.url})
     assert operator.top_up(merchant.accounts["GBP"], 100).status_code == 201
     receiver.wait_for(lambda got: len(got) == 1)
-    delivery = _deliveries(operator, merchant)[0]
+    # The receiver has the webhook before the worker records the attempt: wait for that too.
+    delivery = wait_for(
+        lambda: next(
+            (d for d in _deliveries(operator, merchant) if d["status"] == "delivered"), None
+        ),
+        what="the delivery recorded as delivered",
+    )
     _signed_in(console, merchant)
     answer = console.post(f"/console/webhooks/{delivery['id']}/replay", {}, csrf=None)
     assert answer.status_code == 403

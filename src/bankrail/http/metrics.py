@@ -36,8 +36,8 @@ __all__ = ["MetricsMiddleware", "observe_request", "router"]
 router = APIRouter(tags=["operations"])
 
 
-# Served by plain Starlette routes, which FastAPI's router does not record in the scope.
-_DOCUMENTATION_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect"})
+# Served by a plain Starlette route, which FastAPI's router does not record in the scope.
+_DOCUMENTATION_PATHS = frozenset({"/openapi.json"})
 
 
 def _route_template(scope: Scope) -> str:

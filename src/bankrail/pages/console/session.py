@@ -215,13 +215,17 @@ async def console_signer(request: Request) -> SessionSigner:
 
 
 def _secure(request: Request) -> bool:
-    return str(request.app.state.context.settings.public_url).startswith("https://")
+    """Whether the console's cookies are `Secure` (sent over https only): always in
+    production mode, and in the sandbox when its public URL is https."""
+    settings = request.app.state.context.settings
+    return not settings.sandbox or str(settings.public_url).startswith("https://")
 
 
 def set_session_cookie(
     response: Response, request: Request, signer: SessionSigner, session: Session
 ) -> None:
-    """Send the session cookie: HttpOnly, SameSite=Lax, Path=/console, Secure on https."""
+    """Send the session cookie: HttpOnly, SameSite=Lax, Path=/console, and Secure in
+    production mode or on https."""
     ttl = ANONYMOUS_TTL if session.role == "anonymous" else SESSION_TTL
     response.set_cookie(
         COOKIE_NAME,

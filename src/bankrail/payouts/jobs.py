@@ -101,7 +101,7 @@ class _Batch:
         )
         if row["api"] == "v1":
             for step in plan.steps:
-                self._event(row, "payouts", v1_event(row, step, self.now))
+                self._event(row, "payouts", v1_event(row, step))
         terminal = v3_terminal_event(row, state)
         if terminal is not None:
             self._event(row, "payments", terminal)

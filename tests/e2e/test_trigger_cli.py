@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from e2e_helpers import get_record
+from pydantic import BaseModel
 
+from bankrail.events.schemas import WEBHOOKS
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
 from support.server import RunningServer
@@ -113,6 +115,15 @@ def test_trigger_makes_the_event_reach_the_webhook_uri(
         assert body["type"] == event_type
     else:
         assert body["event_type"] == event_type
+    # The payload is the one /openapi.json documents under `webhooks`.
+    model = WEBHOOKS[event][1]
+    model.model_validate(body)
+    assert set(body) == set(model.model_fields)
+    if "event_body" in body:
+        inner = model.model_fields["event_body"].annotation
+        assert isinstance(inner, type)
+        assert issubclass(inner, BaseModel)
+        assert set(body["event_body"]) == set(inner.model_fields)
     # What it says it made exists, and is the object the event is about.
     created = made["created"]
     if "payment_id" in created:

@@ -49,7 +49,7 @@ from bankrail.security.auth import (
 )
 from bankrail.security.tokens import AccessClaims, TokenError
 from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.web.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST, Needs, documents
 
 router = APIRouter(tags=["payments v3"])
 sandbox_router = APIRouter(tags=["mock bank"])
@@ -90,6 +90,16 @@ class PaymentCaller:
         return self.claims.merchant_id if self.claims else None
 
 
+@documents(
+    Needs(
+        schemes=("merchantToken", "resourceToken"),
+        # With the merchant's token: signed, with an Idempotency-Key; with the resource token
+        # (the hosted page): neither.
+        signature="Svc-Signature",
+        signature_required=False,
+        idempotency_key="optional",
+    )
+)
 async def _payment_caller(
     payment_id: uuid.UUID, request: Request, context: Context
 ) -> PaymentCaller:
@@ -335,6 +345,7 @@ async def payment_sources(
     response_model=RedirectAnswer,
     responses={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]},
 )
+@documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_action(
     payment_id: uuid.UUID, body: BankAction, request: Request, context: Context
 ) -> Response:

@@ -20,6 +20,7 @@ from bankrail.security.signing import (
     verify_any,
 )
 from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
+from bankrail.web.openapi import Needs, documents
 
 __all__ = [
     "Admin",
@@ -83,6 +84,7 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
     return claims
 
 
+@documents(Needs(schemes=("merchantToken",)))
 async def _access_claims(request: Request, context: Context) -> AccessClaims:
     return await read_access_claims(request, context)
 
@@ -107,6 +109,7 @@ async def require_operator(request: Request, context: AppContext) -> None:
         raise Unauthenticated("Invalid operator token.")
 
 
+@documents(Needs(schemes=("operatorToken",)))
 async def _admin(request: Request, context: Context) -> None:
     await require_operator(request, context)
 
@@ -200,6 +203,9 @@ def signed_body(
     """
     names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
 
+    @documents(
+        Needs(signature=header, idempotency_key="required" if require_idempotency_key else None)
+    )
     async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
         return await verify_signature(
             request,

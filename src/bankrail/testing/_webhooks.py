@@ -169,24 +169,34 @@ class BankrailWebhooks:
         """The first verified event of this type (whose top-level or v1 `event_body` fields
         equal `fields`, e.g. `payment_id=...`), received already or within `timeout`
         seconds; raises WebhookTimeout listing every delivery received otherwise."""
+        return self.wait_for_all(type, 1, timeout, **fields)[0]
+
+    def wait_for_all(
+        self, type: str, count: int, timeout: float = 10.0, **fields: Any
+    ) -> list[dict[str, Any]]:
+        """The first `count` verified deliveries of such events (a retried or replayed event
+        arrives again with the same `event_id`), as `wait_for`."""
         deadline = time.monotonic() + timeout
         with self._arrived:
             while True:
-                for delivery in self._deliveries:
-                    event = delivery.event
-                    if (
-                        delivery.verified
-                        and event is not None
-                        and delivery.type == type
-                        and _matches(event, fields)
-                    ):
-                        return event
+                found = [
+                    d.event
+                    for d in self._deliveries
+                    if d.verified
+                    and d.event is not None
+                    and d.type == type
+                    and _matches(d.event, fields)
+                ]
+                if len(found) >= count:
+                    return found[:count]
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._arrived.wait(left)
             received = [d.describe() for d in self._deliveries]
         wanted = type + "".join(f" {k}={v}" for k, v in fields.items())
+        if count > 1:
+            wanted = f"{count} x {wanted}"
         listing = "\n".join(f"  - {line}" for line in received) or "  (none)"
         raise WebhookTimeout(
             f"no verified {wanted} webhook within {timeout}s; "

@@ -113,6 +113,20 @@ def test_waits_for_a_settlement_that_never_comes(
     bankrail_webhooks.wait_for("payment_settled", timeout=1)
 """
 
+PARALLEL = """
+import os
+
+
+def test_one(bankrail_server, bankrail_client):
+    assert bankrail_client.get("/v3/merchant-accounts").status_code == 200
+    print("worker", os.environ["PYTEST_XDIST_WORKER"], "server", bankrail_server.url)
+
+
+def test_two(bankrail_server, bankrail_client):
+    assert bankrail_client.get("/v3/merchant-accounts").status_code == 200
+    print("worker", os.environ["PYTEST_XDIST_WORKER"], "server", bankrail_server.url)
+"""
+
 UNUSED = """
 def test_without_the_fixtures():
     assert True
@@ -143,6 +157,23 @@ def test_a_merchant_suite_uses_every_fixture_and_leaves_nothing_behind(
     pytester.makepyfile(test_shop=MERCHANT_TESTS)
     result = _run(pytester, f"--bankrail-tmpdir={server_parent}", "-s")
     result.assert_outcomes(passed=4)
+    assert list(server_parent.iterdir()) == []
+    assert processes_mentioning(server_parent) == []
+
+
+def test_with_xdist_each_worker_has_its_own_server(
+    pytester: pytest.Pytester, server_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BANKRAIL_URL", raising=False)
+    pytester.makepyfile(test_parallel=PARALLEL)
+    result = _run(pytester, "-n", "2", "-rA", f"--bankrail-tmpdir={server_parent}")
+    result.assert_outcomes(passed=2)
+    servers = {
+        line.split(" server ")[1]
+        for line in result.stdout.lines
+        if line.startswith("worker gw") and " server " in line
+    }
+    assert len(servers) == 2, result.stdout.str()
     assert list(server_parent.iterdir()) == []
     assert processes_mentioning(server_parent) == []
 

@@ -135,7 +135,7 @@ def _tail(path: Path) -> str:
 def _make_base_dir(parent: Path | None) -> Path:
     where = parent if parent is not None else Path(tempfile.gettempdir())
     try:
-        return Path(tempfile.mkdtemp(prefix="bankrail-test-", dir=where))
+        return Path(tempfile.mkdtemp(prefix="bankrail-session-", dir=where))
     except OSError as exc:
         raise ServerError(
             f"cannot create the server's data directory in {where}: {exc.strerror or exc}"

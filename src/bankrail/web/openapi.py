@@ -86,9 +86,10 @@ class Needs:
     """What a request must carry, as a dependency (or route) requires it: one of the bearer
     `schemes`, the `signature` header (`signature_required`: always, or only with a
     merchant token), and an `Idempotency-Key` (`idempotency_key`: "required",
-    "optional" or None)."""
+    "optional" or None). `anonymous`: the schemes are needed only in some mode."""
 
     schemes: tuple[str, ...] = ()
+    anonymous: bool = False  # also callable with no token (in some mode)
     signature: str | None = None
     signature_required: bool = True
     idempotency_key: str | None = None
@@ -118,6 +119,7 @@ def _route_needs(route: Any) -> Needs:
     """Everything the route's dependencies (and the route itself) are recorded to need."""
     found = [_NEEDS[c] for c in (route.endpoint, *_calls(route.dependant)) if c in _NEEDS]
     schemes: list[str] = []
+    anonymous = any(needs.anonymous for needs in found)
     signature: Needs | None = None
     idempotency: str | None = None
     for needs in found:
@@ -130,6 +132,7 @@ def _route_needs(route: Any) -> Needs:
             idempotency = needs.idempotency_key or idempotency
     return Needs(
         schemes=tuple(schemes),
+        anonymous=anonymous,
         signature=signature.signature if signature else None,
         signature_required=signature.signature_required if signature else True,
         idempotency_key=idempotency,
@@ -192,7 +195,8 @@ def _document_needs(schema: dict[str, Any], routes: Any) -> None:
             if operation is None:
                 continue
             if needs.schemes:
-                operation["security"] = [{scheme: []} for scheme in needs.schemes]
+                anyone: list[dict[str, list[str]]] = [{}] if needs.anonymous else []
+                operation["security"] = anyone + [{scheme: []} for scheme in needs.schemes]
             if method in ("GET", "HEAD"):
                 continue  # only requests with a body are signed
             if needs.signature:

@@ -11,9 +11,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e_helpers import processes_mentioning
 
+from bankrail.testing import BankrailWebhooks, WebhookTimeout
+from support.api import Operator
 from support.server import RunningServer
 
 pytest_plugins = ["pytester"]
@@ -262,3 +265,42 @@ def test_bankrail_url_needs_the_admin_token(
     result.stdout.fnmatch_lines(["*bankrail_server: BANKRAIL_URL is set but BANKRAIL_ADMIN_TOKEN*"])
     assert re.search("Traceback", result.stdout.str()) is None
     assert os.environ.get("BANKRAIL_ADMIN_TOKEN") is None
+
+
+def test_the_receiver_refuses_a_webhook_whose_signature_does_not_verify(
+    server: RunningServer, operator: Operator
+) -> None:
+    merchant = operator.new_merchant(currencies=("GBP",))
+    receiver = BankrailWebhooks(server.base_url)
+    try:
+        answer = operator.put(
+            f"/admin/merchants/{merchant.merchant_id}/webhooks",
+            {"payments_uri": receiver.payments_uri, "payouts_uri": receiver.payouts_uri},
+        )
+        assert answer.status_code == 200, answer.text
+        assert operator.top_up(merchant.accounts["GBP"], 700).status_code == 201
+        genuine = receiver.wait_for("topup_received", timeout=30, amount_in_minor=700)
+        # The same bytes, with the signature of another body: refused, and never an event.
+        sent = receiver.deliveries[0]
+        forged = httpx.post(
+            receiver.payouts_uri,
+            content=sent.body.replace(b"700", b"900"),
+            headers={
+                "Content-Type": "application/json",
+                "X-SVC-Webhook-Timestamp": sent.headers["x-svc-webhook-timestamp"],
+                "Svc-Signature": sent.headers["svc-signature"],
+            },
+        )
+        assert forged.status_code == 401
+        unsigned = httpx.post(receiver.payouts_uri, json={**genuine, "event_id": "x"})
+        assert unsigned.status_code == 401
+        assert [(d.verified, d.error) for d in receiver.deliveries] == [
+            (True, None),
+            (False, "the signature does not match"),
+            (False, "no Svc-Signature header"),
+        ]
+        assert receiver.events == [genuine]
+        with pytest.raises(WebhookTimeout, match="REJECTED"):
+            receiver.wait_for("topup_received", timeout=0.1, amount_in_minor=900)
+    finally:
+        receiver.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,25 @@ def test_an_unknown_event_or_a_missing_token_is_an_error(
     no_token = _bankrail("trigger", "payment_settled", "--data-dir", str(data_dir))
     assert no_token.returncode == 2
     assert "no operator token" in no_token.stderr
+
+
+def test_a_server_that_does_not_answer_is_one_line(data_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    for merchant in ((), ("--merchant-id", str(uuid.uuid4()))):
+        done = _bankrail(
+            "trigger",
+            "payment_settled",
+            "--url",
+            url,
+            "--admin-token",
+            "t",
+            *merchant,
+            "--data-dir",
+            str(data_dir),
+        )
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith(f"error: cannot reach {url}"), done.stderr
+        assert "Traceback" not in done.stderr

@@ -64,9 +64,11 @@ class Triggered:
         lines = [f"Triggered {self.event} for merchant {self.merchant_id}"]
         lines += [f"  {name:<22}{value}" for name, value in self.created.items()]
         lines.append(f"  {'event_id':<22}{self.delivery.get('event_id')}")
+        uri = self.delivery.get("uri")
+        where = f"to {uri}" if uri else "the merchant has no webhook URI"
         lines.append(
             f"  {'webhook delivery':<22}{self.delivery.get('id')} "
-            f"({self.delivery.get('status')}, to {self.delivery.get('uri') or 'no URI set'})"
+            f"({self.delivery.get('status')}, {where})"
         )
         return "\n".join(lines)
 
@@ -366,7 +368,10 @@ def default_merchant_id(url: str, admin_token: str, data_dir: Path) -> str:
     with httpx.Client(
         base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30
     ) as operator:
-        answer = operator.get("/admin/merchants")
+        try:
+            answer = operator.get("/admin/merchants")
+        except httpx.HTTPError as exc:
+            raise TriggerError(f"cannot reach {url}: {exc}") from None
         if answer.status_code != 200:
             raise TriggerError(f"GET /admin/merchants answered {answer.status_code}: {answer.text}")
         merchants = answer.json()

@@ -1,5 +1,4 @@
-"""The OpenAPI document: the error answers each route can give (DESIGN §6), who may call it
-(bearer schemes), the signature and Idempotency-Key headers it takes, and the webhooks."""
+"""OpenAPI documentation of the error answers each route can give (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -55,6 +54,9 @@ _EVERY_ROUTE = (
     ("503", "Service Unavailable (retry after Retry-After)"),
 )
 
+
+# Beyond the errors, the document says who may call each operation (bearer schemes), the
+# signature and Idempotency-Key headers it takes, and the webhooks (docs/api.md).
 
 # The bearer schemes of `components.securitySchemes`.
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -235,14 +235,16 @@ def _one_spelling_per_enum(node: Any) -> None:
             _one_spelling_per_enum(child)
 
 
-def _webhooks(components: dict[str, Any]) -> dict[str, Any]:
+# A webhook of the document: its name → (where it is sent, its payload model).
+Webhooks = Mapping[str, tuple[str, type[BaseModel]]]
+
+
+def _webhooks(components: dict[str, Any], webhooks: Webhooks) -> dict[str, Any]:
     """The top-level `webhooks` (OpenAPI 3.1): each event's payload and headers."""
     from pydantic.json_schema import models_json_schema
 
-    from bankrail.events.schemas import WEBHOOKS
-
     models: list[tuple[type[BaseModel], Literal["serialization"]]] = [
-        (model, "serialization") for _, model in WEBHOOKS.values()
+        (model, "serialization") for _, model in webhooks.values()
     ]
     refs, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}")
     for name, definition in definitions.get("$defs", {}).items():
@@ -265,9 +267,9 @@ def _webhooks(components: dict[str, Any]) -> dict[str, Any]:
             "schema": {"type": "string"},
         },
     ]
-    webhooks: dict[str, Any] = {}
-    for name, (destination, model) in WEBHOOKS.items():
-        webhooks[name] = {
+    documented: dict[str, Any] = {}
+    for name, (destination, model) in webhooks.items():
+        documented[name] = {
             "post": {
                 "summary": f"{name.removeprefix('v1.')}, sent to the merchant's {destination}",
                 "description": (model.__doc__ or "").strip(),
@@ -280,11 +282,11 @@ def _webhooks(components: dict[str, Any]) -> dict[str, Any]:
                 "responses": {"200": {"description": "Any 2xx answer within 10 s is a delivery."}},
             }
         }
-    return webhooks
+    return documented
 
 
-def problem_json_openapi(app: Any) -> Any:
-    """An `app.openapi` that documents every error answer as problem+json.
+def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
+    """An `app.openapi` that documents every error answer as problem+json, and `webhooks`.
 
     FastAPI puts response models under `application/json` and adds a 422 "Validation Error"
     to every route with input; Bankrail answers errors as `application/problem+json` and
@@ -324,7 +326,7 @@ def problem_json_openapi(app: Any) -> Any:
             components.pop(unused, None)
         schema["components"]["securitySchemes"] = SECURITY_SCHEMES
         _document_needs(schema, app.routes)
-        schema["webhooks"] = _webhooks(components)
+        schema["webhooks"] = _webhooks(components, webhooks or {})
         _one_spelling_per_enum(schema)
         app.openapi_schema = schema
         return schema

@@ -23,7 +23,6 @@ from bankrail.events.delivery import DeliveryWorker, ensure_webhook_key
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
-from bankrail.events.schemas import WEBHOOKS
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop, Listener
 from bankrail.ledger.routes import router as ledger_router
@@ -216,6 +215,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     )
     app.state.public_url = settings.public_url
     install_problem_handlers(app)
+    from bankrail.events.schemas import WEBHOOKS
+
     app.openapi = problem_json_openapi(app, WEBHOOKS)  # type: ignore[method-assign]
     for router in (
         auth_router,

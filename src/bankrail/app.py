@@ -116,7 +116,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     )
     app.state.public_url = settings.public_url
     install_problem_handlers(app)
-    app.openapi = problem_json_openapi(app)  # type: ignore[method-assign]
+    from bankrail.events.schemas import WEBHOOKS
+
+    app.openapi = problem_json_openapi(app, WEBHOOKS)  # type: ignore[method-assign]
     for router in (
         auth_router,
         merchant_router,

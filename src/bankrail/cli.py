@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker and init."""
+"""The `bankrail` command: serve, worker, init and trigger."""
 
 from __future__ import annotations
 
@@ -529,6 +529,74 @@ Get a token and list the accounts:
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s {base}/v3/merchant-accounts -H "Authorization: Bearer $TOKEN"
 """
+
+
+@cli.command()
+def trigger(
+    event: Annotated[
+        str | None, typer.Argument(help="The event to make happen (see --list).")
+    ] = None,
+    url: Annotated[
+        str, typer.Option(help="The running server.", envvar="BANKRAIL_URL")
+    ] = "http://127.0.0.1:8080",
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help="The operator token (default: <data-dir>/admin-token).",
+            envvar="BANKRAIL_ADMIN_TOKEN",
+        ),
+    ] = None,
+    merchant_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The merchant (default: the demo merchant of the data directory, else the "
+            "oldest merchant)."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            help="Where the operator token and demo merchant are read from.",
+            envvar="BANKRAIL_DATA_DIR",
+        ),
+    ] = Path(".bankrail"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    list_events: Annotated[bool, typer.Option("--list", help="Name the events.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the event.", min=1)] = 30,
+) -> None:
+    """Make a running server send a webhook: create the real objects that lead to EVENT for
+    a merchant, wait until the event is recorded, and print what was made."""
+    from bankrail.sandbox.trigger import EVENTS, TriggerError, default_merchant_id
+    from bankrail.sandbox.trigger import trigger as run_trigger
+
+    if list_events:
+        if as_json:
+            listed = [{"event": e.name, "api": e.api, "how": e.how} for e in EVENTS.values()]
+            typer.echo(json.dumps(listed, indent=2))
+        else:
+            for e in EVENTS.values():
+                typer.echo(f"{e.name:<22}{e.api}  {e.how}")
+        return
+    if event is None:
+        typer.echo("error: name an event (bankrail trigger --list names them)", err=True)
+        raise typer.Exit(2)
+    token = admin_token
+    token_file = data_dir / "admin-token"
+    if not token and token_file.is_file():
+        token = token_file.read_text().strip()
+    if not token:
+        typer.echo(
+            "error: no operator token: give --admin-token or set BANKRAIL_ADMIN_TOKEN", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        merchant = merchant_id or default_merchant_id(url, token, data_dir)
+        made = run_trigger(event, url=url, admin_token=token, merchant_id=merchant, timeout=timeout)
+    except TriggerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
 
 
 def main() -> None:

@@ -107,10 +107,14 @@ class CallerAuth(requests.auth.AuthBase):
     token: str | None
     merchant: MerchantClient | None = None
     fresh_key: bool = False  # set Idempotency-Key to a new UUID
+    # Lower-cased credential headers a negative case is about: sent as generated (or left out).
+    withheld: frozenset[str] = frozenset()
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        if self.token is not None:
+        if self.token is not None and "authorization" not in self.withheld:
             request.headers["Authorization"] = f"Bearer {self.token}"
+        if self.withheld & {"svc-signature", "x-svc-signature"}:
+            return request
         if self.fresh_key:
             request.headers["Idempotency-Key"] = str(uuid.uuid4())
         body = request.body or b""
@@ -244,19 +248,28 @@ class World:
             )
         return payment
 
-    def auth(self, caller: Caller, payment: FreshPayment | None, *, fresh_key: bool) -> CallerAuth:
+    def auth(
+        self,
+        caller: Caller,
+        payment: FreshPayment | None,
+        *,
+        fresh_key: bool,
+        withheld: frozenset[str] = frozenset(),
+    ) -> CallerAuth:
         """The credentials `caller` sends (for a payment route, those of `payment`)."""
         if caller is Caller.PUBLIC:
             return CallerAuth(caller, None)
         if caller is Caller.OPERATOR:
-            return CallerAuth(caller, self.admin_token)
+            return CallerAuth(caller, self.admin_token, withheld=withheld)
         if caller is Caller.RESOURCE:
             assert payment is not None
-            return CallerAuth(caller, payment.resource_token)
+            return CallerAuth(caller, payment.resource_token, withheld=withheld)
         if caller is Caller.BANK:
             assert payment is not None
-            return CallerAuth(caller, payment.bank_token)
-        return CallerAuth(caller, self.merchant.token(), self.merchant, fresh_key=fresh_key)
+            return CallerAuth(caller, payment.bank_token, withheld=withheld)
+        return CallerAuth(
+            caller, self.merchant.token(), self.merchant, fresh_key=fresh_key, withheld=withheld
+        )
 
     def valid_request(self, path: str, payment: FreshPayment | None) -> dict[str, Any] | None:
         """A request the route accepts (arguments of `APIOperation.Case`), for the routes whose

@@ -392,6 +392,31 @@ def _fixed(route: Route, operation: Any, world: World, mode: GenerationMode) -> 
     return fixed
 
 
+CREDENTIALS = frozenset({"authorization", "svc-signature", "x-svc-signature"})
+
+
+def _withheld(case: Any, operation: Any) -> frozenset[str]:
+    """The credential headers a case with negative headers is about, which the caller's
+    credentials must then not fill in: the one its phase names, else those the schema
+    requires (a bearer scheme requires Authorization) that the case leaves out."""
+    meta = case.meta
+    if meta is None or not meta.is_negative_at(ParameterLocation.HEADER):
+        return frozenset()
+    named = getattr(getattr(meta.phase, "data", None), "parameter", None)
+    if isinstance(named, str):
+        return frozenset({named.lower()}) & CREDENTIALS
+    definition = operation.definition.raw
+    required = {
+        p["name"].lower()
+        for p in definition.get("parameters", [])
+        if p["in"] == "header" and p.get("required")
+    }
+    if definition.get("security"):
+        required.add("authorization")
+    present = {name.lower() for name in case.headers or {}}
+    return frozenset(required - present) & CREDENTIALS
+
+
 def _fuzz(target: Target, route: Route, mode: GenerationMode) -> None:
     operation = target.schema()[route.path][route.method]
     if mode is NEGATIVE and not _can_be_invalid(operation):
@@ -412,7 +437,9 @@ def _fuzz(target: Target, route: Route, mode: GenerationMode) -> None:
         fresh_key = not negative_headers and (
             route.caller is Caller.SIGNED or "idempotency-key" in case.headers
         )
-        auth = world.auth(route.caller, payment, fresh_key=fresh_key)
+        auth = world.auth(
+            route.caller, payment, fresh_key=fresh_key, withheld=_withheld(case, operation)
+        )
         response = case.call(base_url=target.base_url, session=session, auth=auth, timeout=30)
         statuses.append(response.status_code)
         case.validate_response(response, checks=checks)

@@ -13,6 +13,7 @@ from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import Context
+from bankrail.http.openapi import Needs, documents
 from bankrail.security.headers import RequestHeaders, request_headers
 from bankrail.security.signing import (
     SignatureError,
@@ -84,6 +85,7 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
     return claims
 
 
+@documents(Needs(schemes=("merchantToken",)))
 async def _access_claims(request: Request, context: Context) -> AccessClaims:
     return await read_access_claims(request, context)
 
@@ -108,6 +110,7 @@ async def require_operator(request: Request, context: AppContext) -> None:
         raise Unauthenticated("Invalid operator token.")
 
 
+@documents(Needs(schemes=("operatorToken",)))
 async def _admin(request: Request, context: Context) -> None:
     await require_operator(request, context)
 
@@ -213,6 +216,9 @@ def signed_body(
     """
     names = (header, "X-SVC-Signature" if header == "Svc-Signature" else "Svc-Signature")
 
+    @documents(
+        Needs(signature=header, idempotency_key="required" if require_idempotency_key else None)
+    )
     async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
         return await verify_signature(
             request,

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.http.auth import require_operator
 from bankrail.http.deps import Context
+from bankrail.http.openapi import Needs, documents
 
 __all__ = ["MetricsMiddleware", "observe_request", "router"]
 
@@ -150,6 +151,7 @@ def _process_metrics() -> bytes:
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
 )
+@documents(Needs(schemes=("operatorToken",), anonymous=True))  # the token: in production
 async def metrics(request: Request, context: Context) -> Response:
     """Request rates, latencies and errors per route; webhook outcomes and backlog; payouts
     and payments by status; database pool use. Text exposition format. In production mode

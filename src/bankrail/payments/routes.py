@@ -28,7 +28,13 @@ from bankrail.http.auth import (
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.listing import ListWindow
-from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.openapi import (
+    ERRORS_AUTH,
+    ERRORS_AUTH_NOT_FOUND,
+    ERRORS_SIGNED_POST,
+    Needs,
+    documents,
+)
 from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.merchants.service import account_in_currency, require_account
@@ -93,6 +99,16 @@ class PaymentCaller:
         return self.claims.merchant_id if self.claims else None
 
 
+@documents(
+    Needs(
+        schemes=("merchantToken", "resourceToken"),
+        # With the merchant's token: signed, with an Idempotency-Key; with the resource token
+        # (the hosted page): neither.
+        signature="Svc-Signature",
+        signature_required=False,
+        idempotency_key="optional",
+    )
+)
 async def _payment_caller(
     payment_id: uuid.UUID, request: Request, context: Context
 ) -> PaymentCaller:
@@ -370,6 +386,7 @@ async def payment_sources(
     response_model=RedirectAnswer,
     responses={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]},
 )
+@documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_action(
     payment_id: uuid.UUID, body: BankAction, request: Request, context: Context
 ) -> Response:

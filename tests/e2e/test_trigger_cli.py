@@ -31,6 +31,8 @@ EVENTS = {
     "payout_executed": "v3",
     "payout_failed": "v3",
     "balance_notification": "v3",
+    "refund_executed": "v3",
+    "refund_failed": "v3",
     "topup_received": "v1",
     "payout_authorised": "v1",
     "payout_submitted": "v1",

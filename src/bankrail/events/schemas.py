@@ -93,6 +93,29 @@ class PayoutFailedEvent(_V3Event):
     failure_reason: str
 
 
+class RefundExecutedEvent(_V3Event):
+    """A refund of a pay-in was executed: the payer's account was paid back."""
+
+    type: Literal["refund_executed"]
+    refund_id: str
+    payment_id: str
+    scheme_id: str
+    metadata: dict[str, str]
+    executed_at: str
+
+
+class RefundFailedEvent(_V3Event):
+    """A refund of a pay-in failed; its hold went back to the available balance."""
+
+    type: Literal["refund_failed"]
+    refund_id: str
+    payment_id: str
+    scheme_id: str
+    metadata: dict[str, str]
+    failed_at: str
+    failure_reason: str
+
+
 class BalanceNotificationEvent(_V3Event):
     """A merchant account's available balance crossed its threshold."""
 
@@ -208,6 +231,8 @@ WEBHOOKS: dict[str, tuple[str, type[BaseModel]]] = {
     "payout_executed": ("payments URI", PayoutExecutedEvent),
     "payout_failed": ("payments URI", PayoutFailedEvent),
     "balance_notification": ("payments URI", BalanceNotificationEvent),
+    "refund_executed": ("payments URI", RefundExecutedEvent),
+    "refund_failed": ("payments URI", RefundFailedEvent),
     "topup_received": ("payouts URI (v1)", TopupReceivedEvent),
     "payout_authorised": ("payouts URI (v1)", PayoutAuthorisedEvent),
     "payout_submitted": ("payouts URI (v1)", PayoutSubmittedEvent),

@@ -224,6 +224,30 @@ def _v3_payout(reference: str) -> Callable[[_Session, str, float], Triggered]:
     return run
 
 
+def _refund(reference: str) -> Callable[[_Session, str, float], Triggered]:
+    def run(session: _Session, event: str, timeout: float) -> Triggered:
+        account = session.account("GBP", "EUR")
+        try:
+            payment_id = mock_bank_pay_in(
+                session.client, account["id"], _AMOUNT, account["currency"]
+            )
+        except OperatorError as exc:
+            raise TriggerError(str(exc)) from None
+        session.wait_event("payment_settled", _v3("payment_id", payment_id), timeout)
+        body = {"amount_in_minor": _AMOUNT, "reference": reference}
+        path = f"/v3/payments/{payment_id}/refunds"
+        refund_id = session.ok(session.client.post(path, json=body), 201)["id"]
+        created = {
+            "payment_id": payment_id,
+            "refund_id": refund_id,
+            "merchant_account_id": account["id"],
+        }
+        delivery = session.wait_event(event, _v3("refund_id", refund_id), timeout)
+        return Triggered(event, session.merchant_id, created, delivery)
+
+    return run
+
+
 def _balance_notification(session: _Session, event: str, timeout: float) -> Triggered:
     account = session.account("GBP", "EUR")
     path = f"/admin/merchant-accounts/{account['id']}/balance-threshold"
@@ -329,6 +353,18 @@ EVENTS: dict[str, Event] = {
             "v3",
             "a funded v3 payout with the sandbox token fail:scheme_error",
             _v3_payout("fail:scheme_error"),
+        ),
+        Event(
+            "refund_executed",
+            "v3",
+            "a settled pay-in through the mock bank, then a refund of it",
+            _refund("trigger"),
+        ),
+        Event(
+            "refund_failed",
+            "v3",
+            "a settled pay-in, then a refund with the sandbox token fail:scheme_error",
+            _refund("fail:scheme_error"),
         ),
         Event(
             "balance_notification",

@@ -63,6 +63,8 @@ from support.databases import drop_database, fresh_database, run
 from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port
 
+pytestmark = pytest.mark.slow  # Schemathesis over every route
+
 EXAMPLES = int(os.environ.get("BANKRAIL_FUZZ_EXAMPLES", "4"))
 CHECKS = [
     not_a_server_error,

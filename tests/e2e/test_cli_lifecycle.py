@@ -37,6 +37,8 @@ from support.api import Operator
 from support.processes import children, command_line, niceness, session_commands, session_pids
 from support.server import RunningServer, free_port
 
+pytestmark = pytest.mark.slow  # starts, kills and restarts `bankrail serve` processes
+
 # The embedded PostgreSQL is wanted here even when the suite runs against DATABASE_URL.
 _UNSET = (
     "DATABASE_URL",

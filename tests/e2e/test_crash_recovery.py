@@ -51,6 +51,8 @@ from support.databases import fetch_value, run
 from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port, own_server
 
+pytestmark = pytest.mark.slow  # SIGKILLs and restarts a whole server, repeatedly
+
 KILLS = int(os.environ.get("BANKRAIL_CRASH_KILLS", "5"))
 SEED = int(os.environ.get("BANKRAIL_CRASH_SEED") or random.randrange(1_000_000))
 FULL = os.environ.get("BANKRAIL_CRASH_FULL") == "1"

@@ -79,6 +79,8 @@ from bankrail.rails.screening import replace_screening_list
 from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
 from support.databases import drop_database, fresh_database
 
+pytestmark = pytest.mark.slow  # Hypothesis runs many step sequences
+
 T = TypeVar("T")
 
 EXAMPLES = int(os.environ.get("BANKRAIL_MODEL_EXAMPLES", "25"))

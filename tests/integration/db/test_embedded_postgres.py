@@ -34,6 +34,8 @@ from bankrail.db.embedded import (
 )
 from support.processes import alive
 
+pytestmark = pytest.mark.slow  # starts and kills PostgreSQL servers
+
 
 def sql(dsn: str, query: str) -> list[Any]:
     """Run one query on a new connection; returns the first column of every row."""

@@ -59,8 +59,13 @@ class Settings:
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
-    # How often the stored answers whose validity has ended are deleted (security/pruning.py).
-    idempotency_prune_interval_seconds: float = 60.0
+    # How long a finished webhook delivery (delivered, discarded or skipped), its attempts
+    # and its event are kept after its last change, in service time.
+    webhook_retention_seconds: int = 30 * 86400
+    # How often what is kept only for a while (expired idempotency answers, finished webhook
+    # deliveries) is deleted, and the most rows one statement deletes (jobs/pruning.py).
+    prune_interval_seconds: float = 60.0
+    prune_batch: int = 1000
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
@@ -125,9 +130,14 @@ def settings_from_env() -> Settings:
         mode=mode,  # type: ignore[arg-type]
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
-        idempotency_prune_interval_seconds=_env_float(
-            "BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS", 60.0
+        webhook_retention_seconds=_env_int("BANKRAIL_WEBHOOK_RETENTION_SECONDS", 30 * 86400),
+        # BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS is the name this setting had when it
+        # pruned idempotency answers alone.
+        prune_interval_seconds=_env_float(
+            "BANKRAIL_PRUNE_INTERVAL_SECONDS",
+            _env_float("BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS", 60.0),
         ),
+        prune_batch=_env_int("BANKRAIL_PRUNE_BATCH", 1000),
         rate_limit_per_second=_env_float("BANKRAIL_RATE_LIMIT_PER_SECOND", 1000.0),
         rate_limit_burst=_env_int("BANKRAIL_RATE_LIMIT_BURST", 2000),
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),

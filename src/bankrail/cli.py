@@ -499,7 +499,9 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     saved = settings.data_dir / DEMO_CREDENTIALS
-    pool = await create_pool(dsn, min_size=1, max_size=2)
+    pool = await create_pool(
+        dsn, min_size=1, max_size=2, statement_cache_size=settings.db_statement_cache_size
+    )
     try:
         async with pool.acquire() as conn:
             await migrate(conn)

@@ -35,6 +35,10 @@ def admin_token_is_strong(token: str) -> bool:
     return steps * 2 <= len(token) - 1
 
 
+NO_LISTEN = "none"
+"""The value of BANKRAIL_DIRECT_DATABASE_URL that turns LISTEN off (processes poll)."""
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     return int(raw) if raw else default
@@ -53,6 +57,13 @@ class Settings:
     port: int = 8080
     data_dir: Path = Path(".bankrail")
     database_url: str | None = None
+    # Where the connection that LISTENs for notifications goes, when DATABASE_URL is a
+    # transaction pooler (docs/operations.md, "Connection poolers"); None: DATABASE_URL.
+    # NO_LISTEN: no such connection, every process polls instead.
+    direct_database_url: str | None = None
+    # asyncpg's cache of prepared statements per connection; 0 behind a transaction pooler
+    # that does not track prepared statements (PgBouncer before 1.21).
+    db_statement_cache_size: int = 100
     public_url_override: str | None = None
     admin_token: str | None = None
     mode: Mode = "sandbox"
@@ -88,6 +99,12 @@ class Settings:
         if self.public_url_override:
             return self.public_url_override.rstrip("/")
         return f"http://{self.host}:{self.port}"
+
+    def listen_url(self, dsn: str) -> str | None:
+        """Where to LISTEN for notifications when the pool connects to `dsn`; None to poll."""
+        if self.direct_database_url == NO_LISTEN:
+            return None
+        return self.direct_database_url or dsn
 
     @property
     def sandbox(self) -> bool:
@@ -125,6 +142,8 @@ def settings_from_env() -> Settings:
         port=_env_int("BANKRAIL_PORT", 8080),
         data_dir=Path(os.environ.get("BANKRAIL_DATA_DIR", ".bankrail")),
         database_url=os.environ.get("DATABASE_URL") or None,
+        direct_database_url=os.environ.get("BANKRAIL_DIRECT_DATABASE_URL") or None,
+        db_statement_cache_size=_env_int("BANKRAIL_DB_STATEMENT_CACHE_SIZE", 100),
         public_url_override=os.environ.get("BANKRAIL_PUBLIC_URL") or None,
         admin_token=os.environ.get("BANKRAIL_ADMIN_TOKEN") or None,
         mode=mode,  # type: ignore[arg-type]

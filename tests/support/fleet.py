@@ -89,11 +89,18 @@ class FailoverClient:
     host that refuses the connection is skipped, and the same request (the same
     Idempotency-Key) goes to the next one. Each request has a connection of its own, so a
     connection that a host accepted and then dropped is a failed request (`httpx` raises),
-    never one retried elsewhere."""
+    never one retried elsewhere.
+
+    With `after_crashes`, the client also sends the same request again (to the next host)
+    when its connection was dropped without an answer, or when it is still in flight (409
+    `idempotency-key-concurrency-conflict`), as a client of a host that may crash must:
+    `dropped` counts those."""
 
     merchant: MerchantClient
     base_urls: list[str]
     give_up_after: float = 90.0
+    after_crashes: bool = False
+    dropped: int = 0
     _clients: list[MerchantClient] = field(init=False)
     _next: int = field(init=False, default=0)
 
@@ -114,16 +121,27 @@ class FailoverClient:
             client = self._clients[self._next % len(self._clients)]
             self._next += 1
             try:
-                return client.signed_post(path, body, idempotency_key=key)
-            except httpx.ConnectError:
-                if time.monotonic() > deadline:
+                answer = client.signed_post(path, body, idempotency_key=key)
+            except httpx.TransportError as exc:
+                dropped = not isinstance(exc, httpx.ConnectError)
+                if (dropped and not self.after_crashes) or time.monotonic() > deadline:
                     raise
+                self.dropped += dropped
                 time.sleep(0.01)
+                continue
+            if self.after_crashes and _in_flight(answer) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            return answer
 
     def close(self) -> None:
         """Close every host's connections."""
         for client in self._clients:
             client.http.close()
+
+
+def _in_flight(answer: httpx.Response) -> bool:
+    return answer.status_code == 409 and "idempotency-key-concurrency" in answer.text
 
 
 @dataclass
@@ -135,6 +153,8 @@ class PayoutLoad:
     base_urls: list[str]
     body: dict[str, Any]
     threads: int = 4
+    after_crashes: bool = False
+    dropped: int = 0
     accepted: dict[str, str] = field(default_factory=dict)
     refused: list[tuple[int, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -163,7 +183,7 @@ class PayoutLoad:
     def _send(self, n: int) -> None:
         # Each thread starts at another host, so that both take load from the start.
         urls = self.base_urls[n % len(self.base_urls) :] + self.base_urls[: n % len(self.base_urls)]
-        client = FailoverClient(self.merchant, urls)
+        client = FailoverClient(self.merchant, urls, after_crashes=self.after_crashes)
         try:
             while not self._stop.is_set():
                 key = str(uuid.uuid4())
@@ -179,4 +199,6 @@ class PayoutLoad:
                     else:
                         self.refused.append((answer.status_code, answer.text))
         finally:
+            with self._lock:
+                self.dropped += client.dropped
             client.close()

@@ -54,7 +54,7 @@ def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
     """Settings for a long-running process, with logging set up; exits 2 on a setting that
     is unsafe for the mode (a weak operator token in production, say)."""
     settings = _settings(data_dir, **overrides)
-    configure_logging(production=not settings.sandbox)
+    configure_logging(production=not settings.sandbox, host=settings.host_id)
     problems = settings.problems()
     if problems:
         for problem in problems:
@@ -374,7 +374,7 @@ def api_only_app() -> Any:
     from bankrail.app import create_app
 
     settings = settings_from_env()
-    configure_logging(production=not settings.sandbox)
+    configure_logging(production=not settings.sandbox, host=settings.host_id)
     dsn = settings.database_url
     assert dsn is not None
     app = create_app(settings, dsn)

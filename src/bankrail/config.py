@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, replace
+import socket
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -89,6 +90,9 @@ class Settings:
     token_rate_limit_burst: int = 200
     request_timeout_seconds: float = 30.0
     opentelemetry: bool = False
+    # Which host this process runs on, in every log line and as the `host` label of every
+    # metric (BANKRAIL_HOST_ID; the machine's name by default).
+    host_id: str = field(default_factory=socket.gethostname)
     # Worker processes that verify request signatures (security.verifier); 0 verifies on
     # threads of the serving process instead.
     verify_processes: int = 2
@@ -165,4 +169,5 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
+        host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

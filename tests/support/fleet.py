@@ -8,7 +8,10 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -80,6 +83,74 @@ def hosts(
         for host in started:
             if host.process is not None:
                 host.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@dataclass
+class WorkerHost:
+    """A `bankrail worker` process group of its own, as on a host that runs background work
+    only."""
+
+    data_dir: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the worker (it is running once it has applied the migrations)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.data_dir / "worker.log").open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bankrail", "worker", "--data-dir", str(self.data_dir)],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def log(self) -> str:
+        """What the worker wrote so far."""
+        return (self.data_dir / "worker.log").read_text(errors="replace")
+
+    def kill_group(self) -> None:
+        """SIGKILL the worker's whole process group, as a crash of its host would."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def stop(self) -> int:
+        """SIGTERM; the exit code."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        self.process = None
+        return code
+
+
+@contextlib.contextmanager
+def workers(dsn: str, count: int, env: dict[str, str] | None = None) -> Iterator[list[WorkerHost]]:
+    """`count` started `bankrail worker` hosts on one database (host ids worker-1, ...)."""
+    base = Path(tempfile.mkdtemp(prefix="bankrail-workers-"))
+    started = [
+        WorkerHost(
+            base / f"worker-{n}",
+            {"DATABASE_URL": dsn, "BANKRAIL_HOST_ID": f"worker-{n}", **(env or {})},
+        )
+        for n in range(1, count + 1)
+    ]
+    try:
+        for worker in started:
+            worker.start()
+        yield started
+    finally:
+        for worker in started:
+            if worker.process is not None:
+                worker.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -64,3 +65,25 @@ async def test_the_batch_is_found_by_the_finished_index(pool: asyncpg.Pool) -> N
         plan = await conn.fetch(f"EXPLAIN {DELETE_FINISHED_SQL}", NOW, 10)
     text = "\n".join(r[0] for r in plan)
     assert "webhook_deliveries_finished" in text, text
+
+
+async def test_skips_a_delivery_that_a_replay_holds_rather_than_waiting(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        merchant_id = await merchants.create_merchant(conn, "Replay Ltd", OLD)
+        await merchants.set_webhooks(conn, merchant_id, None, "http://127.0.0.1:9/hook")
+        held = await _delivery(conn, merchant_id, "delivered")
+        idle = await _delivery(conn, merchant_id, "delivered")
+    async with pool.acquire() as replay, replay.transaction():
+        # A replay of the old delivery, not yet committed, holds its row.
+        await replay.execute("SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE", held)
+        async with pool.acquire() as conn:
+            deleted = await asyncio.wait_for(
+                delete_finished_deliveries(conn, NOW - timedelta(days=30), 10), timeout=10
+            )
+        assert deleted == 1
+    async with pool.acquire() as conn:
+        kept = {r["id"] for r in await conn.fetch("SELECT id FROM webhook_deliveries")}
+    assert kept == {held}
+    assert idle not in kept

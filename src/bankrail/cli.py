@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker, init and trigger."""
+"""The `bankrail` command: serve, worker, migrate, init and trigger."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
     """Settings for a long-running process, with logging set up; exits 2 on a setting that
     is unsafe for the mode (a weak operator token in production, say)."""
     settings = _settings(data_dir, **overrides)
-    configure_logging(production=not settings.sandbox)
+    configure_logging(production=not settings.sandbox, host=settings.host_id)
     problems = settings.problems()
     if problems:
         for problem in problems:
@@ -110,12 +110,56 @@ def serve(
             raise typer.Exit(1) from exc
     _survive_reraised_signals()
     try:
+        _migrate_or_exit(dsn)
         if demo:
             typer.echo(_describe(asyncio.run(_create_demo(settings, dsn, force=False))))
         _run_http(settings, dsn, workers)
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _migrate_or_exit(dsn: str) -> list[str]:
+    """Apply the pending migrations and return their versions; exit 2, saying why, when the
+    database was migrated by a newer release (a version this one does not ship)."""
+    from bankrail.db.migrations import SchemaTooNew, migrate
+
+    async def apply() -> list[str]:
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn, statement_cache_size=0)
+        try:
+            return await migrate(conn)
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(apply())
+    except SchemaTooNew as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@cli.command("migrate")
+def migrate_command(data_dir: DataDir = None) -> None:
+    """Apply the pending schema migrations, once, and exit. Processes of the release that
+    runs beside it keep serving (docs/operations.md, "Upgrades"); exits 2 on a database
+    migrated by a newer release."""
+    logging.basicConfig(level=logging.WARNING)
+    settings = _settings(data_dir)
+    from bankrail.db.embedded import EmbeddedPostgres
+
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = embedded.start(join_running=True)
+    try:
+        applied = _migrate_or_exit(dsn)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    typer.echo(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
 
 
 def _survive_reraised_signals() -> None:
@@ -330,7 +374,7 @@ def api_only_app() -> Any:
     from bankrail.app import create_app
 
     settings = settings_from_env()
-    configure_logging(production=not settings.sandbox)
+    configure_logging(production=not settings.sandbox, host=settings.host_id)
     dsn = settings.database_url
     assert dsn is not None
     app = create_app(settings, dsn)
@@ -382,6 +426,12 @@ def worker(
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = embedded.start(join_running=True)
+    try:
+        _migrate_or_exit(dsn)
+    except typer.Exit:
+        if embedded is not None:
+            embedded.stop()
+        raise
     tune_gc_for_serving()
 
     async def run() -> None:
@@ -449,7 +499,9 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     saved = settings.data_dir / DEMO_CREDENTIALS
-    pool = await create_pool(dsn, min_size=1, max_size=2)
+    pool = await create_pool(
+        dsn, min_size=1, max_size=2, statement_cache_size=settings.db_statement_cache_size
+    )
     try:
         async with pool.acquire() as conn:
             await migrate(conn)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, replace
+import socket
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +36,10 @@ def admin_token_is_strong(token: str) -> bool:
     return steps * 2 <= len(token) - 1
 
 
+NO_LISTEN = "none"
+"""The value of BANKRAIL_DIRECT_DATABASE_URL that turns LISTEN off (processes poll)."""
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     return int(raw) if raw else default
@@ -53,14 +58,26 @@ class Settings:
     port: int = 8080
     data_dir: Path = Path(".bankrail")
     database_url: str | None = None
+    # Where the connection that LISTENs for notifications goes, when DATABASE_URL is a
+    # transaction pooler (docs/operations.md, "Connection poolers"); None: DATABASE_URL.
+    # NO_LISTEN: no such connection, every process polls instead.
+    direct_database_url: str | None = None
+    # asyncpg's cache of prepared statements per connection; 0 behind a transaction pooler
+    # that does not track prepared statements (PgBouncer before 1.21).
+    db_statement_cache_size: int = 100
     public_url_override: str | None = None
     admin_token: str | None = None
     mode: Mode = "sandbox"
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
-    # How often the stored answers whose validity has ended are deleted (security/pruning.py).
-    idempotency_prune_interval_seconds: float = 60.0
+    # How long a finished webhook delivery (delivered, discarded or skipped), its attempts
+    # and its event are kept after its last change, in service time.
+    webhook_retention_seconds: int = 30 * 86400
+    # How often what is kept only for a while (expired idempotency answers, finished webhook
+    # deliveries) is deleted, and the most rows one statement deletes (jobs/pruning.py).
+    prune_interval_seconds: float = 60.0
+    prune_batch: int = 1000
     access_token_ttl_seconds: int = 3600
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: float = 0.2
@@ -73,6 +90,9 @@ class Settings:
     token_rate_limit_burst: int = 200
     request_timeout_seconds: float = 30.0
     opentelemetry: bool = False
+    # Which host this process runs on, in every log line and as the `host` label of every
+    # metric (BANKRAIL_HOST_ID; the machine's name by default).
+    host_id: str = field(default_factory=socket.gethostname)
     # Worker processes that verify request signatures (security.verifier); 0 verifies on
     # threads of the serving process instead.
     verify_processes: int = 2
@@ -83,6 +103,12 @@ class Settings:
         if self.public_url_override:
             return self.public_url_override.rstrip("/")
         return f"http://{self.host}:{self.port}"
+
+    def listen_url(self, dsn: str) -> str | None:
+        """Where to LISTEN for notifications when the pool connects to `dsn`; None to poll."""
+        if self.direct_database_url == NO_LISTEN:
+            return None
+        return self.direct_database_url or dsn
 
     @property
     def sandbox(self) -> bool:
@@ -120,14 +146,21 @@ def settings_from_env() -> Settings:
         port=_env_int("BANKRAIL_PORT", 8080),
         data_dir=Path(os.environ.get("BANKRAIL_DATA_DIR", ".bankrail")),
         database_url=os.environ.get("DATABASE_URL") or None,
+        direct_database_url=os.environ.get("BANKRAIL_DIRECT_DATABASE_URL") or None,
+        db_statement_cache_size=_env_int("BANKRAIL_DB_STATEMENT_CACHE_SIZE", 100),
         public_url_override=os.environ.get("BANKRAIL_PUBLIC_URL") or None,
         admin_token=os.environ.get("BANKRAIL_ADMIN_TOKEN") or None,
         mode=mode,  # type: ignore[arg-type]
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
-        idempotency_prune_interval_seconds=_env_float(
-            "BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS", 60.0
+        webhook_retention_seconds=_env_int("BANKRAIL_WEBHOOK_RETENTION_SECONDS", 30 * 86400),
+        # BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS is the name this setting had when it
+        # pruned idempotency answers alone.
+        prune_interval_seconds=_env_float(
+            "BANKRAIL_PRUNE_INTERVAL_SECONDS",
+            _env_float("BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS", 60.0),
         ),
+        prune_batch=_env_int("BANKRAIL_PRUNE_BATCH", 1000),
         rate_limit_per_second=_env_float("BANKRAIL_RATE_LIMIT_PER_SECOND", 1000.0),
         rate_limit_burst=_env_int("BANKRAIL_RATE_LIMIT_BURST", 2000),
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),
@@ -136,4 +169,5 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
+        host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

@@ -1,6 +1,7 @@
 """Process logging: readable lines in the sandbox, one JSON object per line in production.
 
-Every line carries the trace id of the request it was written for (`Svc-Trace-Id`), and
+Every line names the host and process it comes from (`BANKRAIL_HOST_ID` and the pid) and
+carries the trace id of the request it was written for (`Svc-Trace-Id`), and
 anything that looks like a credential (client secrets, bearer and resource tokens, JWTs) is
 replaced by `[redacted]` before it is written, in both modes.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 from datetime import UTC, datetime
 
@@ -38,7 +40,12 @@ def redact(text: str) -> str:
 
 
 class _TraceAndRedact(logging.Filter):
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self._host = host
+
     def filter(self, record: logging.LogRecord) -> bool:
+        record.host = self._host
         trace_id = trace_id_var.get()
         record.trace_id = trace_id or None
         record.trace = trace_id or "-"
@@ -61,6 +68,7 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             "trace_id": getattr(record, "trace_id", None),
+            "host": getattr(record, "host", None),
             "pid": record.process,
         }
         for name in self._EXTRA:
@@ -71,16 +79,19 @@ class _JsonFormatter(logging.Formatter):
         return orjson.dumps(document).decode()
 
 
-def configure_logging(production: bool) -> None:
-    """Send every logger's records to stderr: JSON lines in production, text otherwise.
-    The level comes from BANKRAIL_LOG_LEVEL (default INFO)."""
+def configure_logging(production: bool, host: str | None = None) -> None:
+    """Send every logger's records to stderr: JSON lines in production, text otherwise;
+    each names `host` (the machine's name by default) and the pid. The level comes from
+    BANKRAIL_LOG_LEVEL (default INFO)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_TraceAndRedact())
+    handler.addFilter(_TraceAndRedact(host or socket.gethostname()))
     if production:
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(trace)s]: %(message)s")
+            logging.Formatter(
+                "%(asctime)s %(host)s[%(process)d] %(levelname)s %(name)s [%(trace)s]: %(message)s"
+            )
         )
     root = logging.getLogger()
     for existing in list(root.handlers):

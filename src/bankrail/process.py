@@ -40,7 +40,12 @@ async def open_process(
 ) -> AsyncIterator[ProcessResources]:
     """Open the pool (migrations applied), read the service clock and the webhook key, and
     follow the clock's changes (then call `on_clock`) and `channels` until the block ends."""
-    pool = await create_pool(dsn, min_size=settings.pool_min_size, max_size=settings.pool_max_size)
+    pool = await create_pool(
+        dsn,
+        min_size=settings.pool_min_size,
+        max_size=settings.pool_max_size,
+        statement_cache_size=settings.db_statement_cache_size,
+    )
     clock = ServiceClock()
     try:
         async with pool.acquire() as conn:
@@ -63,7 +68,9 @@ async def open_process(
         pending.add(task)
         task.add_done_callback(pending.discard)
 
-    listener = Listener(dsn, {CLOCK_CHANNEL: on_clock_notify, **(channels or {})})
+    listener = Listener(
+        settings.listen_url(dsn), {CLOCK_CHANNEL: on_clock_notify, **(channels or {})}
+    )
     listener.start()
     try:
         yield ProcessResources(pool, clock, webhook_key, listener)

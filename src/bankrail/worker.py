@@ -1,5 +1,5 @@
 """The background process (`bankrail worker`): durable jobs, rail steps, webhook delivery and
-the pruning of expired idempotency keys, with no HTTP application."""
+the pruning of what is kept only for a while, with no HTTP application."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from datetime import timedelta
 from bankrail.config import Settings
 from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
+from bankrail.events.service import delete_finished_deliveries
+from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
 from bankrail.payments import service as payments_service
@@ -17,9 +19,9 @@ from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
 from bankrail.process import ProcessResources, open_process
 from bankrail.refunds import service as refunds_service
-from bankrail.security.pruning import ExpiredKeyPruner
+from bankrail.security.idempotency import delete_expired
 
-__all__ = ["WORKER_CHANNELS", "register_jobs", "run_worker"]
+__all__ = ["WORKER_CHANNELS", "register_jobs", "retentions", "run_worker"]
 
 WORKER_CHANNELS = (JOBS_CHANNEL, WEBHOOK_CHANNEL)
 """The notifications a worker follows besides the clock's: new jobs and new deliveries."""
@@ -32,6 +34,24 @@ def register_jobs(queue: JobQueue) -> None:
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
+
+
+def retentions(settings: Settings) -> list[Retention]:
+    """What the worker deletes once it is no longer kept (docs/operations.md, "Retention").
+    Finished jobs need no entry: a job is deleted in the transaction that runs it; access
+    tokens are not stored."""
+    return [
+        Retention(
+            "expired idempotency keys",
+            timedelta(seconds=settings.idempotency_ttl_seconds),
+            delete_expired,
+        ),
+        Retention(
+            "finished webhook deliveries",
+            timedelta(seconds=settings.webhook_retention_seconds),
+            delete_finished_deliveries,
+        ),
+    ]
 
 
 async def run_worker(
@@ -65,11 +85,12 @@ async def run_worker(
             settings.public_url,
             public_destinations_only=not settings.sandbox,
         )
-        pruner = ExpiredKeyPruner(
+        pruner = Pruner(
             process.pool,
             process.clock,
-            ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
-            interval=settings.idempotency_prune_interval_seconds,
+            retentions(settings),
+            interval=settings.prune_interval_seconds,
+            batch=settings.prune_batch,
         )
         loops["jobs"] = BackgroundLoop(
             "jobs",

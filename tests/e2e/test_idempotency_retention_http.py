@@ -26,7 +26,7 @@ TTL_SECONDS = 6 * 3600
 def pruning_server(pg_server: str) -> Iterator[RunningServer]:
     # A short prune interval, so that the test sees the deletion in a second rather than in
     # the default minute.
-    with own_server(pg_server, {"BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS": "0.2"}) as running:
+    with own_server(pg_server, {"BANKRAIL_PRUNE_INTERVAL_SECONDS": "0.2"}) as running:
         yield running
 
 

@@ -197,8 +197,23 @@ def test_business_state_webhooks_and_the_pool_are_reported(
 @pytest.fixture(scope="module")
 def two_workers(pg_server: str) -> Iterator[RunningServer]:
     """`serve --workers 2` in production mode, whose access lines name the answering pid."""
-    with own_server(pg_server, PRODUCTION, "--workers", "2") as running:
+    with own_server(
+        pg_server, {**PRODUCTION, "BANKRAIL_HOST_ID": HOST_ID}, "--workers", "2"
+    ) as running:
         yield running
+
+
+HOST_ID = "metrics-host-7"
+
+
+def test_every_series_and_log_line_names_the_host(two_workers: RunningServer) -> None:
+    scrape = _scrape(two_workers.base_url, two_workers.admin_token)
+    assert scrape.samples
+    assert {s.labels.get("host") for s in scrape.samples} == {HOST_ID}
+    documents = _log_documents(two_workers)
+    assert documents
+    assert {d.get("host") for d in documents} == {HOST_ID}
+    assert all(isinstance(d["pid"], int) for d in documents)
 
 
 def _access_pids(server: RunningServer, path: str) -> dict[str, int]:

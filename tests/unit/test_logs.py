@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,7 +142,8 @@ def test_production_writes_one_json_object_per_line_with_the_trace_id(
     assert first["level"] == "info"
     assert first["logger"] == "bankrail.test"
     assert first["trace_id"] == "5f2c1e0d9a8b7c6d5e4f3a2b1c0d9e8f"
-    assert isinstance(first["pid"], int)
+    assert first["pid"] == os.getpid()
+    assert first["host"] == socket.gethostname()
     assert first["ts"].endswith("+00:00")
     assert second["level"] == "warning"
     assert second["message"] == "line two\nwith a newline, Bearer [redacted]"
@@ -192,6 +195,7 @@ def test_the_sandbox_writes_text_lines_with_the_trace_id_and_redacts_too(
     inside, outside = capsys.readouterr().err.splitlines()
     assert SECRET not in inside
     assert inside.endswith("INFO bankrail.test [abc123]: Authorization: Bearer [redacted]")
+    assert f" {socket.gethostname()}[{os.getpid()}] INFO " in inside
     assert outside.endswith("INFO bankrail.test [-]: idle")
 
 

@@ -1,7 +1,12 @@
-"""Schema migrations: numbered SQL files applied once each, in order, at start.
+"""Schema migrations: numbered SQL files applied once each, in order.
 
-Concurrent starters (several `serve --workers` processes) are serialised by an advisory lock,
-and each file is applied in its own transaction together with its bookkeeping row.
+`bankrail migrate` applies them, and so does every process as it starts (when there is
+nothing to apply, that costs a look at `schema_migrations`). Concurrent starters are
+serialised by a transaction-scoped advisory lock, taken in the one transaction that applies
+every pending file with its bookkeeping row: it holds no session state, so it works through a
+transaction pooler (PgBouncer `pool_mode = transaction`), and a starter that waited finds the
+files applied. A database that has a version this release does not ship (a newer release
+migrated it) is refused with `SchemaTooNew`: the process must not start on it.
 """
 
 from __future__ import annotations
@@ -10,7 +15,29 @@ from importlib import resources
 
 from bankrail.db.pool import Connection
 
+__all__ = [
+    "SchemaTooNew",
+    "applied_migrations",
+    "available_migrations",
+    "migrate",
+    "pending_migrations",
+    "unknown_migrations",
+]
+
 _LOCK_KEY = 0x62616E6B7261696C  # "bankrail"
+
+
+class SchemaTooNew(Exception):
+    """The database has migrations this release does not know: a newer release applied
+    them."""
+
+    def __init__(self, unknown: list[str]) -> None:
+        self.unknown = unknown
+        super().__init__(
+            "the database schema is newer than this release of Bankrail: it has migration"
+            f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}, which this release does "
+            "not ship. Run the release that applied them (or a newer one)."
+        )
 
 
 def available_migrations() -> list[tuple[str, str]]:
@@ -24,32 +51,45 @@ def available_migrations() -> list[tuple[str, str]]:
     return sorted(found)
 
 
+async def applied_migrations(conn: Connection) -> set[str]:
+    """Versions applied to this database (none before the first migration)."""
+    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    if not exists:
+        return set()
+    return {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+
+
 async def pending_migrations(conn: Connection) -> list[str]:
     """Versions shipped with the package but not yet applied to this database."""
-    exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
-    applied: set[str] = set()
-    if exists:
-        applied = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+    applied = await applied_migrations(conn)
     return [version for version, _ in available_migrations() if version not in applied]
 
 
+async def unknown_migrations(conn: Connection) -> list[str]:
+    """Versions applied to this database that this release does not ship, in order."""
+    shipped = {version for version, _ in available_migrations()}
+    return sorted(await applied_migrations(conn) - shipped)
+
+
 async def migrate(conn: Connection) -> list[str]:
-    """Apply every pending migration; returns the versions applied by this call."""
-    applied_now: list[str] = []
-    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
-    try:
+    """Apply every pending migration, in one transaction; returns the versions applied by
+    this call. Raises `SchemaTooNew`, applying nothing, on a database migrated by a newer
+    release."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             " version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
         )
+        unknown = await unknown_migrations(conn)
+        if unknown:
+            raise SchemaTooNew(unknown)
         pending = set(await pending_migrations(conn))
+        applied_now: list[str] = []
         for version, sql in available_migrations():
             if version not in pending:
                 continue
-            async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
             applied_now.append(version)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
     return applied_now

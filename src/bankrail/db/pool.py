@@ -35,10 +35,21 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     del conn
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> asyncpg.Pool:
-    """Open a pool whose connections decode json/jsonb to Python values."""
+async def create_pool(
+    dsn: str, *, min_size: int = 2, max_size: int = 20, statement_cache_size: int = 100
+) -> asyncpg.Pool:
+    """Open a pool whose connections decode json/jsonb to Python values.
+
+    `statement_cache_size=0` makes asyncpg use unnamed prepared statements only, each parsed
+    in the round trip that runs it: what a transaction pooler that hands every transaction
+    to any server connection needs (PgBouncer before 1.21)."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        reset=_keep_session,
+        statement_cache_size=statement_cache_size,
     )
     assert pool is not None
     return pool

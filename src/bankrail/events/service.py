@@ -1,4 +1,5 @@
-"""Reading the delivery log and replaying deliveries."""
+"""Reading the delivery log, replaying deliveries, and deleting finished ones once their
+retention has passed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,27 @@ from bankrail.core.problems import NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import WEBHOOK_CHANNEL
+
+# A delivery that is no longer tried: the predicate of the index webhook_deliveries_finished
+# (migration 0016), character for character.
+FINISHED = "status <> 'pending'"
+
+# $1: the newest updated_at whose retention has passed; $2: the most deliveries to delete.
+# Each delivery is deleted with its attempts and its event (an event has one delivery, which
+# a replay sends again rather than adding another). Rows another transaction holds (a replay
+# of that very delivery) are skipped, and one made pending again meanwhile is kept.
+DELETE_FINISHED_SQL = (
+    "WITH d AS (SELECT id FROM webhook_deliveries"
+    f" WHERE {FINISHED} AND updated_at <= $1"
+    " ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED),"
+    " a AS (DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM d)),"
+    " gone AS (DELETE FROM webhook_deliveries w USING d WHERE w.id = d.id"
+    f" AND w.{FINISHED} RETURNING w.id, w.event_id),"
+    " e AS (DELETE FROM events e USING gone WHERE e.id = gone.event_id"
+    " AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o"
+    " WHERE o.event_id = e.id AND o.id NOT IN (SELECT id FROM gone)))"
+    " SELECT count(*) FROM gone"
+)
 
 _COLUMNS = (
     "d.id, d.event_id, d.event_type, d.merchant_id, d.uri, d.status, d.attempt_count,"
@@ -129,3 +151,13 @@ async def replay_delivery(
     if uri:
         await conn.execute(f"NOTIFY {WEBHOOK_CHANNEL}")
     return await get_delivery(conn, delivery_id)
+
+
+async def delete_finished_deliveries(
+    conn: Connection, finished_before: datetime, limit: int
+) -> int:
+    """Delete up to `limit` deliveries that are no longer pending and last changed at or
+    before `finished_before`, oldest first, with their attempts and events; returns how many
+    deliveries were deleted. A pending delivery is never deleted."""
+    deleted = await conn.fetchval(DELETE_FINISHED_SQL, finished_before, limit)
+    return int(deleted)

@@ -4,7 +4,8 @@ Counters and histograms live in the process that observes them. When several pro
 (`bankrail serve`: its API processes and its worker), `PROMETHEUS_MULTIPROC_DIR` names a
 directory they share, and a scrape of any one of them reports the sum. Gauges of payouts,
 payments and the webhook backlog are read from PostgreSQL at scrape time, so they are the
-same whichever process answers.
+same whichever process answers. Every series carries the label `host` (`BANKRAIL_HOST_ID`),
+so that the figures of several hosts scraped into one Prometheus stay apart.
 """
 
 from __future__ import annotations
@@ -118,6 +119,23 @@ class _Snapshot(Collector):
         return self._families
 
 
+class _OnHost(Collector):
+    """Every series of `inner`, with the label `host` added."""
+
+    def __init__(self, inner: Collector, host: str) -> None:
+        self._inner = inner
+        self._host = host
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._inner.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                sample._replace(labels={**sample.labels, "host": self._host})
+                for sample in family.samples
+            ]
+            yield labelled
+
+
 class _MultiProcess(Collector):
     """The sum over every process's files, and every family this process declares even
     when no process has observed it yet (a multiprocess scrape alone reports only what was
@@ -136,12 +154,10 @@ class _MultiProcess(Collector):
                     yield family
 
 
-def _process_metrics() -> bytes:
+def _process_metrics(host: str) -> bytes:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if not directory:
-        return generate_latest(REGISTRY)
     registry = CollectorRegistry()
-    registry.register(_MultiProcess(directory))
+    registry.register(_OnHost(_MultiProcess(directory) if directory else REGISTRY, host))
     return generate_latest(registry)
 
 
@@ -199,6 +215,7 @@ async def metrics(request: Request, context: Context) -> Response:
     # Families built for this scrape only: in multiprocess mode a Gauge would also be
     # written to the shared directory and come back a second time, with a pid label.
     registry = CollectorRegistry()
-    registry.register(_Snapshot([payouts, payments, deliveries, oldest, pool_use]))
-    body = _process_metrics() + generate_latest(registry)
+    host = context.settings.host_id
+    registry.register(_OnHost(_Snapshot([payouts, payments, deliveries, oldest, pool_use]), host))
+    body = _process_metrics(host) + generate_latest(registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -91,11 +91,22 @@ class BackgroundLoop:
 
 
 class Listener:
-    """A dedicated connection that LISTENs and dispatches notifications; reconnects on loss."""
+    """A dedicated connection that LISTENs and dispatches notifications; reconnects on loss.
 
-    def __init__(self, dsn: str, handlers: dict[str, Callable[[], None]]) -> None:
+    Without a `dsn` (no connection may LISTEN: docs/operations.md, "Connection poolers") it
+    calls every handler every `poll_interval` seconds instead, as if each channel had been
+    notified."""
+
+    def __init__(
+        self,
+        dsn: str | None,
+        handlers: dict[str, Callable[[], None]],
+        *,
+        poll_interval: float = 1.0,
+    ) -> None:
         self._dsn = dsn
         self._handlers = handlers
+        self._poll_interval = poll_interval
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
 
@@ -119,6 +130,9 @@ class Listener:
                 await self._conn.close()
 
     async def _run(self) -> None:
+        if self._dsn is None:
+            await self._poll()
+            return
         while True:
             try:
                 lost = asyncio.Event()
@@ -134,6 +148,12 @@ class Listener:
             except Exception:
                 log.warning("notification listener lost its connection; reconnecting")
             await asyncio.sleep(1)
+
+    async def _poll(self) -> None:
+        while True:
+            for handler in self._handlers.values():
+                handler()
+            await asyncio.sleep(self._poll_interval)
 
     def _dispatch(self, _conn: object, _pid: int, channel: str, _payload: object) -> None:
         handler = self._handlers.get(channel)

@@ -163,7 +163,7 @@ async def run_idempotent(
     return status, body
 
 
-async def delete_expired(conn: Connection, *, expired_before: datetime, limit: int) -> int:
+async def delete_expired(conn: Connection, expired_before: datetime, limit: int) -> int:
     """Delete up to `limit` stored answers of `EXPIRING_SCOPES` created at or before
     `expired_before` (now less the validity: `decide` treats exactly those as absent), oldest
     first, and return how many were deleted.

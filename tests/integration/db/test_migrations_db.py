@@ -6,9 +6,16 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
+import pytest
 import pytest_asyncio
 
-from bankrail.db.migrations import available_migrations, migrate, pending_migrations
+from bankrail.db.migrations import (
+    SchemaTooNew,
+    available_migrations,
+    migrate,
+    pending_migrations,
+    unknown_migrations,
+)
 from support.databases import drop_database, fresh_database
 
 ALL_VERSIONS = [version for version, _ in available_migrations()]
@@ -84,3 +91,15 @@ async def test_migrated_test_database_is_up_to_date(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         assert await pending_migrations(conn) == []
         assert await migrate(conn) == []
+
+
+async def test_a_database_migrated_by_a_newer_release_is_refused(empty_dsn: str) -> None:
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await migrate(conn)
+        await conn.execute("INSERT INTO schema_migrations (version) VALUES ('9999_future')")
+        with pytest.raises(SchemaTooNew, match="9999_future"):
+            await migrate(conn)
+        assert await unknown_migrations(conn) == ["9999_future"]
+    finally:
+        await conn.close()

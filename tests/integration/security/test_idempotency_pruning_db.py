@@ -1,5 +1,5 @@
 """Integration tests for deleting expired idempotency answers (security.idempotency
-.delete_expired and security.pruning.ExpiredKeyPruner, migration 0009)."""
+.delete_expired and jobs.pruning.Pruner, migration 0009)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncpg
 import orjson
 
 from bankrail.core.clock import ServiceClock
+from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.security.idempotency import (
     DELETE_EXPIRED_SQL,
     Decision,
@@ -18,7 +19,6 @@ from bankrail.security.idempotency import (
     delete_expired,
     fingerprint,
 )
-from bankrail.security.pruning import ExpiredKeyPruner
 
 TTL = timedelta(hours=6)
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -127,7 +127,7 @@ async def test_pruner_works_through_a_backlog_then_waits_for_its_interval(
     for n in range(5):
         await _store(pool, "v3:client-1", f"old-{n}", now - TTL - timedelta(minutes=n + 1))
     await _store(pool, "v3:client-1", "fresh", now)
-    pruner = ExpiredKeyPruner(pool, clock, ttl=TTL, interval=3600, batch=2)
+    pruner = _pruner(pool, clock, interval=3600, batch=2)
 
     assert [await pruner.run() for _ in range(4)] == [2, 2, 1, 0]
     assert await _kept(pool) == {("v3:client-1", "fresh")}
@@ -141,9 +141,16 @@ async def test_pruner_works_through_a_backlog_then_waits_for_its_interval(
 async def test_pruner_reads_validity_in_service_time(pool: asyncpg.Pool) -> None:
     real_now = datetime.now(UTC)
     await _store(pool, "v3:client-1", "k", real_now - timedelta(hours=1))
-    assert await ExpiredKeyPruner(pool, ServiceClock(), ttl=TTL, interval=0).run() == 0
+    assert await _pruner(pool, ServiceClock(), interval=0).run() == 0
 
     # The sandbox clock advanced by six hours: the key has expired in service time.
     advanced = ServiceClock(offset=timedelta(hours=5, minutes=1))
-    assert await ExpiredKeyPruner(pool, advanced, ttl=TTL, interval=0).run() == 1
+    assert await _pruner(pool, advanced, interval=0).run() == 1
     assert await _kept(pool) == set()
+
+
+def _pruner(
+    pool: asyncpg.Pool, clock: ServiceClock, *, interval: float, batch: int = 1000
+) -> Pruner:
+    keys = Retention("expired idempotency keys", TTL, delete_expired)
+    return Pruner(pool, clock, [keys], interval=interval, batch=batch)

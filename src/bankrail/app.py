@@ -24,6 +24,8 @@ from bankrail.http.middleware import ServiceMiddleware
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.problems import install_problem_handlers
+from bankrail.mandates.routes import router as mandates_router
+from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
 from bankrail.merchants.ledger_routes import router as ledger_router
 from bankrail.merchants.routes import router as merchant_router
@@ -124,6 +126,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         payouts_router,
         payments_router,
         refunds_router,
+        mandates_router,
         merchant_admin_router,
         events_router,
         events_admin_router,
@@ -139,6 +142,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     if settings.sandbox:
         app.include_router(sandbox_router)
         app.include_router(mock_bank_router)
+        app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.

@@ -12,6 +12,7 @@ from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
+from bankrail.mandates import service as mandates_service
 from bankrail.payments import service as payments_service
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
@@ -32,6 +33,7 @@ def register_jobs(queue: JobQueue) -> None:
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
+    queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
 
 
 async def run_worker(

@@ -35,6 +35,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import PROBLEM_TYPE, assert_problem, bearer, wait_for
+from mandate_helpers import (
+    authorised_mandate,
+    create_mandate,
+    mandate_body,
+    mandate_payment,
+    redirected_mandate,
+)
 from pay_in_helpers import balances, bank_action, bank_token, next_action, payment_body
 
 from bankrail.security import signing
@@ -342,6 +349,47 @@ def _mock_bank(w: World) -> Target:
     )
 
 
+def _a_mandate(w: World) -> str:
+    """A new mandate of A's that the payer authorised."""
+    return authorised_mandate(w.a)[0]
+
+
+def _on_mandate(
+    template: str, body: Any, owner_status: int, setup: Callable[[World], str] = _a_mandate
+) -> Route:
+    """An action on a fresh mandate of A's."""
+
+    def prepare(w: World) -> Target:
+        mid = setup(w)
+        return Target("POST", template.format(mid), body, object_id=mid)
+
+    return Route(prepare, owner_status)
+
+
+def _mandate_created(w: World) -> str:
+    return str(create_mandate(w.a)["id"])
+
+
+def _mandate_picking(w: World) -> str:
+    mid = str(create_mandate(w.a, mandate_body(w.a, provider_id=None))["id"])
+    answer = w.a.signed_post(f"/v3/mandates/{mid}/authorization-flow", FLOW)
+    assert next_action(answer.json())["type"] == "provider_selection", answer.text
+    return mid
+
+
+def _consent_bank(w: World) -> Target:
+    mid, token = redirected_mandate(w.a)
+    _, intruder = redirected_mandate(w.b)
+    return Target(
+        "POST",
+        f"/mock-bank/api/vrp-consents/{mid}/action",
+        {"action": "Reject"},
+        object_id=mid,
+        owner_token=token,
+        intruder_token=intruder,
+    )
+
+
 SELECTION = {"provider_id": GB_REDIRECT}
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
 FORM = {"inputs": {"psu-username": NO_MONEY_USERNAME, "psu-password": "secret"}}
@@ -457,10 +505,31 @@ ROUTES: dict[str, Route] = {
     "GET /v3/payments/{payment_id}/refunds/{refund_id}": _refund_of("/v3/payments/{}/refunds/{}"),
     "GET /payments/{payment_id}/refunds/{refund_id}": _refund_of("/payments/{}/refunds/{}"),
     "POST /mock-bank/api/single-immediate-payments/{payment_id}/action": Route(_mock_bank, 202),
+    "POST /v3/mandates": Route(
+        lambda w: Target("POST", "/v3/mandates", mandate_body(w.a)), 201, owned=False
+    ),
+    "GET /v3/mandates": _unowned("GET", "/v3/mandates"),
+    "GET /v3/mandates/{mandate_id}": _get("/v3/mandates/{}", _a_mandate),
+    "GET /v3/mandates/{mandate_id}/constraints": _get("/v3/mandates/{}/constraints", _a_mandate),
+    "GET /v3/mandates/{mandate_id}/funds": _get(
+        "/v3/mandates/{}/funds", _a_mandate, "?amount_in_minor=1&currency=GBP"
+    ),
+    "POST /v3/mandates/{mandate_id}/authorization-flow": _on_mandate(
+        "/v3/mandates/{}/authorization-flow", FLOW, 200, _mandate_created
+    ),
+    "POST /v3/mandates/{mandate_id}/authorization-flow/actions/provider-selection": _on_mandate(
+        "/v3/mandates/{}/authorization-flow/actions/provider-selection",
+        SELECTION,
+        200,
+        _mandate_picking,
+    ),
+    "POST /v3/mandates/{mandate_id}/revoke": _on_mandate("/v3/mandates/{}/revoke", None, 204),
+    "POST /mock-bank/api/vrp-consents/{mandate_id}/action": Route(_consent_bank, 202),
 }
 OWNED = sorted(k for k, r in ROUTES.items() if r.owned)
 MOCK_BANK = "POST /mock-bank/api/single-immediate-payments/{payment_id}/action"
-MERCHANT_ROUTES = sorted(k for k in ROUTES if k != MOCK_BANK)
+BANK_ROUTES = {MOCK_BANK, "POST /mock-bank/api/vrp-consents/{mandate_id}/action"}
+MERCHANT_ROUTES = sorted(k for k in ROUTES if k not in BANK_ROUTES)
 PAYMENT_ROUTES = sorted(k for k in MERCHANT_ROUTES if "{payment_id}" in k)
 
 
@@ -582,6 +651,12 @@ BODY_IDS: dict[str, tuple[str, Callable[[World, str], Any], Callable[[World], st
         },
         _account,
         404,
+    ),
+    "v3 payment on A's mandate": (
+        "/v3/payments",
+        lambda _w, oid: mandate_payment(oid, 100),
+        _a_mandate,
+        400,
     ),
     "closed-loop payout to A's user's payment source": (
         "/v3/payouts",

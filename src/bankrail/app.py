@@ -32,6 +32,7 @@ from bankrail.merchants.routes import router as merchant_router
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
 from bankrail.pages.hpp import router as hpp_router
+from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
@@ -136,6 +137,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         health_router,
         metrics_router,
         hpp_router,
+        hpp_mandates_router,
         console_router,
     ):
         app.include_router(router)

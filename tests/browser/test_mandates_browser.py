@@ -92,6 +92,17 @@ def test_the_payer_consents_through_the_hosted_page_and_the_mock_bank(
     )
     check_page(page, "hpp-mandate-decided")
 
+    # The merchant's console lists it with its limits and what they have left.
+    page.goto(f"{payments.server.base_url}/console/mandates")
+    page.get_by_label("Client ID").fill(payments.merchant.client_id)
+    page.get_by_label("Client secret").fill(payments.merchant.client_secret)
+    page.get_by_label("Client secret").press("Enter")
+    page.wait_for_url(re.compile(r"/console/mandates$"))
+    row = page.locator(f'tr[data-mandate-id="{mandate["id"]}"]')
+    expect(row).to_contain_text("authorized")
+    expect(row).to_contain_text("week (consent): 75.00 GBP left of 75.00 GBP")
+    check_page(page, "console-mandates")
+
 
 def test_the_payer_rejects_at_the_bank(
     page: Page, payments: Payments, check_page: CheckPage

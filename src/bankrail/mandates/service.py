@@ -573,3 +573,44 @@ async def charge(
         provider_id=row["provider_id"],
         pending_failure=failure,
     )
+
+
+async def overview(
+    conn: Connection, merchant_id: uuid.UUID | None, now: datetime, *, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The newest mandates (of one merchant, or of every merchant for None) for the console:
+    each with its limits and what their current periods have left, and its newest payments."""
+    rows = await conn.fetch(
+        f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE ($1::uuid IS NULL OR merchant_id = $1)"
+        " ORDER BY created_at DESC, id DESC LIMIT $2",
+        merchant_id,
+        limit,
+    )
+    found: list[dict[str, Any]] = []
+    for row in rows:
+        current = await current_constraints(conn, row, now)
+        payments = await conn.fetch(
+            "SELECT id, amount_in_minor, currency, status, failure_reason, created_at"
+            " FROM payments WHERE mandate_id = $1 ORDER BY created_at DESC, id DESC LIMIT 10",
+            row["id"],
+        )
+        limits = row["constraints"]["periodic_limits"]
+        found.append(
+            {
+                **render(row),
+                "limits": [
+                    {
+                        "period": period,
+                        "maximum_amount": limits[period]["maximum_amount"],
+                        "alignment": limits[period]["period_alignment"],
+                        "remaining": current["current_period_limits"][period][
+                            "maximum_available_amount"
+                        ],
+                    }
+                    for period in PERIODS
+                    if period in limits
+                ],
+                "payments": [dict(payment) for payment in payments],
+            }
+        )
+    return found

@@ -100,6 +100,7 @@ _SCENARIOS = {
     "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
     "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of target",
     "post_payments": "signed POST /v3/payments",
+    "post_payments_mandate": "signed POST /v3/payments on a mandate",
     "get_payout": "GET /v3/payouts/{id}",
     "get_merchant_accounts": "GET /v3/merchant-accounts",
     "post_payouts_grown": "signed POST /v3/payouts, grown database",

@@ -780,7 +780,7 @@ def test_mandates_page_shows_limits_what_is_left_and_the_payments(
 ) -> None:
     merchant = operator.new_merchant("Gym Ltd")
     other = operator.new_merchant("Other Ltd")
-    limits = {"week": {"maximum_amount": 10_000, "period_alignment": "calendar"}}
+    limits = {"year": {"maximum_amount": 10_000, "period_alignment": "consent"}}
     mandate_id, _ = authorised_mandate(merchant, mandate_body(merchant, periodic_limits=limits))
     theirs, _ = authorised_mandate(other)
     answer = merchant.signed_post("/v3/payments", mandate_payment(mandate_id, 2_500))
@@ -797,6 +797,6 @@ def test_mandates_page_shows_limits_what_is_left_and_the_payments(
     text = _text(page)
     assert mandate_id in text
     assert "authorized" in text
-    assert "week (calendar): 75.00 GBP left of 100.00 GBP" in text
+    assert "year (consent): 75.00 GBP left of 100.00 GBP" in text
     assert f'href="/console/payments/{payment_id}"' in page.text
     assert theirs not in text  # another merchant's mandate is not shown

@@ -5,10 +5,11 @@ authorization, broken function level authorization, broken authentication), over
 Promises proved:
 
 - every route whose path names a merchant's object (account, transactions, payment sources,
-  v3 payout, payment, each authorization-flow action, cancel) and every body that names one
-  (the account of a v3 payout or of a payment, the payment source of a closed-loop payout)
-  answers another merchant exactly as for an id that does not exist (404 problem+json; 400 for
-  the payment source, as documented) and changes nothing. `ROUTES` is checked against
+  v3 payout, payment, each authorization-flow action, cancel, refund, mandate and its
+  actions) and every body that names one (the account of a v3 payout or of a payment, the
+  payment source of a closed-loop payout, the mandate of a payment) answers another merchant
+  exactly as for an id that does not exist (404 problem+json; 400 for the payment source and
+  the mandate, as documented) and changes nothing. `ROUTES` is checked against
   `/openapi.json`, so a route added without an entry here fails `test_table_covers_every_route`;
 - a merchant's access token, or a payment's resource token, cannot call any `/admin` or
   `/sandbox` route (enumerated from `/openapi.json`);

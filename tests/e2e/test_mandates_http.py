@@ -209,7 +209,8 @@ def test_a_commercial_mandate_from_consent_to_revocation(
 
 def test_concurrent_payments_never_exceed_a_period_limit(operator: Operator) -> None:
     merchant = merchant_with_webhooks(operator)
-    limits = {"week": {"maximum_amount": 10_000, "period_alignment": "calendar"}}
+    # Consent-aligned, so that no period boundary of the shared service clock falls within it.
+    limits = {"year": {"maximum_amount": 10_000, "period_alignment": "consent"}}
     mandate_id, _ = authorised_mandate(
         merchant, mandate_body(merchant, maximum_individual_amount=1_000, periodic_limits=limits)
     )
@@ -221,8 +222,11 @@ def test_concurrent_payments_never_exceed_a_period_limit(operator: Operator) -> 
     assert len(settled) == 10, [p["status"] for p in outcomes]
     assert {p["failure_reason"] for p in failed} == {"constraint_violation"}
     assert balances(merchant) == (10_000, 10_000)
-    week = _constraints(merchant, mandate_id)["current_period_limits"]["week"]
-    assert week["maximum_available_amount"] == 0
+    year = _constraints(merchant, mandate_id)["current_period_limits"]["year"]
+    assert year["maximum_available_amount"] == 0
+    check = operator.get("/admin/ledger/check")
+    assert check.status_code == 200, check.text
+    assert check.json() == {"ok": True, "violations": []}
 
 
 def _limit(amount: Any) -> dict[str, Any]:

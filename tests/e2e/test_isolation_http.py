@@ -607,6 +607,17 @@ def test_other_merchant_gets_404_on_an_object_named_in_the_path(world: World, ro
 
     owner = _send(world.a, target, target.owner_token or world.a.token())
     assert owner.status_code == ROUTES[route].owner_status, owner.text
+    _refunds_done(world)
+
+
+def _refunds_done(world: World) -> None:
+    """Wait until A's refunds have executed: the owner's refund (the control of a refund row)
+    moves A's money after its 201, which the next row would otherwise see as B's doing."""
+    path = f"/v3/payments/{world.a_settled_payment_id}/refunds"
+    wait_for(
+        lambda: all(r["status"] in ("executed", "failed") for r in _json(world.a, path)["items"]),
+        what="A's refunds executed",
+    )
 
 
 def _source_beneficiary(user_id: str, source_id: str) -> dict[str, Any]:

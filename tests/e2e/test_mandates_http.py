@@ -159,6 +159,12 @@ def test_a_commercial_mandate_from_consent_to_revocation(
             "reference": "invoice",
         }
         assert payment["user"] == {"id": "mandate-user"}
+        assert [h["status"] for h in payment["status_history"]] == [
+            "authorized",
+            "payment_executed",
+            "payment_settled",
+        ]
+        assert payment["merchant_account_id"] == merchant.accounts["GBP"]["id"]
         for event_type in ("payment_executed", "payment_settled"):
             event = wait_payment_event(receiver, payment_id, event_type)
             assert event["payment_method"]["type"] == "mandate"

@@ -172,10 +172,8 @@ async def _create_on_mandate(
     )
     provider = find_provider(charge.provider_id) if charge.provider_id else None
     payment_id = new_id()
-    history = [
-        {"status": status.value, "at": iso_utc(now)}
-        for status in (PaymentStatus.AUTHORIZATION_REQUIRED, PaymentStatus.AUTHORIZED)
-    ]
+    # The mandate is the payer's authorisation: the payment starts `authorized`.
+    history = [{"status": PaymentStatus.AUTHORIZED.value, "at": iso_utc(now)}]
     await conn.execute(
         "INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,"
         " user_id, user_details, selection_type, provider_id, scheme_id, metadata, status,"

@@ -101,6 +101,7 @@ _SCENARIOS = {
     "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of target",
     "post_payments": "signed POST /v3/payments",
     "post_refunds": "signed POST /v3/payments/{id}/refunds",
+    "post_payments_mandate": "signed POST /v3/payments on a mandate",
     "get_payout": "GET /v3/payouts/{id}",
     "get_payments_list": "GET /v3/payments?limit=50",
     "get_merchant_accounts": "GET /v3/merchant-accounts",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from bankrail.security import signing
 from bench.baselines import verify_rate
@@ -267,6 +268,68 @@ def payment_body(merchant: Merchant) -> dict[str, Any]:
     }
 
 
+def signed_call(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> Any:
+    """One signed JSON POST with a fresh Idempotency-Key (used for seeding, not measured)."""
+    raw = json.dumps(body).encode()
+    key = str(uuid.uuid4())
+    signature = signing.sign_request(
+        merchant.key,
+        merchant.kid,
+        method="POST",
+        path=path,
+        headers=[("Idempotency-Key", key)],
+        body=raw,
+    )
+    headers = {"Idempotency-Key": key, "Svc-Signature": signature}
+    return server.call("POST", path, token=merchant.token, headers=headers, raw=raw)
+
+
+def authorised_mandate(server: Server, merchant: Merchant) -> str:
+    """A commercial mandate into the merchant's account, authorised at the mock bank, whose
+    limits no scenario reaches."""
+    body = {
+        "mandate": {
+            "type": "commercial",
+            "provider_selection": {
+                "type": "preselected",
+                "provider_id": "mock-payments-gb-redirect",
+            },
+            "beneficiary": {"type": "merchant_account", "merchant_account_id": merchant.account_id},
+        },
+        "currency": "GBP",
+        "user": {"id": "bench-payer"},
+        "constraints": {
+            "maximum_individual_amount": 10**9,
+            "periodic_limits": {"year": {"maximum_amount": 10**15, "period_alignment": "consent"}},
+        },
+    }
+    mandate_id = str(signed_call(server, merchant, "/v3/mandates", body)["id"])
+    flow = signed_call(
+        server,
+        merchant,
+        f"/v3/mandates/{mandate_id}/authorization-flow",
+        {"redirect": {"return_uri": "https://bench.example/back"}},
+    )
+    uri = flow["authorization_flow"]["actions"]["next"]["uri"]
+    token = parse_qs(urlsplit(uri).query)["token"][0]
+    server.call(
+        "POST",
+        f"/mock-bank/api/vrp-consents/{mandate_id}/action",
+        {"action": "Authorise", "remitter_balance_in_minor": 10**15},
+        token=token,
+    )
+    return mandate_id
+
+
+def mandate_payment_body(mandate_id: str) -> dict[str, Any]:
+    """A GBP payment of 1 penny taken on an authorised mandate (no payer journey)."""
+    return {
+        "amount_in_minor": 1,
+        "currency": "GBP",
+        "payment_method": {"type": "mandate", "mandate_id": mandate_id},
+    }
+
+
 @dataclass
 class Options:
     """What the HTTP scenarios do, beyond the request count and concurrency."""
@@ -358,6 +421,16 @@ async def scenarios(
                 options.verify_seconds, lambda _: _measured(server, listings, concurrency)
             )
             results["get_payments_list"]["items_per_page"] = len(page["items"])
+            mandate_id = authorised_mandate(server, merchant)
+            on_mandate = [
+                signed_post(server, merchant, "/v3/payments", mandate_payment_body(mandate_id))
+                for _ in range(requests)
+            ]
+            # Every payment on one mandate is decided with the mandate locked: this measures
+            # that serialised path, then waits for the payments to settle (their jobs would
+            # otherwise run during the next scenario).
+            results["post_payments_mandate"] = await _measured(server, on_mandate, concurrency)
+            await _payments_settled(server, mandate_id)
             lists = [
                 http_request("GET", "/v3/merchant-accounts", host, auth)
                 for _ in range(requests * 2)
@@ -677,6 +750,26 @@ async def _refunds_executed(
         "lost": created - int(counts["executed"]),
         "refunded_amount_matches": int(refunded) == int(counts["amount"]),
     }
+
+
+async def _payments_settled(server: Server, mandate_id: str, limit_seconds: float = 300.0) -> None:
+    """Wait (bounded) until every payment taken on the mandate has settled or failed."""
+    import asyncpg
+
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        began = time.monotonic()
+        while time.monotonic() - began < limit_seconds:
+            left = await conn.fetchval(
+                "SELECT count(*) FROM payments WHERE mandate_id = $1"
+                " AND status NOT IN ('payment_settled', 'payment_failed')",
+                uuid.UUID(mandate_id),
+            )
+            if not left:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
 
 
 async def _soak(

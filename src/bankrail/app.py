@@ -24,12 +24,15 @@ from bankrail.http.middleware import ServiceMiddleware
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.problems import install_problem_handlers
+from bankrail.mandates.routes import router as mandates_router
+from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
 from bankrail.merchants.ledger_routes import router as ledger_router
 from bankrail.merchants.routes import router as merchant_router
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
 from bankrail.pages.hpp import router as hpp_router
+from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
@@ -126,6 +129,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         payouts_router,
         payments_router,
         refunds_router,
+        mandates_router,
         merchant_admin_router,
         events_router,
         events_admin_router,
@@ -135,12 +139,14 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         health_router,
         metrics_router,
         hpp_router,
+        hpp_mandates_router,
         console_router,
     ):
         app.include_router(router)
     if settings.sandbox:
         app.include_router(sandbox_router)
         app.include_router(mock_bank_router)
+        app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.

@@ -14,6 +14,7 @@ from bankrail.events.service import delete_finished_deliveries
 from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
+from bankrail.mandates import service as mandates_service
 from bankrail.payments import service as payments_service
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
@@ -34,6 +35,7 @@ def register_jobs(queue: JobQueue) -> None:
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
+    queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
 
 
 def retentions(settings: Settings) -> list[Retention]:

@@ -53,6 +53,10 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         around = run[scenario]["verify_per_s_around"]
         assert around["before"] > 0, scenario
         assert around["after"] > 0, scenario
+    # Payments on one mandate: every one accepted (its limits are out of reach).
+    assert run["post_payments_mandate"]["ok_ratio"] == 1.0
+    assert run["post_payments_mandate"]["cpu_ms_per_request"]["api"] > 0
+    assert "signed POST /v3/payments on a mandate" in done.stdout
     assert "of the verify rate measured around it" in done.stdout
     assert "machine busy" in done.stdout
     # 80 % of the target rate (0.6 of the verify rate), from the verify rate measured just

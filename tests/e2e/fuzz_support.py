@@ -16,6 +16,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import wait_for
+from mandate_helpers import (
+    authorised_mandate,
+    create_mandate,
+    mandate_body,
+    redirected_mandate,
+)
 from pay_in_helpers import bank_token, next_action, payment_body
 
 from bankrail.security import signing
@@ -49,6 +55,11 @@ class Stage(StrEnum):
     FORM = "form"  # authorizing at the embedded provider, waiting for its form
     REDIRECT = "redirect"  # authorizing at a redirect provider, at the mock bank
     SETTLED = "settled"  # payment_settled: refundable
+    # The states a fresh mandate is brought to before a mandate action is fuzzed on it.
+    MANDATE_CREATED = "mandate_created"  # authorization_required
+    MANDATE_PICKING = "mandate_picking"  # authorizing, waiting for the payer's provider
+    MANDATE_REDIRECT = "mandate_redirect"  # authorizing, at the mock bank's consent page
+    MANDATE_AUTHORIZED = "mandate_authorized"  # authorized
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class FreshPayment:
     id: str
     resource_token: str
     bank_token: str | None = None
+    param: str = "payment_id"  # the path parameter that names it
 
 
 def _private_key(merchant: MerchantClient) -> ec.EllipticCurvePrivateKey:
@@ -192,6 +204,7 @@ class World:
         )
         assert refund.status_code == 201, refund.text
         world.path_values = {
+            "mandate_id": authorised_mandate(merchant)[0],
             "merchant_id": bystander.json()["id"],
             "merchant_account_id": gbp,
             "payout_id": payout.json()["id"],
@@ -206,8 +219,28 @@ class World:
         """Close the HTTP clients."""
         self.operator.close()
 
+    def fresh_mandate(self, stage: Stage) -> FreshPayment:
+        """A new mandate brought to `stage` through the merchant's own (signed) calls."""
+        merchant = self.merchant
+        if stage is Stage.MANDATE_REDIRECT:
+            mandate_id, token = redirected_mandate(merchant)
+            return FreshPayment(mandate_id, "", token, param="mandate_id")
+        if stage is Stage.MANDATE_AUTHORIZED:
+            mandate_id, token = authorised_mandate(merchant)
+            return FreshPayment(mandate_id, "", token, param="mandate_id")
+        body = mandate_body(merchant, provider_id=None)
+        created = create_mandate(merchant, body)
+        mandate = FreshPayment(created["id"], created["resource_token"], param="mandate_id")
+        if stage is Stage.MANDATE_PICKING:
+            flow = merchant.signed_post(f"/v3/mandates/{mandate.id}/authorization-flow", {})
+            assert next_action(flow.json())["type"] == "provider_selection", flow.text
+        return mandate
+
     def fresh_payment(self, stage: Stage) -> FreshPayment:
-        """A new payment brought to `stage` through the merchant's own (signed) calls."""
+        """A new payment (or mandate) brought to `stage` through the merchant's own (signed)
+        calls."""
+        if stage.value.startswith("mandate_"):
+            return self.fresh_mandate(stage)
         currency, provider = {
             Stage.CREATED: ("GBP", None),
             Stage.PICKING: ("GBP", None),
@@ -323,6 +356,18 @@ class World:
         bodies["/mock-bank/api/single-immediate-payments/{payment_id}/action"] = {
             "action": "Execute"
         }
+        mandates = "/v3/mandates/{mandate_id}"
+        bodies["/v3/mandates"] = mandate_body(merchant)
+        bodies[f"{mandates}/authorization-flow"] = {
+            "provider_selection": {},
+            "redirect": {"return_uri": RETURN_URI},
+        }
+        bodies[f"{mandates}/authorization-flow/actions/provider-selection"] = {
+            "provider_id": GB_REDIRECT
+        }
+        bodies["/mock-bank/api/vrp-consents/{mandate_id}/action"] = {"action": "Authorise"}
+        if path == f"{mandates}/funds":
+            return {"query": {"amount_in_minor": 1, "currency": "GBP"}}
         if path == "/connect/token":
             form = {
                 "grant_type": "client_credentials",

@@ -98,6 +98,7 @@ class Route:
 
 P = "/v3/payments/{payment_id}"
 L = "/payments/{payment_id}"
+M = "/v3/mandates/{mandate_id}"
 ROUTES = [
     Route("POST", "/connect/token", Caller.PUBLIC),
     Route("GET", "/v3/merchant-accounts", Caller.MERCHANT),
@@ -178,6 +179,25 @@ ROUTES = [
         "/mock-bank/api/single-immediate-payments/{payment_id}/action",
         Caller.BANK,
         Stage.REDIRECT,
+    ),
+    Route("POST", "/v3/mandates", Caller.SIGNED),
+    Route("GET", "/v3/mandates", Caller.MERCHANT),
+    Route("GET", M, Caller.MERCHANT),
+    Route("GET", f"{M}/constraints", Caller.MERCHANT),
+    Route("GET", f"{M}/funds", Caller.MERCHANT),
+    Route("POST", f"{M}/authorization-flow", Caller.SIGNED, Stage.MANDATE_CREATED),
+    Route(
+        "POST",
+        f"{M}/authorization-flow/actions/provider-selection",
+        Caller.SIGNED,
+        Stage.MANDATE_PICKING,
+    ),
+    Route("POST", f"{M}/revoke", Caller.SIGNED, Stage.MANDATE_AUTHORIZED),
+    Route(
+        "POST",
+        "/mock-bank/api/vrp-consents/{mandate_id}/action",
+        Caller.BANK,
+        Stage.MANDATE_REDIRECT,
     ),
 ]
 
@@ -433,7 +453,7 @@ def _fuzz(target: Target, route: Route, mode: GenerationMode) -> None:
     ) -> None:
         meta = case.meta
         if payment is not None and not (meta and meta.is_negative_at(ParameterLocation.PATH)):
-            case.path_parameters = {**case.path_parameters, "payment_id": payment.id}
+            case.path_parameters = {**case.path_parameters, payment.param: payment.id}
         # A fresh Idempotency-Key on every call, unless the case is about that header.
         negative_headers = meta is not None and meta.is_negative_at(ParameterLocation.HEADER)
         fresh_key = not negative_headers and (

@@ -21,6 +21,7 @@ from e2e_helpers import (
     wait_for,
     wait_record_status,
 )
+from mandate_helpers import authorised_mandate, mandate_body, mandate_payment
 from pay_in_helpers import authorised_pay_in, settled_payment
 
 from bankrail.security import signing
@@ -894,3 +895,30 @@ def test_unknown_console_pages_are_a_404_page(console: Console, operator: Operat
     assert answer.headers["content-type"].startswith("text/html")
     assert "There is no console page at this address." in answer.text
     assert console.get("/console/").status_code in (303, 307)
+
+
+def test_mandates_page_shows_limits_what_is_left_and_the_payments(
+    console: Console, operator: Operator
+) -> None:
+    merchant = operator.new_merchant("Gym Ltd")
+    other = operator.new_merchant("Other Ltd")
+    limits = {"year": {"maximum_amount": 10_000, "period_alignment": "consent"}}
+    mandate_id, _ = authorised_mandate(merchant, mandate_body(merchant, periodic_limits=limits))
+    theirs, _ = authorised_mandate(other)
+    answer = merchant.signed_post("/v3/payments", mandate_payment(mandate_id, 2_500))
+    assert answer.status_code == 201, answer.text
+    payment_id = answer.json()["id"]
+    wait_for(
+        lambda: merchant.get(f"/v3/payments/{payment_id}").json()["status"] == "payment_settled",
+        what="the mandate payment settled",
+    )
+
+    _signed_in(console, merchant)
+    page = console.get("/console/mandates")
+    assert page.status_code == 200, page.text
+    text = _text(page)
+    assert mandate_id in text
+    assert "authorized" in text
+    assert "year (consent): 75.00 GBP left of 100.00 GBP" in text
+    assert f'href="/console/payments/{payment_id}"' in page.text
+    assert theirs not in text  # another merchant's mandate is not shown

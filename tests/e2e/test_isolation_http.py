@@ -5,10 +5,11 @@ authorization, broken function level authorization, broken authentication), over
 Promises proved:
 
 - every route whose path names a merchant's object (account, transactions, payment sources,
-  v3 payout, payment, each authorization-flow action, cancel) and every body that names one
-  (the account of a v3 payout or of a payment, the payment source of a closed-loop payout)
-  answers another merchant exactly as for an id that does not exist (404 problem+json; 400 for
-  the payment source, as documented) and changes nothing. `ROUTES` is checked against
+  v3 payout, payment, each authorization-flow action, cancel, refund, mandate and its
+  actions) and every body that names one (the account of a v3 payout or of a payment, the
+  payment source of a closed-loop payout, the mandate of a payment) answers another merchant
+  exactly as for an id that does not exist (404 problem+json; 400 for the payment source and
+  the mandate, as documented) and changes nothing. `ROUTES` is checked against
   `/openapi.json`, so a route added without an entry here fails `test_table_covers_every_route`;
 - a merchant's access token, or a payment's resource token, cannot call any `/admin` or
   `/sandbox` route (enumerated from `/openapi.json`);
@@ -35,6 +36,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import PROBLEM_TYPE, assert_problem, bearer, wait_for
+from mandate_helpers import (
+    authorised_mandate,
+    create_mandate,
+    mandate_body,
+    mandate_payment,
+    redirected_mandate,
+)
 from pay_in_helpers import balances, bank_action, bank_token, next_action, payment_body
 
 from bankrail.security import signing
@@ -342,6 +350,47 @@ def _mock_bank(w: World) -> Target:
     )
 
 
+def _a_mandate(w: World) -> str:
+    """A new mandate of A's that the payer authorised."""
+    return authorised_mandate(w.a)[0]
+
+
+def _on_mandate(
+    template: str, body: Any, owner_status: int, setup: Callable[[World], str] = _a_mandate
+) -> Route:
+    """An action on a fresh mandate of A's."""
+
+    def prepare(w: World) -> Target:
+        mid = setup(w)
+        return Target("POST", template.format(mid), body, object_id=mid)
+
+    return Route(prepare, owner_status)
+
+
+def _mandate_created(w: World) -> str:
+    return str(create_mandate(w.a)["id"])
+
+
+def _mandate_picking(w: World) -> str:
+    mid = str(create_mandate(w.a, mandate_body(w.a, provider_id=None))["id"])
+    answer = w.a.signed_post(f"/v3/mandates/{mid}/authorization-flow", FLOW)
+    assert next_action(answer.json())["type"] == "provider_selection", answer.text
+    return mid
+
+
+def _consent_bank(w: World) -> Target:
+    mid, token = redirected_mandate(w.a)
+    _, intruder = redirected_mandate(w.b)
+    return Target(
+        "POST",
+        f"/mock-bank/api/vrp-consents/{mid}/action",
+        {"action": "Reject"},
+        object_id=mid,
+        owner_token=token,
+        intruder_token=intruder,
+    )
+
+
 SELECTION = {"provider_id": GB_REDIRECT}
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
 FORM = {"inputs": {"psu-username": NO_MONEY_USERNAME, "psu-password": "secret"}}
@@ -457,10 +506,31 @@ ROUTES: dict[str, Route] = {
     "GET /v3/payments/{payment_id}/refunds/{refund_id}": _refund_of("/v3/payments/{}/refunds/{}"),
     "GET /payments/{payment_id}/refunds/{refund_id}": _refund_of("/payments/{}/refunds/{}"),
     "POST /mock-bank/api/single-immediate-payments/{payment_id}/action": Route(_mock_bank, 202),
+    "POST /v3/mandates": Route(
+        lambda w: Target("POST", "/v3/mandates", mandate_body(w.a)), 201, owned=False
+    ),
+    "GET /v3/mandates": _unowned("GET", "/v3/mandates"),
+    "GET /v3/mandates/{mandate_id}": _get("/v3/mandates/{}", _a_mandate),
+    "GET /v3/mandates/{mandate_id}/constraints": _get("/v3/mandates/{}/constraints", _a_mandate),
+    "GET /v3/mandates/{mandate_id}/funds": _get(
+        "/v3/mandates/{}/funds", _a_mandate, "?amount_in_minor=1&currency=GBP"
+    ),
+    "POST /v3/mandates/{mandate_id}/authorization-flow": _on_mandate(
+        "/v3/mandates/{}/authorization-flow", FLOW, 200, _mandate_created
+    ),
+    "POST /v3/mandates/{mandate_id}/authorization-flow/actions/provider-selection": _on_mandate(
+        "/v3/mandates/{}/authorization-flow/actions/provider-selection",
+        SELECTION,
+        200,
+        _mandate_picking,
+    ),
+    "POST /v3/mandates/{mandate_id}/revoke": _on_mandate("/v3/mandates/{}/revoke", None, 204),
+    "POST /mock-bank/api/vrp-consents/{mandate_id}/action": Route(_consent_bank, 202),
 }
 OWNED = sorted(k for k, r in ROUTES.items() if r.owned)
 MOCK_BANK = "POST /mock-bank/api/single-immediate-payments/{payment_id}/action"
-MERCHANT_ROUTES = sorted(k for k in ROUTES if k != MOCK_BANK)
+BANK_ROUTES = {MOCK_BANK, "POST /mock-bank/api/vrp-consents/{mandate_id}/action"}
+MERCHANT_ROUTES = sorted(k for k in ROUTES if k not in BANK_ROUTES)
 PAYMENT_ROUTES = sorted(k for k in MERCHANT_ROUTES if "{payment_id}" in k)
 
 
@@ -537,6 +607,17 @@ def test_other_merchant_gets_404_on_an_object_named_in_the_path(world: World, ro
 
     owner = _send(world.a, target, target.owner_token or world.a.token())
     assert owner.status_code == ROUTES[route].owner_status, owner.text
+    _refunds_done(world)
+
+
+def _refunds_done(world: World) -> None:
+    """Wait until A's refunds have executed: the owner's refund (the control of a refund row)
+    moves A's money after its 201, which the next row would otherwise see as B's doing."""
+    path = f"/v3/payments/{world.a_settled_payment_id}/refunds"
+    wait_for(
+        lambda: all(r["status"] in ("executed", "failed") for r in _json(world.a, path)["items"]),
+        what="A's refunds executed",
+    )
 
 
 def _source_beneficiary(user_id: str, source_id: str) -> dict[str, Any]:
@@ -582,6 +663,12 @@ BODY_IDS: dict[str, tuple[str, Callable[[World, str], Any], Callable[[World], st
         },
         _account,
         404,
+    ),
+    "v3 payment on A's mandate": (
+        "/v3/payments",
+        lambda _w, oid: mandate_payment(oid, 100),
+        _a_mandate,
+        400,
     ),
     "closed-loop payout to A's user's payment source": (
         "/v3/payouts",

@@ -80,8 +80,19 @@ def test_search_answers_the_provider_resource(
                 "release_channel": "general_availability",
                 "schemes": [{"id": "faster_payments_service"}],
             }
-        }
+        },
+        # The UK bank takes both kinds of mandate (variable recurring payments).
+        "mandates": {
+            "vrp_sweeping": {"release_channel": "general_availability"},
+            "vrp_commercial": {"release_channel": "general_availability"},
+        },
     }
+
+
+def test_only_the_uk_bank_shows_mandate_capabilities(merchant: MerchantClient) -> None:
+    items = _search(merchant, {}).json()["items"]
+    with_mandates = [item["id"] for item in items if "mandates" in item["capabilities"]]
+    assert with_mandates == ["mock-payments-gb-redirect"]
 
 
 def test_search_with_an_empty_body_returns_general_availability_providers(

@@ -27,11 +27,14 @@ from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
 __all__ = [
     "Admin",
     "AuthenticatedClient",
+    "MandateClient",
     "Merchant",
     "SignedBody",
     "access_claims",
     "bearer_of",
     "bearer_token",
+    "may_use_mandates",
+    "require_mandate_scope",
     "require_operator",
     "require_payments_audience",
     "signed_body",
@@ -98,6 +101,42 @@ async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
 
 
 Merchant = Annotated[AccessClaims, Depends(_payments_client)]
+
+MANDATE_SCOPES = {
+    "sweeping": "recurring_payments:sweeping",
+    "commercial": "recurring_payments:commercial",
+}
+
+
+def may_use_mandates(claims: AccessClaims, mandate_type: str) -> bool:
+    """True when the token's audience covers mandates of this type: the type's
+    `recurring_payments:*` scope, or `payments`."""
+    return bool({PAYMENTS_SCOPE, MANDATE_SCOPES[mandate_type]} & claims.audiences)
+
+
+def require_mandate_scope(claims: AccessClaims, mandate_type: str) -> None:
+    """403 InvalidAudience unless the token may act on mandates of this type."""
+    if not may_use_mandates(claims, mandate_type):
+        raise Forbidden(
+            f"InvalidAudience: the access token's audience does not include {mandate_type} "
+            f"mandates; request a token with the `{MANDATE_SCOPES[mandate_type]}` or "
+            "`payments` scope."
+        )
+
+
+async def _mandates_client(claims: AuthenticatedClient) -> AccessClaims:
+    if not any(may_use_mandates(claims, kind) for kind in MANDATE_SCOPES):
+        raise Forbidden(
+            "InvalidAudience: the access token's audience does not include this API; request "
+            "a token with the `recurring_payments:sweeping`, `recurring_payments:commercial` "
+            "or `payments` scope."
+        )
+    return claims
+
+
+MandateClient = Annotated[AccessClaims, Depends(_mandates_client)]
+"""A caller of the mandate API: a token with a `recurring_payments:*` scope or `payments`;
+`require_mandate_scope` then checks the one a mandate's type needs."""
 
 
 async def require_operator(request: Request, context: AppContext) -> None:

@@ -7,6 +7,11 @@ API (`test_executed`, `test_authorisation_failed`, `test_execution_rejected`; an
 succeeds); Cancel fails the payment with `user_canceled_at_provider`. The decision is applied
 to the locked payment in one transaction and the payer is sent (303) to the payment's
 `return_uri` with `payment_id` added.
+
+`GET /mock-bank/vrp-consent?mandate_id=..&token=..` is a mandate's consent page: the payer sees
+the beneficiary, the limits and their periods, and authorises or rejects, as the headless
+`Authorise` and `Reject` actions do; then goes (303) to the mandate's `return_uri` with
+`mandate_id` added.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from starlette.datastructures import FormData
 
 from bankrail.context import AppContext
 from bankrail.http.deps import Context
+from bankrail.mandates import service as mandates
 from bankrail.pages.hpp import (
     PageError,
     authenticate,
@@ -33,6 +39,7 @@ from bankrail.pages.hpp import (
     redirect,
     render_page,
 )
+from bankrail.pages.hpp_mandates import authenticate_mandate, ensure_mandate_open, mandate_view
 from bankrail.payments import service
 from bankrail.payments.providers import find_provider
 from bankrail.rails.mock_bank import action_for_username
@@ -243,6 +250,79 @@ async def embedded_step(request: Request, context: Context) -> Response:
     if decision == "cancel":
         return await _apply(context, row["id"], "Cancel")
     return await _apply(context, row["id"], action_for_username(username))
+
+
+# --- mandates: the consent page -----------------------------------------------------------------
+
+VRP_CSRF_PURPOSE = b"mock-bank-vrp"
+
+
+async def _consent_context(conn: Any, row: Any, token: str) -> dict[str, Any]:
+    provider = find_provider(row["provider_id"] or "")
+    merchant = await merchant_name(conn, row["merchant_id"])
+    return {
+        "mandate": mandate_view(row, merchant),
+        "bank": provider.display_name if provider else "Mock Bank",
+        "bank_icon": f"/static/providers/{provider.id}-icon.svg" if provider else None,
+        "token": token,
+        "csrf": csrf_value(token, VRP_CSRF_PURPOSE),
+    }
+
+
+def _ensure_at_bank(row: Any) -> None:
+    ensure_mandate_open(row)
+    if row["provider_id"] is None:
+        raise PageError(
+            409,
+            "No bank has been chosen yet",
+            "Choose a bank first; nothing has been changed.",
+        )
+
+
+@router.get("/mock-bank/vrp-consent", response_class=HTMLResponse)
+@page_route
+async def vrp_consent_page(request: Request, context: Context) -> Response:
+    """The mock bank's consent page for a mandate: the payer authorises or rejects."""
+    params = request.query_params
+    token = params.get("token")
+    async with context.pool.acquire() as conn:
+        row = await authenticate_mandate(
+            conn, context, params.get("mandate_id"), token, kind=mandates.PROVIDER_TOKEN_KIND
+        )
+        assert token is not None
+        _ensure_at_bank(row)
+        page = await _consent_context(conn, row, token)
+    return render_page("mock_bank/vrp_consent.html", **page)
+
+
+@router.post("/mock-bank/vrp-consent", response_class=HTMLResponse)
+@page_route
+async def vrp_consent_decision(request: Request, context: Context) -> Response:
+    """The payer's decision on the consent page, applied to the locked mandate."""
+    async with request.form() as form:
+        token = form_value(form, "token")
+        decision = form_value(form, "decision")
+        raw_id = form_value(form, "mandate_id")
+        submitted_csrf = form_value(form, "csrf")
+    actions = {"authorise": "Authorise", "reject": "Reject"}
+    async with context.pool.acquire() as conn:
+        found = await authenticate_mandate(
+            conn, context, raw_id, token, kind=mandates.PROVIDER_TOKEN_KIND
+        )
+        assert token is not None
+        check_csrf(token, submitted_csrf, VRP_CSRF_PURPOSE)
+        if decision not in actions:
+            raise _tampered()
+        async with conn.transaction():
+            row = await mandates.get_mandate_row(conn, found["id"], None, lock=True)
+            if row["bank_action"] != actions[decision]:  # the same decision answers the same
+                _ensure_at_bank(row)
+            target = await mandates.bank_action(conn, row, actions[decision], context.clock.now())
+            updated = await mandates.get_mandate_row(conn, row["id"], None)
+            merchant = await merchant_name(conn, row["merchant_id"])
+    if target:
+        return redirect(target)
+    return render_page("mock_bank/vrp_done.html", mandate=mandate_view(updated, merchant))
 
 
 __all__ = ["router"]

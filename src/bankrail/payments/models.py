@@ -44,6 +44,9 @@ class FailureReason(StrEnum):
     CANCELED = "canceled"
     USER_CANCELED_AT_PROVIDER = "user_canceled_at_provider"
     EXPIRED = "expired"
+    # A payment on a mandate: outside the mandate's constraints, or over the payer's balance.
+    CONSTRAINT_VIOLATION = "constraint_violation"
+    INSUFFICIENT_FUNDS = "insufficient_funds"
 
 
 class InvalidTransition(Exception):

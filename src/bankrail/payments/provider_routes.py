@@ -111,10 +111,24 @@ class PaymentsCapabilities(BaseModel):
     bank_transfer: BankTransferCapability
 
 
+class MandateCapability(BaseModel):
+    """Mandates (variable recurring payments) of one type through this provider."""
+
+    release_channel: ReleaseChannel
+
+
+class MandatesCapabilities(BaseModel):
+    """The mandate types the provider takes (absent: none)."""
+
+    vrp_sweeping: MandateCapability | None = None
+    vrp_commercial: MandateCapability | None = None
+
+
 class ProviderCapabilities(BaseModel):
-    """The provider's capabilities."""
+    """The provider's capabilities; `mandates` only for a provider that takes mandates."""
 
     payments: PaymentsCapabilities
+    mandates: MandatesCapabilities | None = None
 
 
 class ProviderOut(BaseModel):

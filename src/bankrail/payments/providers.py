@@ -22,6 +22,7 @@ class Provider:
     flow: Flow
     schemes: tuple[str, ...]
     bg_color: str
+    mandates: tuple[str, ...] = ()  # the mandate types it takes: vrp_sweeping, vrp_commercial
 
     def serves(self, currency: str) -> bool:
         """True if payments in `currency` can be made through this provider."""
@@ -29,6 +30,18 @@ class Provider:
 
     def to_api(self, public_url: str) -> dict[str, Any]:
         """The provider resource of the v3 search and lookup."""
+        capabilities: dict[str, Any] = {
+            "payments": {
+                "bank_transfer": {
+                    "release_channel": self.release_channel,
+                    "schemes": [{"id": s} for s in self.schemes],
+                }
+            }
+        }
+        if self.mandates:
+            capabilities["mandates"] = {
+                kind: {"release_channel": self.release_channel} for kind in self.mandates
+            }
         return {
             "id": self.id,
             "display_name": self.display_name,
@@ -36,14 +49,7 @@ class Provider:
             "logo_uri": f"{public_url}/static/providers/{self.id}-logo.svg",
             "bg_color": self.bg_color,
             "country_code": self.country_code,
-            "capabilities": {
-                "payments": {
-                    "bank_transfer": {
-                        "release_channel": self.release_channel,
-                        "schemes": [{"id": s} for s in self.schemes],
-                    }
-                }
-            },
+            "capabilities": capabilities,
         }
 
 
@@ -58,6 +64,7 @@ CATALOGUE: tuple[Provider, ...] = (
         "redirect",
         ("faster_payments_service",),
         "#1D4ED8",
+        ("vrp_sweeping", "vrp_commercial"),
     ),
     Provider(
         "mock-payments-de-redirect",

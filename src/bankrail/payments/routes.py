@@ -177,11 +177,19 @@ async def create_payment(
     merchant: Merchant,
     raw: SignedBody,
 ) -> Response:
-    """Create a payment into a merchant account; the payer then authorises it at their bank."""
+    """Create a payment into a merchant account; the payer then authorises it at their bank.
+    A payment on an authorised mandate (`payment_method.type` `mandate`) needs no payer: it is
+    `authorized` at once."""
 
     async def effect(conn: Connection) -> tuple[int, Any]:
         now = context.clock.now()
         created = await service.create_payment(conn, merchant.merchant_id, body, now)
+        if created["status"] == PaymentStatus.AUTHORIZED:
+            return 201, {
+                "id": str(created["id"]),
+                "user": {"id": created["user_id"]},
+                "status": created["status"],
+            }
         token = context.tokens.issue_resource_token(created["id"], now, AUTHORIZATION_WINDOW)
         return 201, {
             "id": str(created["id"]),

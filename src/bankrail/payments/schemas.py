@@ -51,12 +51,30 @@ class MerchantAccountBeneficiary(StrictModel):
 
 
 class PaymentMethod(StrictModel):
-    """A bank transfer, its provider selection and (nested form) its beneficiary."""
+    """A bank transfer, its provider selection and (nested form) its beneficiary; or a
+    payment on an authorised mandate (`mandate_id`, optional `reference`), which has no payer
+    journey: the mandate names the merchant account paid into and the payer."""
 
-    type: Literal["bank_transfer"]
+    type: Literal["bank_transfer", "mandate"]
     provider_selection: ProviderSelection | None = None
     scheme_selection: SchemeSelection | None = None
     beneficiary: MerchantAccountBeneficiary | None = None
+    mandate_id: Uuid | None = None
+    reference: Annotated[StrictStr, Field(min_length=1, max_length=18)] | None = None
+
+    @model_validator(mode="after")
+    def _fields_of_its_type(self) -> PaymentMethod:
+        transfer = ("provider_selection", "scheme_selection", "beneficiary")
+        mandate = ("mandate_id", "reference")
+        if self.type == "mandate":
+            if self.mandate_id is None:
+                raise ValueError("mandate_id is required when the type is mandate")
+            given = [name for name in transfer if getattr(self, name) is not None]
+        else:
+            given = [name for name in mandate if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} may not be given when the type is {self.type}")
+        return self
 
 
 class User(StrictModel):
@@ -82,6 +100,10 @@ class PaymentRequest(StrictModel):
 
     @model_validator(mode="after")
     def _one_beneficiary(self) -> PaymentRequest:
+        if self.payment_method.type == "mandate":
+            if self.merchant_account_id is not None:
+                raise ValueError("a payment on a mandate pays into the mandate's account")
+            return self
         nested = self.payment_method.beneficiary
         if nested is None and self.merchant_account_id is None:
             raise ValueError(
@@ -103,12 +125,13 @@ class PaymentRequest(StrictModel):
 
 
 class PaymentCreated(BaseModel):
-    """The 201 answer of `POST /v3/payments` (spec 2.6)."""
+    """The 201 answer of `POST /v3/payments` (spec 2.6); a payment on a mandate is
+    `authorized` at once and has no `resource_token` (no payer journey)."""
 
     id: str
     user: dict[str, str]
-    resource_token: str
-    status: Literal["authorization_required"]
+    resource_token: str | None = None
+    status: Literal["authorization_required", "authorized"]
 
 
 class Redirect(StrictModel):

@@ -19,6 +19,7 @@ from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
+from bankrail.mandates import service as mandates
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import MerchantAccount
@@ -47,7 +48,8 @@ PAYMENT_COLUMNS = (
     "id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id, user_details,"
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
-    " executed_at, settled_at, failed_at, history, refunded_amount_in_minor"
+    " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
+    " mandate_reference, pending_failure"
 )
 
 
@@ -82,7 +84,13 @@ def _check_provider(
 async def create_payment(
     conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest, now: datetime
 ) -> dict[str, Any]:
-    """Record a new payment awaiting authorisation; 400/404 for a bad request."""
+    """Record a new payment awaiting authorisation; 400/404 for a bad request.
+
+    A payment on a mandate is decided here too, while the mandate row is locked (see
+    `mandates.service.charge`): it is recorded `authorized` with no payer journey, and its
+    next step executes it, or fails it with the failure decided now."""
+    if request.payment_method.type == "mandate":
+        return await _create_on_mandate(conn, merchant_id, request, now)
     account = await require_account(conn, uuid.UUID(request.account_id), merchant_id)
     if request.currency != account.currency:
         raise invalid_field("currency", f"must be {account.currency}, the account's currency")
@@ -146,7 +154,51 @@ async def create_payment(
         [{"status": state.status.value, "at": iso_utc(now)}],
     )
     await enqueue(conn, EXPIRE_JOB, {"payment_id": str(payment_id)}, state.expires_at())
-    return {"id": payment_id, "user_id": user_id}
+    return {"id": payment_id, "user_id": user_id, "status": state.status.value}
+
+
+async def _create_on_mandate(
+    conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest, now: datetime
+) -> dict[str, Any]:
+    method = request.payment_method
+    assert method.mandate_id is not None
+    charge = await mandates.charge(
+        conn,
+        merchant_id,
+        uuid.UUID(method.mandate_id),
+        request.amount_in_minor,
+        request.currency,
+        now,
+    )
+    provider = find_provider(charge.provider_id) if charge.provider_id else None
+    payment_id = new_id()
+    # The mandate is the payer's authorisation: the payment starts `authorized`.
+    history = [{"status": PaymentStatus.AUTHORIZED.value, "at": iso_utc(now)}]
+    await conn.execute(
+        "INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,"
+        " user_id, user_details, selection_type, provider_id, scheme_id, metadata, status,"
+        " created_at, authorized_at, history, mandate_id, mandate_reference, pending_failure)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, 'preselected', $8, $9, $10, $11, $12, $12, $13,"
+        " $14, $15, $16)",
+        payment_id,
+        merchant_id,
+        charge.merchant_account_id,
+        request.amount_in_minor,
+        request.currency,
+        charge.user_id,
+        charge.user_details,
+        charge.provider_id,
+        provider.schemes[0] if provider else None,
+        request.metadata,
+        PaymentStatus.AUTHORIZED.value,
+        now,
+        history,
+        charge.mandate_id,
+        method.reference,
+        charge.pending_failure,
+    )
+    await enqueue(conn, ADVANCE_JOB, {"payment_id": str(payment_id)}, now)
+    return {"id": payment_id, "user_id": charge.user_id, "status": PaymentStatus.AUTHORIZED.value}
 
 
 async def lock_payment(
@@ -222,11 +274,20 @@ async def _save(
 
 
 def _payment_method(row: Any) -> dict[str, Any]:
+    if row["mandate_id"] is not None:
+        return _mandate_method(row)
     method: dict[str, Any] = {"type": "bank_transfer"}
     if row["provider_id"]:
         method["provider_id"] = row["provider_id"]
     if row["scheme_id"]:
         method["scheme_id"] = row["scheme_id"]
+    return method
+
+
+def _mandate_method(row: Any) -> dict[str, Any]:
+    method: dict[str, Any] = {"type": "mandate", "mandate_id": str(row["mandate_id"])}
+    if row["mandate_reference"]:
+        method["reference"] = row["mandate_reference"]
     return method
 
 
@@ -434,6 +495,11 @@ async def advance_payment(conn: Connection, payload: dict[str, Any], now: dateti
         return
     state = state_of(row)
     if state.status is PaymentStatus.AUTHORIZED:
+        if row["pending_failure"]:
+            # A payment on a mandate that its acceptance found outside the mandate's limits.
+            reason = FailureReason(row["pending_failure"])
+            await _save(conn, row, state.fail(now, reason), now, pending_failure=None)
+            return
         if row["bank_action"] == "RejectExecution":
             await _save(conn, row, state.fail(now, FailureReason.PROVIDER_REJECTED), now)
             return
@@ -555,12 +621,16 @@ def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any
         "metadata": row["metadata"] or {},
         "refunded_amount_in_minor": row["refunded_amount_in_minor"],
     }
+    if row["mandate_id"] is not None:
+        payment["payment_method"] = _mandate_method(row)
     if row["provider_id"]:
         payment["provider_id"] = row["provider_id"]
-        payment["payment_method"]["provider_selection"]["provider_id"] = row["provider_id"]
+        if row["mandate_id"] is None:
+            payment["payment_method"]["provider_selection"]["provider_id"] = row["provider_id"]
     if row["scheme_id"]:
         payment["scheme_id"] = row["scheme_id"]
-        payment["payment_method"]["provider_selection"]["scheme_id"] = row["scheme_id"]
+        if row["mandate_id"] is None:
+            payment["payment_method"]["provider_selection"]["scheme_id"] = row["scheme_id"]
     for column in ("authorized_at", "executed_at", "settled_at", "failed_at"):
         if row[column]:
             payment[column] = iso_utc(row[column])

@@ -24,6 +24,7 @@ from bankrail.db.pool import Connection
 from bankrail.events import service as events_service
 from bankrail.events.destinations import webhook_destination_problem
 from bankrail.http.problems import render_problem_bytes
+from bankrail.mandates import service as mandates_service
 from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.console.chart import build_chart
@@ -495,6 +496,20 @@ async def payout_detail(request: Request, payout_id: str) -> Response:
         steps=steps,
         metadata=json.dumps(payout["metadata"], indent=2) if payout["metadata"] else "",
     )
+
+
+# --- mandates -------------------------------------------------------------------------------------
+
+
+@router.get("/mandates", response_class=HTMLResponse)
+async def mandates_list(request: Request) -> Response:
+    """Mandates, newest first, with their limits, what each period has left, and the payments
+    taken on each."""
+    viewer = await resolve_viewer(request)
+    context = app_context(request)
+    async with context.pool.acquire() as conn:
+        items = await mandates_service.overview(conn, viewer.merchant_id, context.clock.now())
+    return render(request, "mandates.html", title="Mandates", section="mandates", items=items)
 
 
 # --- webhook deliveries ------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Mandates (variable recurring payments): consent, constraints, revocation, routes."""

@@ -1,0 +1,167 @@
+"""Request and response bodies of the mandate routes (docs/api.md "Mandates")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from bankrail.core.money import MAX_AMOUNT_IN_MINOR
+from bankrail.core.timefmt import Timestamp
+from bankrail.http.listing import Pagination
+from bankrail.merchants.schemas import StrictModel
+from bankrail.payments.schemas import MerchantAccountBeneficiary, Redirect, ShortText
+from bankrail.payouts.schemas import Amount, Currency, Metadata
+
+MandateType = Literal["sweeping", "commercial"]
+PERIODS = ("day", "week", "fortnight", "month", "half_year", "year")
+
+
+class MandateProviderSelection(StrictModel):
+    """`user_selected` (the payer picks their bank) or `preselected` (`provider_id`)."""
+
+    type: Literal["user_selected", "preselected"]
+    provider_id: ShortText | None = None
+
+
+class MandateDetails(StrictModel):
+    """What the payer consents to: the type, the bank, and the account paid into."""
+
+    type: MandateType
+    provider_selection: MandateProviderSelection
+    beneficiary: MerchantAccountBeneficiary
+    reference: Annotated[StrictStr, Field(min_length=1, max_length=18)] | None = None
+
+
+class MandateUser(StrictModel):
+    """The payer; `id` generated when absent."""
+
+    id: ShortText | None = None
+    name: ShortText | None = None
+    email: ShortText | None = None
+
+
+class PeriodicLimitIn(StrictModel):
+    """At most `maximum_amount` per period, periods aligned on the consent or the calendar."""
+
+    maximum_amount: Amount
+    period_alignment: Literal["consent", "calendar"]
+
+
+class PeriodicLimitsIn(StrictModel):
+    """One limit per period length; at least one."""
+
+    day: PeriodicLimitIn | None = None
+    week: PeriodicLimitIn | None = None
+    fortnight: PeriodicLimitIn | None = None
+    month: PeriodicLimitIn | None = None
+    half_year: PeriodicLimitIn | None = None
+    year: PeriodicLimitIn | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> PeriodicLimitsIn:
+        if not any(getattr(self, name) is not None for name in PERIODS):
+            raise ValueError(f"give at least one periodic limit ({', '.join(PERIODS)})")
+        return self
+
+
+class ConstraintsIn(StrictModel):
+    """The limits of every payment taken on the mandate."""
+
+    maximum_individual_amount: Amount
+    periodic_limits: PeriodicLimitsIn
+    valid_from: Timestamp | None = None
+    valid_to: Timestamp | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ConstraintsIn:
+        if (
+            self.valid_from is not None
+            and self.valid_to is not None
+            and self.valid_to <= self.valid_from
+        ):
+            raise ValueError("valid_to must be later than valid_from")
+        return self
+
+
+class MandateRequest(StrictModel):
+    """`POST /v3/mandates`."""
+
+    mandate: MandateDetails
+    currency: Currency
+    user: MandateUser | None = None
+    constraints: ConstraintsIn
+    metadata: Metadata | None = None
+
+
+class MandateCreated(BaseModel):
+    """The 201 answer of `POST /v3/mandates`."""
+
+    id: str
+    user: dict[str, str]
+    resource_token: str
+    status: Literal["authorization_required"]
+
+
+class MandateFlowRequest(StrictModel):
+    """`POST /v3/mandates/{id}/authorization-flow`."""
+
+    provider_selection: dict[str, Any] | None = None
+    redirect: Redirect | None = None
+
+
+class MandateProviderSubmit(StrictModel):
+    """The provider the payer picked."""
+
+    provider_id: ShortText
+
+
+class MandateOut(BaseModel):
+    """The mandate resource."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: str
+    status: str
+    currency: str
+
+
+class MandateList(BaseModel):
+    """`GET /v3/mandates`: one page of mandates, newest first."""
+
+    items: list[MandateOut]
+    pagination: Pagination
+
+
+class FundsOut(BaseModel):
+    """Whether the payer's account holds the amount now."""
+
+    confirmed: bool
+    confirmed_at: str
+
+
+class PeriodOut(BaseModel):
+    """The current period of a limit and what it has left."""
+
+    start_date: str
+    end_date: str
+    maximum_available_amount: int
+
+
+class ConstraintsOut(BaseModel):
+    """The constraints as they stand now."""
+
+    model_config = ConfigDict(extra="allow")
+
+    maximum_individual_amount: int
+    current_period_limits: dict[str, PeriodOut]
+
+
+class ConsentAction(StrictModel):
+    """The payer's decision at the mock bank on a mandate, headless."""
+
+    action: Literal["Authorise", "Reject", "Revoke"]
+    remitter_balance_in_minor: Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)] | None = (
+        None
+    )

@@ -116,6 +116,36 @@ class RefundFailedEvent(_V3Event):
     failure_reason: str
 
 
+class MandateAuthorizedEvent(_V3Event):
+    """The payer authorised a mandate at their bank: payments may now be taken on it."""
+
+    type: Literal["mandate_authorized"]
+    mandate_id: str
+    metadata: dict[str, str]
+    authorized_at: str
+
+
+class MandateFailedEvent(_V3Event):
+    """A mandate failed at `failure_stage` (rejected at the bank, or expired unauthorised)."""
+
+    type: Literal["mandate_failed"]
+    mandate_id: str
+    metadata: dict[str, str]
+    failed_at: str
+    failure_stage: str
+    failure_reason: str
+
+
+class MandateRevokedEvent(_V3Event):
+    """A mandate was revoked by the merchant (`client`) or at the bank (`user`)."""
+
+    type: Literal["mandate_revoked"]
+    mandate_id: str
+    metadata: dict[str, str]
+    revoked_at: str
+    revocation_source: Literal["client", "user"]
+
+
 class BalanceNotificationEvent(_V3Event):
     """A merchant account's available balance crossed its threshold."""
 
@@ -233,6 +263,9 @@ WEBHOOKS: dict[str, tuple[str, type[BaseModel]]] = {
     "balance_notification": ("payments URI", BalanceNotificationEvent),
     "refund_executed": ("payments URI", RefundExecutedEvent),
     "refund_failed": ("payments URI", RefundFailedEvent),
+    "mandate_authorized": ("payments URI", MandateAuthorizedEvent),
+    "mandate_failed": ("payments URI", MandateFailedEvent),
+    "mandate_revoked": ("payments URI", MandateRevokedEvent),
     "topup_received": ("payouts URI (v1)", TopupReceivedEvent),
     "payout_authorised": ("payouts URI (v1)", PayoutAuthorisedEvent),
     "payout_submitted": ("payouts URI (v1)", PayoutSubmittedEvent),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -34,6 +35,8 @@ _SORT_CODE = {
 }
 _IBANS = {"GBP": "GB29NWBK60161331926819", "EUR": "DE89370400440532013000"}
 _AMOUNT = 1_000
+_PROVIDER_GB = "mock-payments-gb-redirect"
+_RETURN_URI = "https://merchant.example/return"
 
 
 class TriggerError(RuntimeError):
@@ -248,6 +251,49 @@ def _refund(reference: str) -> Callable[[_Session, str, float], Triggered]:
     return run
 
 
+def _mandate(action: str, *, revoke: bool = False) -> Callable[[_Session, str, float], Triggered]:
+    def run(session: _Session, event: str, timeout: float) -> Triggered:
+        account = session.account("GBP")
+        body = {
+            "mandate": {
+                "type": "commercial",
+                "provider_selection": {"type": "preselected", "provider_id": _PROVIDER_GB},
+                "beneficiary": {"type": "merchant_account", "merchant_account_id": account["id"]},
+                "reference": "trigger",
+            },
+            "currency": "GBP",
+            "user": {"id": f"trigger-{uuid.uuid4().hex[:12]}", "name": "Trigger Payer"},
+            "constraints": {
+                "maximum_individual_amount": _AMOUNT,
+                "periodic_limits": {
+                    "month": {"maximum_amount": 10 * _AMOUNT, "period_alignment": "calendar"}
+                },
+            },
+        }
+        mandate_id = session.ok(session.client.post("/v3/mandates", json=body), 201)["id"]
+        flow = {"provider_selection": {}, "redirect": {"return_uri": _RETURN_URI}}
+        path = f"/v3/mandates/{mandate_id}/authorization-flow"
+        started = session.ok(session.client.post(path, json=flow), 200)
+        uri = started["authorization_flow"]["actions"]["next"]["uri"]
+        token = parse_qs(urlsplit(uri).query)["token"][0]
+        session.ok(
+            session.client.post(
+                f"/mock-bank/api/vrp-consents/{mandate_id}/action",
+                json={"action": action},
+                headers={"Authorization": f"Bearer {token}"},
+            ),
+            202,
+        )
+        if revoke:
+            session.wait_event("mandate_authorized", _v3("mandate_id", mandate_id), timeout)
+            session.ok(session.client.post(f"/v3/mandates/{mandate_id}/revoke"), 204)
+        created = {"mandate_id": mandate_id, "merchant_account_id": account["id"]}
+        delivery = session.wait_event(event, _v3("mandate_id", mandate_id), timeout)
+        return Triggered(event, session.merchant_id, created, delivery)
+
+    return run
+
+
 def _balance_notification(session: _Session, event: str, timeout: float) -> Triggered:
     account = session.account("GBP", "EUR")
     path = f"/admin/merchant-accounts/{account['id']}/balance-threshold"
@@ -365,6 +411,24 @@ EVENTS: dict[str, Event] = {
             "v3",
             "a settled pay-in, then a refund with the sandbox token fail:scheme_error",
             _refund("fail:scheme_error"),
+        ),
+        Event(
+            "mandate_authorized",
+            "v3",
+            "a commercial mandate the payer authorises at the mock bank",
+            _mandate("Authorise"),
+        ),
+        Event(
+            "mandate_failed",
+            "v3",
+            "a commercial mandate the payer rejects at the mock bank",
+            _mandate("Reject"),
+        ),
+        Event(
+            "mandate_revoked",
+            "v3",
+            "an authorised commercial mandate the merchant then revokes",
+            _mandate("Authorise", revoke=True),
         ),
         Event(
             "balance_notification",

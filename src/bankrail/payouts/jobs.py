@@ -2,10 +2,11 @@
 
 Under load, most due payout jobs are alike: an open-loop payout whose money leaves over a
 scheme (or comes back on a failure) from an account without a balance threshold. This takes
-a batch of them with two statements, each its own transaction (migration 0008): one leases
+a batch of them with two statements, each its own transaction
+(db/functions/payout_advancement.sql): one leases
 the jobs and reads their payouts, the Python state machine decides each payout's steps,
 exactly as `service.advance_payout` does for one, and one statement checks that the
-decisions still hold and writes every row (migration 0006), its commit included. The
+decisions still hold and writes every row, its commit included. The
 merchant's ledger rows are locked once per batch, at the end, and only while PostgreSQL
 writes and commits, never while this process's event loop is busy elsewhere. Every other
 payout job (an internal transfer, an account with a threshold to re-evaluate, a job without
@@ -22,7 +23,7 @@ from typing import Any
 from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import Family, NewEvent, new_event
-from bankrail.merchants.balances import clearing_code
+from bankrail.ledger.holds import clearing_code
 from bankrail.payouts.models import Stage
 from bankrail.payouts.service import (
     ADVANCE_JOB,
@@ -44,7 +45,7 @@ _COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.spli
 # (another batch may have run its jobs) writes only what still holds.
 LEASE = timedelta(seconds=10)
 
-# Due payout jobs whose payout this batch can take, leased (migration 0008).
+# Due payout jobs whose payout this batch can take, leased.
 _LEASE = (
     f"SELECT c.job_id, {_COLUMNS}, c.held_ledger_id, c.available_ledger_id"
     " FROM bankrail_lease_payout_jobs($1, $2, $3, $4) c"
@@ -64,7 +65,8 @@ _GIVE_BACK = (
 
 @dataclass
 class _Batch:
-    """The rows one batch writes, as the parallel arrays migrations 0006 and 0008 take."""
+    """The rows one batch writes, as the parallel arrays `bankrail_advance_leased_payouts`
+    takes."""
 
     now: datetime
     job_ids: list[int] = field(default_factory=list)

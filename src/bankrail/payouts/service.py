@@ -23,14 +23,10 @@ from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection, Pool
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
+from bankrail.ledger.holds import consume_hold
 from bankrail.ledger.models import InsufficientFunds
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import (
-    consume_hold,
-    hold_funds,
-    release_hold,
-    transfer_between_accounts,
-)
+from bankrail.merchants.balances import hold_funds, release_hold, transfer_between_accounts
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
 from bankrail.merchants.service import find_account_by_identifier, get_account
 from bankrail.payments.sources import payable_source
@@ -196,7 +192,8 @@ class PayoutBatcher:
         self._flusher: asyncio.Task[None] | None = None
 
     async def submit(self, item: dict[str, Any]) -> bool:
-        """Commit `item` with the next batch; True when it was taken (see migration 0006)."""
+        """Commit `item` with the next batch; True when it was taken
+        (`bankrail_accept_v3_payouts`, db/functions/payout_acceptance.sql)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         if self._flusher is None or self._flusher.done():
@@ -242,7 +239,7 @@ async def accept_v3_payout_at_once(
     now: datetime,
 ) -> bytes | None:
     """The common open-loop `POST /v3/payouts`, committed with the other requests of the
-    moment in one statement (`bankrail_accept_v3_payouts`, migration 0006); returns the
+    moment in one statement (`bankrail_accept_v3_payouts`); returns the
     202 body once committed.
 
     None means "not the common case" and that nothing was written: the caller then takes the

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest_asyncio
 
-from bankrail.db.migrations import available_migrations, migrate, pending_migrations
+from bankrail.db.migrations import (
+    apply_functions,
+    available_functions,
+    available_migrations,
+    functions_digest,
+    migrate,
+    pending_migrations,
+)
 from support.databases import drop_database, fresh_database
 
 ALL_VERSIONS = [version for version, _ in available_migrations()]
@@ -84,3 +92,42 @@ async def test_migrated_test_database_is_up_to_date(pool: asyncpg.Pool) -> None:
     async with pool.acquire() as conn:
         assert await pending_migrations(conn) == []
         assert await migrate(conn) == []
+
+
+async def _function_names(conn: asyncpg.Connection) -> set[str]:
+    rows = await conn.fetch(
+        "SELECT proname FROM pg_proc WHERE proname LIKE 'bankrail\\_%'"
+        " AND pronamespace = 'public'::regnamespace"
+    )
+    return {r["proname"] for r in rows}
+
+
+async def test_functions_are_the_current_files_applied_once(empty_dsn: str) -> None:
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await migrate(conn)
+        defined = {
+            name
+            for _, sql in available_functions()
+            for name in re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", sql)
+        }
+        assert defined
+        # Every function of the database is one of the files', and the old posting function
+        # is gone.
+        assert await _function_names(conn) == defined
+        assert (
+            await conn.fetchval("SELECT sha256 FROM schema_functions WHERE id = 1")
+            == functions_digest()
+        )
+        # Unchanged files are not applied again; changed ones are.
+        assert await apply_functions(conn) is False
+        await conn.execute("UPDATE schema_functions SET sha256 = 'older files'")
+        await conn.execute("ALTER FUNCTION bankrail_post_transactions RESET ALL")
+        assert await apply_functions(conn) is True
+        config = await conn.fetchval(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'bankrail_post_transactions'"
+        )
+        assert "plan_cache_mode=force_generic_plan" in config
+        assert "enable_seqscan=off" in config
+    finally:
+        await conn.close()

@@ -52,7 +52,7 @@ from bankrail.web.middleware import ServiceMiddleware
 from bankrail.web.mock_bank_pages import router as mock_bank_pages_router
 from bankrail.web.openapi import problem_json_openapi
 from bankrail.web.pages import router as pages_router
-from bankrail.web.problems import install_problem_handlers
+from bankrail.web.problems import install_problem_handlers, render_problem_bytes
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             clock=clock,
             tokens=TokenIssuer(access_key, resource_key),
             admin_token_hash=admin_hash,
-            payout_batcher=payouts_service.PayoutBatcher(pool),
+            payout_acceptance=payouts_service.PayoutAcceptance(
+                pool, lambda error: render_problem_bytes(error, settings.public_url)
+            ),
             rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
             token_rate_limits=RateLimiter(
                 settings.token_rate_limit_per_second, settings.token_rate_limit_burst

@@ -38,7 +38,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ from hypothesis.stateful import (
 )
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import Conflict, InvalidParameters
+from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import create_pool
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
@@ -78,6 +78,7 @@ from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
 from support.databases import drop_database, fresh_database
+from support.payouts import payout_request, render_problem
 
 T = TypeVar("T")
 
@@ -347,8 +348,12 @@ class DomainMachine(RuleBasedStateMachine):
                         sort_code=account.identifiers.sort_code,
                         account_number=account.identifiers.account_number,
                     )
-                    await payouts.open_loop_destination(conn, account, "GBP", beneficiary)
-                    return
+                    request = payout_request(account, self.env.clock.now(), beneficiary=beneficiary)
+                    (refused,) = await payouts.accept_payouts(
+                        conn, [replace(request, store_client_errors=False)], render_problem
+                    )
+                    assert isinstance(refused, ProblemError)
+                    raise refused
                 euros = mistake == "top_up_in_euros"
                 transfer = IncomingTransfer(
                     amount_in_minor=amount,
@@ -384,39 +389,31 @@ class DomainMachine(RuleBasedStateMachine):
                 assert fresh is not None
                 if refund_of is not None:
                     user_id, source_id = refund_of
-                    target = await payouts.closed_loop_destination(
-                        conn,
-                        fresh,
-                        {
-                            "type": "payment_source",
-                            "user_id": user_id,
-                            "payment_source_id": str(source_id),
-                            "reference": reference,
-                        },
+                    beneficiary = {
+                        "type": "payment_source",
+                        "user_id": user_id,
+                        "payment_source_id": str(source_id),
+                        "reference": reference,
+                    }
+                elif destination == "internal":
+                    assert other.identifiers.sort_code is not None
+                    assert other.identifiers.account_number is not None
+                    beneficiary = sort_code_beneficiary(
+                        reference,
+                        "Model Payee Ltd",
+                        sort_code=other.identifiers.sort_code,
+                        account_number=other.identifiers.account_number,
                     )
                 else:
-                    if destination == "internal":
-                        assert other.identifiers.sort_code is not None
-                        assert other.identifiers.account_number is not None
-                        beneficiary = sort_code_beneficiary(
-                            reference,
-                            "Model Payee Ltd",
-                            sort_code=other.identifiers.sort_code,
-                            account_number=other.identifiers.account_number,
-                        )
-                    else:
-                        name = SCREENED_NAME if destination == "screened" else "Jane Doe"
-                        beneficiary = sort_code_beneficiary(reference, name)
-                    target = await payouts.open_loop_destination(conn, fresh, "GBP", beneficiary)
-                return await payouts.accept_payout(
-                    conn,
-                    api="v3",
-                    account=fresh,
-                    amount=amount,
-                    destination=target,
-                    reference=reference,
-                    now=self.env.clock.now(),
+                    name = SCREENED_NAME if destination == "screened" else "Jane Doe"
+                    beneficiary = sort_code_beneficiary(reference, name)
+                request = payout_request(
+                    fresh, self.env.clock.now(), amount=amount, beneficiary=beneficiary
                 )
+                (outcome,) = await payouts.accept_payouts(conn, [request], render_problem)
+                assert not isinstance(outcome, ProblemError)
+                assert outcome[0] == 202, outcome
+                return uuid.UUID(orjson.loads(outcome[1])["id"])
 
         payout_id = self.env.run(accept())
         model = self.accounts[index]

@@ -103,7 +103,6 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_to bigint[];
-    v_pending integer;
 BEGIN
     DELETE FROM jobs WHERE id = ANY (p_job_ids);
     UPDATE payouts p SET stage = x.stage, authorized_at = x.authorized_at,
@@ -124,29 +123,9 @@ BEGIN
             updated_at = EXCLUDED.updated_at,
             details = account_activity.details || EXCLUDED.details;
 
-    -- The outbox, as record_event writes it: with no URI for the family the delivery is
-    -- `skipped`, and the delivery workers are woken only when something is to be sent.
-    INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)
-        SELECT x.id, x.merchant_id, x.family, x.event_type, x.payload, p_now
-        FROM unnest(p_event_ids, p_event_merchants, p_event_families, p_event_types,
-                    p_event_payloads) AS x (id, merchant_id, family, event_type, payload);
-    WITH d AS (
-        INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,
-                next_attempt_at, created_at, updated_at, window_start)
-            SELECT x.delivery_id, x.event_id, x.merchant_id, x.event_type, u.uri,
-                   CASE WHEN u.uri IS NULL THEN 'skipped' ELSE 'pending' END,
-                   CASE WHEN u.uri IS NULL THEN NULL ELSE p_now END, p_now, p_now, p_now
-            FROM unnest(p_delivery_ids, p_event_ids, p_event_merchants, p_event_families,
-                        p_event_types) AS x (delivery_id, event_id, merchant_id, family,
-                                             event_type)
-            JOIN merchants m ON m.id = x.merchant_id
-            CROSS JOIN LATERAL (SELECT CASE WHEN x.family = 'payments'
-                THEN m.payments_webhook_uri ELSE m.payouts_webhook_uri END AS uri) u
-            RETURNING uri)
-    SELECT count(uri) INTO v_pending FROM d;
-    IF v_pending > 0 THEN
-        PERFORM pg_notify('bankrail_webhooks', '');
-    END IF;
+    PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
+        p_event_families, p_event_types, p_event_payloads,
+        array_fill(p_now, ARRAY[cardinality(p_event_ids)]));
 
     IF cardinality(p_next_payouts) > 0 THEN
         INSERT INTO jobs (kind, payload, run_at)

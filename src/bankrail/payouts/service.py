@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import asyncpg
+
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import (
@@ -351,8 +353,9 @@ class PayoutAcceptance:
     Requests that arrive while a batch is being committed wait for the next one, so under
     load each commit (one WAL flush, one lock of the merchant's ledger rows) carries many
     payouts, and with no load a request is committed at once, alone. Every answer is sent
-    only after the transaction that holds it has committed. A batch whose transaction fails
-    is run again one request at a time, so that a request's failure is its own.
+    only after the transaction that holds it has committed. A batch that storage refuses
+    (a data error, a constraint) is run again one request at a time, so that a request's
+    failure is its own; any other failure (the database unreachable) is every request's.
     """
 
     def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
@@ -380,25 +383,34 @@ class PayoutAcceptance:
             del self._pending[: self._max_batch]
             try:
                 await self._commit(batch)
-            except Exception:
+            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+                # A row of one request that storage refuses (a balance at the edge of the
+                # 64-bit range): each request alone, so that the failure is its own.
                 if len(batch) == 1:
-                    raise
+                    _fail(batch, exc)
+                    continue
                 for one in batch:
-                    await self._commit([one])
+                    try:
+                        await self._commit([one])
+                    except Exception as alone:
+                        _fail([one], alone)
+            except Exception as exc:
+                _fail(batch, exc)
 
     async def _commit(self, batch: list[tuple[Keyed, asyncio.Future[Outcome]]]) -> None:
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                outcomes = await accept_payouts(
-                    conn, [keyed for keyed, _ in batch], self._render_problem
-                )
-        except Exception as exc:
-            if len(batch) == 1 and not batch[0][1].done():
-                batch[0][1].set_exception(exc)
-            raise
+        async with self._pool.acquire() as conn, conn.transaction():
+            outcomes = await accept_payouts(
+                conn, [keyed for keyed, _ in batch], self._render_problem
+            )
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)
+
+
+def _fail(batch: list[tuple[Keyed, asyncio.Future[Outcome]]], exc: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
 
 
 # The payouts columns that `state_of`, `render_v3` and the job need.

@@ -257,3 +257,29 @@ async def test_a_hold_committed_elsewhere_first_is_seen_by_the_batch(
     assert (after.available_balance, after.held_balance) == (500, 500)
     async with pool.acquire() as conn:
         assert await check_ledger(conn) == []
+
+
+async def test_a_request_that_storage_refuses_fails_alone(pool: asyncpg.Pool) -> None:
+    """A batch whose write fails (here a held balance would leave the 64-bit range) is run
+    again one request at a time: the others are accepted."""
+    now = ServiceClock().now()
+    edge = await funded_account(pool, now, 1_000)
+    fine = await funded_account(pool, now, 1_000)
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE ledger_accounts SET balance = 9223372036854775807 - 10 WHERE id = $1",
+            edge.held_ledger_id,
+        )
+    acceptance = PayoutAcceptance(pool, render_problem)
+    refused, accepted = await asyncio.gather(
+        accept_at_once(acceptance, edge, now, key="edge"),
+        accept_at_once(acceptance, fine, now, key="fine"),
+        return_exceptions=True,
+    )
+    assert isinstance(refused, asyncpg.NumericValueOutOfRangeError)
+    assert not isinstance(accepted, BaseException)
+    payout = await _written(pool, _id(accepted))
+    assert payout["ledger"] == [("payout_hold", -300), ("payout_hold", 300)]
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM payouts") == 1
+        assert await conn.fetchval("SELECT count(*) FROM idempotency_keys") == 1

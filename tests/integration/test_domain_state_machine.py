@@ -74,6 +74,7 @@ from bankrail.payments import service as payments
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.payouts import service as payouts
+from bankrail.payouts.jobs import advance_payout
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
@@ -842,7 +843,7 @@ def _open_env(loop: LoopThread, dsn: str) -> Env:
             await clock.refresh(conn)
             await replace_screening_list(conn, [SCREENED_NAME])
         queue = JobQueue(pool, clock)
-        queue.register(payouts.ADVANCE_JOB, payouts.advance_payout)
+        queue.register(payouts.ADVANCE_JOB, advance_payout)
         queue.register(payments.ADVANCE_JOB, payments.advance_payment)
         queue.register(payments.EXPIRE_JOB, payments.expire_payment)
         return Env(loop, pool, clock, queue)

@@ -14,14 +14,13 @@ from bankrail.core.jsonbody import loads
 from bankrail.core.problems import ProblemError
 from bankrail.jobs.queue import JobQueue
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.jobs import advance_due_payouts
+from bankrail.payouts.jobs import advance_due_payouts, advance_payout
 from bankrail.payouts.models import OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     Keyed,
     PayoutAcceptance,
     accept_payouts,
-    advance_payout,
     beneficiary_identifiers,
 )
 from bankrail.security.idempotency import fingerprint

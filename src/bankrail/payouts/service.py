@@ -30,13 +30,8 @@ from bankrail.core.problems import (
 from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection, Pool
 from bankrail.events import notifications
-from bankrail.events.outbox import NewEvent, new_event, record_event
-from bankrail.jobs.queue import enqueue
-from bankrail.ledger.holds import consume_hold
-from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import release_hold, transfer_between_accounts
-from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
-from bankrail.merchants.service import get_account
+from bankrail.events.outbox import NewEvent, new_event
+from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts.models import (
     REJECTIONS,
     AccountFacts,
@@ -52,7 +47,6 @@ from bankrail.payouts.models import (
     decide_payout,
     v1_reason,
 )
-from bankrail.rails.incoming import record_internal_credit
 from bankrail.rails.schemes import sandbox_outcome, scheme_for
 from bankrail.rails.screening import normalise_name
 from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
@@ -446,106 +440,6 @@ def planned_advance(row: Any, now: datetime) -> Advance:
         pending_failure=FailureReason(pending_failure) if pending_failure else None,
         scheme_failure=outcome.failure,
         execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
-
-
-async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
-    """Take the payout's next steps (a job handler; runs in the job's transaction).
-
-    Steps that are due at once (authorisation, then submission, then execution when the
-    scheme answers without delay) are taken one after the other in this one transaction,
-    each with its own events, rather than as one job each: the payout goes through the same
-    states and emits the same events, with one commit instead of three. `payouts.jobs` does
-    the same for many payouts at a time.
-    """
-    row = await conn.fetchrow(
-        f"SELECT {STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
-        uuid.UUID(payload["payout_id"]),
-    )
-    if row is None:
-        return
-    plan = planned_advance(row, now)
-    if not plan.steps:
-        return  # terminal: a duplicate job finds nothing to do
-    account = await get_account(conn, row["merchant_account_id"])
-    assert account is not None
-    payout_id: uuid.UUID = row["id"]
-    state = plan.state
-    if row["api"] == "v1":
-        for step in plan.steps:
-            event_type, body = v1_event(row, step, now)
-            await record_event(
-                conn,
-                merchant_id=row["merchant_id"],
-                family="payouts",
-                event_type=event_type,
-                body=body,
-                now=now,
-            )
-    await conn.execute(
-        "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
-        " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
-        payout_id,
-        *lifecycle_columns(state),
-    )
-    await record_activity(
-        conn,
-        item_id=payout_id,
-        merchant_account_id=account.id,
-        type_="payout",
-        amount=row["amount_in_minor"],
-        currency=row["currency"],
-        status=state.v3_status,
-        now=now,
-        details=activity_details(state),
-    )
-    terminal = v3_terminal_event(row, state)
-    if terminal is not None:
-        await record_event(
-            conn,
-            merchant_id=row["merchant_id"],
-            family="payments",
-            event_type=terminal[0],
-            body=terminal[1],
-            now=now,
-        )
-    if plan.next_step_at is not None:
-        await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, plan.next_step_at)
-    # The money moves last in the transaction: the merchant's ledger rows, which every new
-    # payout of the account also locks, are then held only until the commit.
-    if plan.moves_money and state.stage is Stage.FAILED:
-        await release_hold(
-            conn, account, amount=row["amount_in_minor"], reference_id=payout_id, now=now
-        )
-    elif plan.moves_money:
-        await _pay(conn, row, account, now)
-
-
-async def _pay(conn: Connection, row: Any, account: MerchantAccount, now: datetime) -> None:
-    if row["destination_account_id"] is None:
-        await consume_hold(
-            conn,
-            account,
-            amount=row["amount_in_minor"],
-            rail=row["scheme_id"],
-            reference_id=row["id"],
-            now=now,
-        )
-        return
-    payee = await get_account(conn, row["destination_account_id"])
-    assert payee is not None
-    await transfer_between_accounts(
-        conn, account, payee, amount=row["amount_in_minor"], reference_id=row["id"], now=now
-    )
-    await record_internal_credit(
-        conn,
-        payee,
-        transfer_id=row["id"],
-        amount=row["amount_in_minor"],
-        remitter_name=account.account_holder_name,
-        remitter_iban=account.identifiers.iban,
-        reference=row["reference"],
-        now=now,
     )
 
 

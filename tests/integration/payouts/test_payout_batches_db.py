@@ -22,9 +22,9 @@ from bankrail.core.problems import ProblemError
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
+from bankrail.payouts.jobs import advance_payout
 from bankrail.payouts.service import (
     ADVANCE_JOB,
-    advance_payout,
 )
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import funded_account, sort_code_beneficiary

@@ -21,7 +21,8 @@ from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.payments.sources import record_payment_source
-from bankrail.payouts.service import ADVANCE_JOB, advance_payout
+from bankrail.payouts.jobs import advance_payout
+from bankrail.payouts.service import ADVANCE_JOB
 from support.accounts import funded_account, sort_code_beneficiary
 from support.payouts import accept_one, accepted_payout, payout_request
 

@@ -100,12 +100,17 @@ _SCENARIOS = {
     "post_payouts_at_80pct": "signed POST /v3/payouts at 80 % of max",
     "post_payouts_at_80pct_of_target": "signed POST /v3/payouts at 80 % of target",
     "post_payments": "signed POST /v3/payments",
+    "post_refunds": "signed POST /v3/payments/{id}/refunds",
     "get_payout": "GET /v3/payouts/{id}",
+    "get_payments_list": "GET /v3/payments?limit=50",
     "get_merchant_accounts": "GET /v3/merchant-accounts",
     "post_payouts_grown": "signed POST /v3/payouts, grown database",
     "get_payout_grown": "GET /v3/payouts/{id}, grown database",
 }
 
+
+_SHARED_SCENARIOS = ("post_refunds", "get_payments_list")
+"""Scenarios measured between two verify rates, reported as a share of it."""
 
 _PAYOUT_SCENARIOS = (
     "post_payouts",
@@ -243,6 +248,7 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
                     f" load ended, all executed {execution['drain_seconds']} s later);"
                     f" CPU ms per payout, acceptance and execution: {cpu}"
                 )
+        lines.extend(_new_scenario_lines(run))
         lines.append(
             f"ready on a fresh / existing data directory, {procs} process(es):"
             f" {run['ready_seconds_fresh']:.2f} s / {run['ready_seconds_existing']:.2f} s"
@@ -274,6 +280,66 @@ def _http_table(http: dict[str, Any], verify_rate: float) -> str:
                 f" bench/loadgen just before {wrk.get('loadgen_requests_per_s', 0):,.0f} req/s"
             )
     return "\n".join(lines)
+
+
+def _new_scenario_lines(run: dict[str, Any]) -> list[str]:
+    """Refunds and the payments listing against the verify rate, what the write scenarios
+    left behind, and the ledger check at the end of the run."""
+    procs = run["workers"]
+    lines = []
+    for name in _SHARED_SCENARIOS:
+        row = run.get(name)
+        if row is None:
+            continue
+        around = row["verify_per_s_around"]
+        lines.append(
+            f"{_SCENARIOS[name]}, {procs} process(es):"
+            f" {row['requests_per_s'] / around['mean']:.2f} of the verify rate measured around"
+            f" it ({around['before']:,.0f}/s before, {around['after']:,.0f}/s after)"
+        )
+    if "get_payments_list" in run:
+        lines.append(
+            f"GET /v3/payments?limit=50, {procs} process(es):"
+            f" {run['get_payments_list']['items_per_page']} items per page"
+        )
+    stored = run.get("post_payments", {}).get("stored")
+    if stored:
+        lines.append(
+            f"signed POST /v3/payments, {procs} process(es): {stored['stored']:,} of"
+            f" {stored['created']:,} accepted payments stored ({stored['lost']:,} lost)"
+        )
+    execution = run.get("post_refunds", {}).get("execution")
+    if execution:
+        lines.append(
+            f"signed POST /v3/payments/{{id}}/refunds, {procs} process(es):"
+            f" {execution['executed']:,} of {execution['accepted']:,} accepted refunds executed"
+            f" ({execution['failed']:,} failed, {execution['lost']:,} lost;"
+            f" {execution['unexecuted_when_load_ended']:,} not yet executed when the load ended,"
+            f" all done {execution['drain_seconds']} s later); refunded amounts"
+            f" {'match' if execution['refunded_amount_matches'] else 'DO NOT match'}"
+        )
+    check = run.get("ledger_check")
+    if check is not None:
+        lines.append(
+            f"GET /admin/ledger/check at the end of the run, {procs} process(es):"
+            f" {json.dumps(check)}"
+        )
+    return lines
+
+
+def lost_anything(http: dict[str, Any]) -> list[str]:
+    """What the runs lost or left unbalanced (empty when nothing)."""
+    problems = []
+    for key, run in http.items():
+        execution = run.get("post_refunds", {}).get("execution", {})
+        if execution.get("lost") or execution.get("refunded_amount_matches") is False:
+            problems.append(f"{key}: accepted refunds not executed: {execution}")
+        if run.get("post_payments", {}).get("stored", {}).get("lost"):
+            problems.append(f"{key}: accepted payments not stored")
+        check = run.get("ledger_check")
+        if check is not None and not check.get("ok"):
+            problems.append(f"{key}: the ledger check found violations: {check}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     if figures["webhook_deliveries_delivered"] < args.events:
         print("not every event was delivered", file=sys.stderr)
         return 1
-    return 0
+    problems = lost_anything(http)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

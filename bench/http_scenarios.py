@@ -1,5 +1,8 @@
 """The service scenarios: signed POST /v3/payouts (the headline), signed POST /v3/payments,
-GET /v3/payouts/{id} and GET /v3/merchant-accounts, against `bankrail serve --workers N`."""
+signed POST /v3/payments/{id}/refunds, GET /v3/payouts/{id}, GET /v3/payments?limit=50 and
+GET /v3/merchant-accounts, against `bankrail serve --workers N`. After the write scenarios
+the run checks that nothing was lost (every accepted payout and refund executed, every
+accepted payment stored) and, at its end, that `GET /admin/ledger/check` is clean."""
 
 from __future__ import annotations
 
@@ -25,13 +28,17 @@ from bankrail.security import signing
 from bench.baselines import verify_rate
 from bench.loadgen import LoadResult, http_request, run, run_load
 from bench.processes import CpuMeter, RssSampler, server_processes
-from bench.seed import seed_rows
+from bench.seed import seed_rows, seed_settled_payments
 
 TARGET_VERIFY_SHARE = 0.6
 """Signed POST /v3/payouts must reach this share of the one-core ES512 verify rate."""
 LOAD_SHARE = 0.8
 """The p99 target holds at this share of a rate."""
 TARGET_P99_MS = 50.0
+REFUNDED_PAYMENTS = 50
+"""Settled payments the refund scenario spreads its refunds over (a refund locks its payment)."""
+REFUND_AMOUNT = 1
+"""Each refund is of 1 penny, so every refund of a run fits in its payment."""
 
 
 def _free_port() -> int:
@@ -337,6 +344,20 @@ async def scenarios(
                 for _ in range(requests)
             ]
             results["post_payments"] = await _measured(server, payments, concurrency)
+            results["post_payments"]["stored"] = await _payments_stored(
+                server, merchant, results["post_payments"]
+            )
+            results["post_refunds"] = await _refunds(
+                server, merchant, requests, concurrency, options
+            )
+            page = server.call("GET", "/v3/payments?limit=50", token=merchant.token)
+            listings = [
+                http_request("GET", "/v3/payments?limit=50", host, auth) for _ in range(requests)
+            ]
+            results["get_payments_list"] = await _between_verify_rates(
+                options.verify_seconds, lambda _: _measured(server, listings, concurrency)
+            )
+            results["get_payments_list"]["items_per_page"] = len(page["items"])
             lists = [
                 http_request("GET", "/v3/merchant-accounts", host, auth)
                 for _ in range(requests * 2)
@@ -352,6 +373,7 @@ async def scenarios(
                 server.dsn(), merchant.merchant_id, merchant.account_id, options.seed_rows
             )
             await _core(server, merchant, requests, concurrency, results, options, suffix="_grown")
+        results["ledger_check"] = server.call("GET", "/admin/ledger/check")
         results["ready_seconds_existing"] = server.restart()
         return results
     finally:
@@ -557,6 +579,103 @@ async def _drained(
             group: round(load_cpu.get(group, 0.0) + drain_cpu.get(group, 0.0), 3)
             for group in {*load_cpu, *drain_cpu}
         },
+    }
+
+
+async def _payments_stored(
+    server: Server, merchant: Merchant, accepted: dict[str, Any]
+) -> dict[str, int]:
+    """After POST /v3/payments: every 201 is a stored payment awaiting authorisation."""
+    import asyncpg
+
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        stored = await conn.fetchval(
+            "SELECT count(*) FROM payments WHERE merchant_id = $1"
+            " AND status = 'authorization_required'",
+            uuid.UUID(merchant.merchant_id),
+        )
+    finally:
+        await conn.close()
+    created = round(accepted["requests"] * accepted["ok_ratio"])
+    return {"created": created, "stored": int(stored), "lost": created - int(stored)}
+
+
+async def _refunds(
+    server: Server, merchant: Merchant, requests: int, concurrency: int, options: Options
+) -> dict[str, Any]:
+    """Signed POST /v3/payments/{id}/refunds, each with a new Idempotency-Key, over settled
+    payments seeded (and the requests signed) before the clock starts; then the wait until
+    every accepted refund has executed, and the count of those that did."""
+    payment_ids = await seed_settled_payments(
+        server.dsn(),
+        merchant.merchant_id,
+        merchant.account_id,
+        min(REFUNDED_PAYMENTS, requests),
+        REFUND_AMOUNT * requests,
+    )
+    body = {"amount_in_minor": REFUND_AMOUNT, "reference": "bench refund"}
+    refunds = [
+        signed_post(
+            server, merchant, f"/v3/payments/{payment_ids[i % len(payment_ids)]}/refunds", body
+        )
+        for i in range(requests)
+    ]
+
+    async def scenario(_: float) -> dict[str, Any]:
+        summary = await _measured(server, refunds, concurrency)
+        summary["execution"] = await _refunds_executed(server, payment_ids, summary)
+        return summary
+
+    return await _between_verify_rates(options.verify_seconds, scenario)
+
+
+async def _refunds_executed(
+    server: Server, payment_ids: list[str], accepted: dict[str, Any], limit_seconds: float = 300.0
+) -> dict[str, Any]:
+    """Poll (bounded) until no refund of these payments is still on its way, then count:
+    every 201 must be a refund that executed, and each payment's refunded amount their sum."""
+    import asyncpg
+
+    ids = [uuid.UUID(i) for i in payment_ids]
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        unfinished = (
+            "SELECT count(*) FROM refunds WHERE payment_id = ANY($1::uuid[])"
+            " AND stage NOT IN ('executed', 'failed')"
+        )
+        left_at_end: int = await conn.fetchval(unfinished, ids)
+        began = time.monotonic()
+        left = left_at_end
+        while left and time.monotonic() - began < limit_seconds:
+            await asyncio.sleep(0.05)
+            left = await conn.fetchval(unfinished, ids)
+        drain = time.monotonic() - began
+        counts = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE stage = 'executed') AS executed,"
+            " count(*) FILTER (WHERE stage = 'failed') AS failed,"
+            " coalesce(sum(amount_in_minor) FILTER (WHERE stage <> 'failed'), 0) AS amount"
+            " FROM refunds WHERE payment_id = ANY($1::uuid[])",
+            ids,
+        )
+        refunded = await conn.fetchval(
+            "SELECT coalesce(sum(refunded_amount_in_minor), 0) FROM payments"
+            " WHERE id = ANY($1::uuid[])",
+            ids,
+        )
+    finally:
+        await conn.close()
+    assert counts is not None
+    created = round(accepted["requests"] * accepted["ok_ratio"])
+    return {
+        "accepted": created,
+        "executed": int(counts["executed"]),
+        "failed": int(counts["failed"]),
+        "unexecuted_when_load_ended": left_at_end,
+        "unexecuted_after_drain": left,
+        "drain_seconds": round(drain, 2),
+        "lost": created - int(counts["executed"]),
+        "refunded_amount_matches": int(refunded) == int(counts["amount"]),
     }
 
 

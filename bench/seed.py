@@ -1,6 +1,7 @@
-"""Bulk seeding for the growth scenario: N executed payouts and N settled payments, with the
-rows the service keeps for each (activity, stored idempotent answer, ledger transaction and
-postings, event and its delivery), written with set-based SQL straight into the database."""
+"""Bulk seeding, written with set-based SQL straight into the database: for the growth
+scenario, N executed payouts and N settled payments with the rows the service keeps for each
+(activity, stored idempotent answer, ledger transaction and postings, event and its
+delivery); for the refund scenario, a few settled payments to refund."""
 
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ WITH t0 AS (
         authorized_at, executed_at, settled_at)
     SELECT id, $1, $2, amount, 'GBP', 'user-' || (n % 10000),
         jsonb_build_object('id', 'user-' || (n % 10000), 'name', 'Payer ' || n),
-        'user_selected', 'mock-payments-gb-redirect', 'faster_payments', 'settled', at, at,
-        at, at
+        'user_selected', 'mock-payments-gb-redirect', 'faster_payments', 'payment_settled', at,
+        at, at, at
     FROM g
 ), a AS (
     INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor, currency,
@@ -108,6 +109,38 @@ _ID_AT = (
 )
 _PAYOUTS = _PAYOUTS_TEMPLATE.replace("{id}", _ID_AT)
 _PAYMENTS = _PAYMENTS_TEMPLATE.replace("{id}", _ID_AT)
+
+# $1 merchant, $2 its GBP account, $3 the amount of each, $4 how many.
+_SETTLED = """
+WITH t0 AS (
+    SELECT n, now() AS at FROM generate_series(1, $4::bigint) AS n
+)
+INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id,
+    user_details, selection_type, provider_id, scheme_id, status, created_at, authorized_at,
+    executed_at, settled_at, history)
+SELECT {id}, $1, $2, $3, 'GBP', 'bench-refunds-' || n,
+    jsonb_build_object('id', 'bench-refunds-' || n, 'name', 'Payer ' || n), 'user_selected',
+    'mock-payments-gb-redirect', 'faster_payments', 'payment_settled', at, at, at, at,
+    jsonb_build_array(jsonb_build_object('status', 'payment_settled',
+        'at', to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
+FROM t0 RETURNING id
+""".replace("{id}", _ID_AT)
+
+
+async def seed_settled_payments(
+    dsn: str, merchant_id: str, account_id: str, count: int, amount: int
+) -> list[str]:
+    """Insert `count` settled GBP payments of `amount` into the merchant's account, to be
+    refunded (the refunds are paid from the account's funds, so the ledger is not touched
+    here); returns their ids."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            _SETTLED, uuid.UUID(merchant_id), uuid.UUID(account_id), amount, count
+        )
+    finally:
+        await conn.close()
+    return [str(row["id"]) for row in rows]
 
 
 async def seed_rows(

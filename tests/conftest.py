@@ -22,6 +22,21 @@ from support.databases import (
 from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port
 
+TESTS = Path(__file__).parent
+
+# The slow tier (`pytest -m slow`; `./dev test` runs it after `-m "not slow"`): every test in
+# these directories, so that a new test there is slow without saying so. A slow module elsewhere
+# says `pytestmark = pytest.mark.slow`, a slow test `@pytest.mark.slow`.
+SLOW_DIRECTORIES = ("benchmarks", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        if where and where[0] in SLOW_DIRECTORIES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker and init."""
+"""The `bankrail` command: serve, worker, init and trigger."""
 
 from __future__ import annotations
 
@@ -63,6 +63,20 @@ def _checked_settings(data_dir: Path | None, **overrides: Any) -> Settings:
     return settings
 
 
+def _refuse_demo_in_production(settings: Settings, command: str) -> None:
+    """Exit 2, before anything is created, printed or written, when `command` would make a
+    demo merchant in production mode: it prints the operator token and the client secret,
+    and stores them in plaintext in the data directory."""
+    if not settings.sandbox:
+        typer.echo(
+            f"error: `bankrail {command}` is refused in production mode: it would print the "
+            "operator token and a client secret and store them in the data directory. "
+            "Create merchants with the operator API (`/admin/merchants`) instead.",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 @cli.command()
 def serve(
     host: Host = None,
@@ -74,13 +88,15 @@ def serve(
         typer.Option(
             "--demo",
             help="Before serving, create the demo merchant if there is none and print it, "
-            "as `bankrail init` does (what `./dev serve` runs).",
+            "as `bankrail init` does (what `./dev serve` runs). Sandbox mode only.",
         ),
     ] = False,
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
     DATABASE_URL is set)."""
     settings = _checked_settings(data_dir, host=host, port=port)
+    if demo:
+        _refuse_demo_in_production(settings, "serve --demo")
     from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 
     embedded: EmbeddedPostgres | None = None
@@ -313,7 +329,7 @@ def api_only_app() -> Any:
     whose state it reports at /readyz."""
     from bankrail.app import create_app
 
-    settings = settings_from_env().with_overrides(run_workers=False)
+    settings = settings_from_env()
     configure_logging(production=not settings.sandbox)
     dsn = settings.database_url
     assert dsn is not None
@@ -358,15 +374,14 @@ def worker(
     if nice:
         os.nice(nice)
     settings = _checked_settings(data_dir)
-    from bankrail.app import create_app
     from bankrail.db.embedded import EmbeddedPostgres
+    from bankrail.worker import run_worker
 
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = embedded.start(join_running=True)
-    app = create_app(settings, dsn)
     tune_gc_for_serving()
 
     async def run() -> None:
@@ -374,8 +389,7 @@ def worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with app.router.lifespan_context(app):
-            await stop.wait()
+        await run_worker(settings, dsn, stop)
 
     try:
         asyncio.run(run())
@@ -395,9 +409,11 @@ def init(
     ] = False,
 ) -> None:
     """Create a demo merchant with client credentials, a signing key pair and GBP and EUR
-    accounts, and print what a developer needs. Running it again prints the same demo."""
+    accounts, and print what a developer needs. Running it again prints the same demo.
+    Sandbox mode only."""
     logging.basicConfig(level=logging.WARNING)
     settings = _settings(data_dir, host=host, port=port)
+    _refuse_demo_in_production(settings, "init")
     from bankrail.db.embedded import EmbeddedPostgres
 
     embedded: EmbeddedPostgres | None = None
@@ -428,6 +444,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     from bankrail.db.pool import create_pool
     from bankrail.merchants import service
     from bankrail.security import signing
+    from bankrail.security.secret_files import write_secret_file
     from bankrail.security.service_keys import ADMIN_TOKEN_FILE, ensure_admin_token
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -460,8 +477,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
     finally:
         await pool.close()
     key_path = settings.data_dir / DEMO_KEY
-    key_path.write_text(signing.private_key_pem(key))
-    key_path.chmod(0o600)
+    write_secret_file(key_path, signing.private_key_pem(key))
     admin_file = settings.data_dir / ADMIN_TOKEN_FILE
     admin_token = settings.admin_token or (
         admin_file.read_text().strip() if admin_file.exists() else generated
@@ -483,8 +499,7 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
             for a in accounts
         ],
     }
-    saved.write_text(json.dumps(demo, indent=2) + "\n")
-    saved.chmod(0o600)
+    write_secret_file(saved, json.dumps(demo, indent=2) + "\n")
     return demo
 
 
@@ -514,6 +529,74 @@ Get a token and list the accounts:
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s {base}/v3/merchant-accounts -H "Authorization: Bearer $TOKEN"
 """
+
+
+@cli.command()
+def trigger(
+    event: Annotated[
+        str | None, typer.Argument(help="The event to make happen (see --list).")
+    ] = None,
+    url: Annotated[
+        str, typer.Option(help="The running server.", envvar="BANKRAIL_URL")
+    ] = "http://127.0.0.1:8080",
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help="The operator token (default: <data-dir>/admin-token).",
+            envvar="BANKRAIL_ADMIN_TOKEN",
+        ),
+    ] = None,
+    merchant_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The merchant (default: the demo merchant of the data directory, else the "
+            "oldest merchant)."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            help="Where the operator token and demo merchant are read from.",
+            envvar="BANKRAIL_DATA_DIR",
+        ),
+    ] = Path(".bankrail"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+    list_events: Annotated[bool, typer.Option("--list", help="Name the events.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the event.", min=1)] = 30,
+) -> None:
+    """Make a running server send a webhook: create the real objects that lead to EVENT for
+    a merchant, wait until the event is recorded, and print what was made."""
+    from bankrail.sandbox.trigger import EVENTS, TriggerError, default_merchant_id
+    from bankrail.sandbox.trigger import trigger as run_trigger
+
+    if list_events:
+        if as_json:
+            listed = [{"event": e.name, "api": e.api, "how": e.how} for e in EVENTS.values()]
+            typer.echo(json.dumps(listed, indent=2))
+        else:
+            for e in EVENTS.values():
+                typer.echo(f"{e.name:<22}{e.api}  {e.how}")
+        return
+    if event is None:
+        typer.echo("error: name an event (bankrail trigger --list names them)", err=True)
+        raise typer.Exit(2)
+    token = admin_token
+    token_file = data_dir / "admin-token"
+    if not token and token_file.is_file():
+        token = token_file.read_text().strip()
+    if not token:
+        typer.echo(
+            "error: no operator token: give --admin-token or set BANKRAIL_ADMIN_TOKEN", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        merchant = merchant_id or default_merchant_id(url, token, data_dir)
+        made = run_trigger(event, url=url, admin_token=token, merchant_id=merchant, timeout=timeout)
+    except TriggerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,6 +14,25 @@ Mode = Literal["sandbox", "production"]
 # drawn from the URL-safe alphabet).
 MIN_ADMIN_TOKEN_LENGTH = 32
 MIN_ADMIN_TOKEN_DISTINCT = 12
+
+
+def admin_token_is_strong(token: str) -> bool:
+    """Whether `token` may be the operator token in production mode.
+
+    It must have at least 32 characters, at least 12 different ones, and no pattern: at
+    least three quarters of its 3-character substrings differ (so no unit repeated, whole
+    or not: `'0123456789ab' * 3` has 12 different ones out of 34), and at most half of its
+    neighbouring characters are the same or next to each other (`aaaa`, `abcd`, `9876`).
+    Random tokens of the URL-safe alphabet (`secrets.token_urlsafe(24)` and longer) or of 64
+    hex digits pass; 32 hex digits have too few different characters about once in 60.
+    """
+    if len(token) < MIN_ADMIN_TOKEN_LENGTH or len(set(token)) < MIN_ADMIN_TOKEN_DISTINCT:
+        return False
+    triples = [token[i : i + 3] for i in range(len(token) - 2)]
+    if len(set(triples)) * 4 < len(triples) * 3:
+        return False
+    steps = sum(abs(ord(b) - ord(a)) <= 1 for a, b in itertools.pairwise(token))
+    return steps * 2 <= len(token) - 1
 
 
 def _env_int(name: str, default: int) -> int:
@@ -36,7 +56,6 @@ class Settings:
     public_url_override: str | None = None
     admin_token: str | None = None
     mode: Mode = "sandbox"
-    run_workers: bool = True
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
@@ -73,14 +92,13 @@ class Settings:
     def problems(self) -> list[str]:
         """What makes these settings unsafe to run with (empty when they are fine)."""
         found: list[str] = []
-        if not self.sandbox:
-            token = self.admin_token or ""
-            if len(token) < MIN_ADMIN_TOKEN_LENGTH or len(set(token)) < MIN_ADMIN_TOKEN_DISTINCT:
-                found.append(
-                    "production mode needs a strong BANKRAIL_ADMIN_TOKEN: at least "
-                    f"{MIN_ADMIN_TOKEN_LENGTH} random characters, e.g. the output of "
-                    "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
-                )
+        if not self.sandbox and not admin_token_is_strong(self.admin_token or ""):
+            found.append(
+                "production mode needs a strong BANKRAIL_ADMIN_TOKEN: at least "
+                f"{MIN_ADMIN_TOKEN_LENGTH} random characters, with no repeated pattern or "
+                "run, e.g. the output of "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
         return found
 
     def with_overrides(self, **changes: object) -> Settings:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import asyncpg
-from fastapi import Depends, Request
 
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
@@ -34,18 +33,3 @@ class AppContext:
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     # Request signatures are verified by these processes, or on the thread lane when None.
     verifier: VerifierProcesses | None = None
-
-
-def get_context(request: Request) -> AppContext:
-    """The AppContext of the application serving this request."""
-    context: AppContext = request.app.state.context
-    return context
-
-
-async def _context(request: Request) -> AppContext:
-    # A coroutine on purpose: FastAPI runs a plain-`def` dependency in a worker thread, which
-    # would cost a thread hop on every request for a one-attribute lookup.
-    return get_context(request)
-
-
-Context = Annotated[AppContext, Depends(_context)]

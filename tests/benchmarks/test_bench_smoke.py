@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,24 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
     assert run["rss"]["processes"] == 1
     assert 0 < max(run["rss"]["max_mb"]) < 1_000
     assert "with 1,000 payouts and payments stored" in done.stdout
+    # refunds and the payments listing, beside the others, against the verify rate
+    for scenario, label in (
+        ("post_refunds", "signed POST /v3/payments/{id}/refunds"),
+        ("get_payments_list", "GET /v3/payments?limit=50"),
+    ):
+        assert run[scenario]["ok_ratio"] == 1.0, scenario
+        assert run[scenario]["cpu_ms_per_request"]["api"] > 0, scenario
+        assert run[scenario]["verify_per_s_around"]["mean"] > 0, scenario
+        assert re.search(rf"^{re.escape(label)} +1 +32 ", done.stdout, re.M), label
+        assert f"{label}, 1 process(es): " in done.stdout
+    assert run["get_payments_list"]["items_per_page"] == 50
+    refunds = run["post_refunds"]["execution"]  # nothing lost: every 201 executed
+    assert refunds["accepted"] == refunds["executed"] == 60
+    assert refunds["failed"] == refunds["lost"] == refunds["unexecuted_after_drain"] == 0
+    assert refunds["refunded_amount_matches"] is True
+    assert "60 of 60 accepted refunds executed" in done.stdout
+    assert run["post_payments"]["stored"] == {"created": 60, "stored": 60, "lost": 0}
+    assert run["ledger_check"] == {"ok": True, "violations": []}
+    assert (
+        'GET /admin/ledger/check at the end of the run, 1 process(es): {"ok": true,' in done.stdout
+    )

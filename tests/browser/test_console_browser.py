@@ -1,9 +1,9 @@
 """The developer console in Chromium: a merchant signs in (with the keyboard), sets its webhook
-URIs, watches a top-up's webhook arrive in the delivery log and replays it; the operator signs
-in, picks a merchant, tops an account up from the sandbox panel and sees the balance chart
-move. Every page visited is saved under test-artifacts/screenshots/console-*.png and checked
-for the access basics (lang, viewport, one h1, labels, real buttons, unique ids, AA contrast,
-no sideways scrolling)."""
+URIs, watches a top-up's webhook arrive in the delivery log and replays it, and refunds part of
+a settled payment; the operator signs in, picks a merchant, tops an account up from the sandbox
+panel and sees the balance chart move. Every page visited is saved under
+test-artifacts/screenshots/console-*.png and checked for the access basics (lang, viewport,
+one h1, labels, real buttons, unique ids, AA contrast, no sideways scrolling)."""
 
 from __future__ import annotations
 
@@ -242,6 +242,47 @@ def test_merchant_sets_webhooks_sees_a_delivery_and_replays_it(
     page.wait_for_url(re.compile(r"/console/login\?next="))
 
 
+def test_merchant_refunds_part_of_a_settled_payment(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Console Refund Ltd", currencies=("GBP",))
+    payment_id = _settled_payment(server, merchant, 3_000)
+    _wait_until(
+        lambda: merchant.get(f"/v3/payments/{payment_id}").json()["status"] == "payment_settled"
+    )
+    page.goto(f"{server.base_url}/console/payments/{payment_id}")
+    page.wait_for_url(re.compile(r"/console/login\?next="))
+    page.get_by_label("Client ID").fill(merchant.client_id)
+    page.get_by_label("Client secret").fill(merchant.client_secret)
+    page.get_by_role("button", name="Sign in as merchant").click()
+    page.wait_for_url(re.compile(rf"/console/payments/{payment_id}$"))
+    expect(page.get_by_role("heading", name="Refunds", exact=True)).to_be_visible()
+    expect(page.get_by_test_id("refunded-amount")).to_have_text("0.00 GBP")
+    check_page(page, "console-merchant-refund-form")
+
+    # more than the payment: the error is shown next to the field, nothing is refunded
+    page.get_by_label(re.compile("^Amount")).fill("30.01")
+    page.get_by_label(re.compile("^Reference")).fill("browser refund")
+    page.get_by_role("button", name="Refund", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("must be at most 30.00 GBP")
+    expect(page.get_by_label(re.compile("^Amount"))).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label(re.compile("^Amount"))).to_have_value("30.01")
+    check_page(page, "console-merchant-refund-error")
+
+    page.get_by_label(re.compile("^Amount")).fill("12.50")
+    page.get_by_role("button", name="Refund", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("Refund of 12.50 GBP accepted")
+    expect(page.get_by_test_id("refunded-amount")).to_have_text("12.50 GBP")
+    row = page.locator("table", has_text="Refunds of this payment").locator("tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("browser refund")
+    _reload_until(page, lambda: "executed" in row.inner_text())
+    expect(page.locator("main")).to_contain_text("Up to 17.50 GBP is left to refund")
+    check_page(page, "console-merchant-refund-executed")
+    [refund] = merchant.get(f"/v3/payments/{payment_id}/refunds").json()["items"]
+    assert (refund["amount_in_minor"], refund["status"]) == (1_250, "executed")
+
+
 def test_operator_tops_up_from_the_sandbox_panel_and_the_chart_moves(
     page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
 ) -> None:
@@ -311,3 +352,33 @@ def test_operator_tops_up_from_the_sandbox_panel_and_the_chart_moves(
         expect(page.get_by_role("heading", level=1)).to_have_text(heading)
         assert f"merchant_id={merchant.merchant_id}" in page.url
         check_page(page, f"console-operator-{name.lower()}")
+
+
+def test_operator_sets_a_merchants_allowed_return_uris(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Console Return Ltd", currencies=("GBP",))
+    page.goto(f"{server.base_url}/console/login")
+    page.get_by_label("Operator token").fill(server.admin_token)
+    page.get_by_role("button", name="Sign in as operator").click()
+    page.wait_for_url(re.compile(r"/console$"))
+    page.goto(f"{server.base_url}/console/settings?merchant_id={merchant.merchant_id}")
+    expect(page.get_by_role("heading", name="Allowed return URIs")).to_be_visible()
+
+    field = page.get_by_label("Allowed return URIs, one per line")
+    field.fill("https://shop.example/return\nhttp://shop.example/plain")
+    page.get_by_role("button", name="Save return URIs").click()
+    expect(page.get_by_role("alert")).to_contain_text("line 2 must be an absolute https URI")
+    expect(field).to_have_value("https://shop.example/return\nhttp://shop.example/plain")
+    check_page(page, "console-operator-return-uris-error")
+
+    field.fill("https://shop.example/return\nhttps://shop.example:8443/other")
+    page.get_by_role("button", name="Save return URIs").click()
+    expect(page.get_by_role("status")).to_contain_text("Allowed return URIs saved: 2 URIs.")
+    expect(field).to_have_value("https://shop.example/return\nhttps://shop.example:8443/other")
+    check_page(page, "console-operator-return-uris-saved")
+    # What the console stored is what the operator API replaces.
+    replaced = operator.put(f"/admin/merchants/{merchant.merchant_id}/return-uris", {"uris": []})
+    assert replaced.json() == {"uris": []}
+    page.reload()
+    expect(field).to_have_value("")

@@ -48,6 +48,7 @@ class Stage(StrEnum):
     PICKING = "picking"  # authorizing, waiting for the payer's provider selection
     FORM = "form"  # authorizing at the embedded provider, waiting for its form
     REDIRECT = "redirect"  # authorizing at a redirect provider, at the mock bank
+    SETTLED = "settled"  # payment_settled: refundable
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,14 @@ class CallerAuth(requests.auth.AuthBase):
     token: str | None
     merchant: MerchantClient | None = None
     fresh_key: bool = False  # set Idempotency-Key to a new UUID
+    # Lower-cased credential headers a negative case is about: sent as generated (or left out).
+    withheld: frozenset[str] = frozenset()
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        if self.token is not None:
+        if self.token is not None and "authorization" not in self.withheld:
             request.headers["Authorization"] = f"Bearer {self.token}"
+        if self.withheld & {"svc-signature", "x-svc-signature"}:
+            return request
         if self.fresh_key:
             request.headers["Idempotency-Key"] = str(uuid.uuid4())
         body = request.body or b""
@@ -180,13 +185,20 @@ class World:
         bystander = operator.post("/admin/merchants", {"name": "Fuzz Operator Target"})
         assert bystander.status_code == 201, bystander.text
         world = cls(operator, admin_token, merchant, {})
+        # A settled payment with a refund: the payment and refund routes read these.
+        refunded = world.fresh_payment(Stage.SETTLED)
+        refund = merchant.signed_post(
+            f"/v3/payments/{refunded.id}/refunds", {"amount_in_minor": 100, "reference": "fuzz"}
+        )
+        assert refund.status_code == 201, refund.text
         world.path_values = {
             "merchant_id": bystander.json()["id"],
             "merchant_account_id": gbp,
             "payout_id": payout.json()["id"],
-            "payment_id": world.fresh_payment(Stage.CREATED).id,
+            "payment_id": refunded.id,
             "delivery_id": deliveries[0]["id"],
             "provider_id": GB_REDIRECT,
+            "refund_id": refund.json()["id"],
         }
         return world
 
@@ -201,6 +213,7 @@ class World:
             Stage.PICKING: ("GBP", None),
             Stage.FORM: ("EUR", DE_EMBEDDED),
             Stage.REDIRECT: ("GBP", GB_REDIRECT),
+            Stage.SETTLED: ("GBP", GB_REDIRECT),
         }[stage]
         created = self.merchant.signed_post(
             "/v3/payments", payment_body(self.merchant, currency, provider_id=provider)
@@ -219,21 +232,44 @@ class World:
         assert action["type"] == expected, action
         if stage is Stage.REDIRECT:
             return FreshPayment(payment.id, payment.resource_token, bank_token(action["uri"]))
+        if stage is Stage.SETTLED:
+            executed = self.merchant.http.post(
+                f"/mock-bank/api/single-immediate-payments/{payment.id}/action",
+                json={"action": "Execute"},
+                headers={"Authorization": f"Bearer {bank_token(action['uri'])}"},
+            )
+            assert executed.status_code == 202, executed.text
+            wait_for(
+                lambda: (
+                    self.merchant.get(f"/v3/payments/{payment.id}").json()["status"]
+                    == "payment_settled"
+                ),
+                what=f"payment {payment.id} to settle",
+            )
         return payment
 
-    def auth(self, caller: Caller, payment: FreshPayment | None, *, fresh_key: bool) -> CallerAuth:
+    def auth(
+        self,
+        caller: Caller,
+        payment: FreshPayment | None,
+        *,
+        fresh_key: bool,
+        withheld: frozenset[str] = frozenset(),
+    ) -> CallerAuth:
         """The credentials `caller` sends (for a payment route, those of `payment`)."""
         if caller is Caller.PUBLIC:
             return CallerAuth(caller, None)
         if caller is Caller.OPERATOR:
-            return CallerAuth(caller, self.admin_token)
+            return CallerAuth(caller, self.admin_token, withheld=withheld)
         if caller is Caller.RESOURCE:
             assert payment is not None
-            return CallerAuth(caller, payment.resource_token)
+            return CallerAuth(caller, payment.resource_token, withheld=withheld)
         if caller is Caller.BANK:
             assert payment is not None
-            return CallerAuth(caller, payment.bank_token)
-        return CallerAuth(caller, self.merchant.token(), self.merchant, fresh_key=fresh_key)
+            return CallerAuth(caller, payment.bank_token, withheld=withheld)
+        return CallerAuth(
+            caller, self.merchant.token(), self.merchant, fresh_key=fresh_key, withheld=withheld
+        )
 
     def valid_request(self, path: str, payment: FreshPayment | None) -> dict[str, Any] | None:
         """A request the route accepts (arguments of `APIOperation.Case`), for the routes whose
@@ -270,6 +306,8 @@ class World:
                 "remitter_name": "Fuzz Payer",
                 "reference": "fuzz",
             },
+            "/admin/merchants/{merchant_id}/return-uris": {"uris": [RETURN_URI]},
+            "/v3/payments/{payment_id}/refunds": {"amount_in_minor": 100, "reference": "fuzz"},
             "/admin/merchants/{merchant_id}/signing-keys": {
                 "public_key_pem": signing.public_key_pem(
                     signing.generate_private_key().public_key()

@@ -6,12 +6,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from e2e_helpers import account_by_currency, bearer
+import truelayer_signing
+from e2e_helpers import account_by_currency, bearer, wait_record_status
+from truelayer_signing import HttpMethod, extract_jws_header
 
 from support.api import MerchantClient, Operator
-from support.receiver import WebhookReceiver
+from support.receiver import Received, WebhookReceiver
 
 HOOK_PATH = "/v3"
+PAYMENTS = "/v3/payments"
+RETURN_URI = "https://shop.example/back"
 
 
 def merchant_with_webhooks(
@@ -118,3 +122,103 @@ def advance_clock(operator: Operator, seconds: float) -> None:
     """Move the service clock forward."""
     answer = operator.post("/sandbox/clock/advance", {"seconds": seconds})
     assert answer.status_code == 200, answer.text
+
+
+def authorised_pay_in(
+    merchant: MerchantClient,
+    amount: int,
+    user: dict[str, Any],
+    currency: str = "GBP",
+    provider_id: str = "mock-payments-gb-redirect",
+) -> str:
+    """Create a payment, send the payer through the mock bank to execute it, and return its id
+    (not yet settled)."""
+    body = {
+        "amount_in_minor": amount,
+        "currency": currency,
+        "payment_method": {
+            "type": "bank_transfer",
+            "provider_selection": {"type": "user_selected"},
+            "beneficiary": {
+                "type": "merchant_account",
+                "merchant_account_id": merchant.accounts[currency]["id"],
+            },
+        },
+        "user": user,
+        "metadata": {"purpose": "deposit"},
+    }
+    answer = merchant.signed_post(PAYMENTS, body)
+    assert answer.status_code == 201, answer.text
+    created = answer.json()
+    assert created["status"] == "authorization_required"
+    assert created["user"]["id"] == user["id"]
+    payment_id = str(created["id"])
+
+    answer = merchant.signed_post(
+        f"{PAYMENTS}/{payment_id}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["authorization_flow"]["actions"]["next"]["type"] == "provider_selection"
+    answer = merchant.signed_post(
+        f"{PAYMENTS}/{payment_id}/authorization-flow/actions/provider-selection",
+        {"provider_id": provider_id},
+    )
+    assert answer.status_code == 200, answer.text
+    uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
+    token = parse_qs(urlsplit(uri).query)["token"][0]
+    answer = merchant.http.post(
+        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+        json={"action": "Execute"},
+        headers=bearer(token),
+    )
+    assert answer.status_code == 202, answer.text
+    return payment_id
+
+
+def settled_payment(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
+    """The payment once settled (asserting it did not fail)."""
+    payment = wait_record_status(
+        merchant, f"{PAYMENTS}/{payment_id}", {"payment_settled", "payment_failed"}
+    )
+    assert payment["status"] == "payment_settled", payment
+    return payment
+
+
+def _header(request: Received, name: str) -> str:
+    return next(v for k, v in request.headers.items() if k.lower() == name.lower())
+
+
+def verify_webhook(jwks: dict[str, Any], request: Received) -> None:
+    """The webhook verifies with the public library against the service's JWKS."""
+    signature = _header(request, "Svc-Signature")
+    header = extract_jws_header(signature)
+    assert header.jku is not None
+    assert header.jku.endswith("/.well-known/jwks")
+    (
+        truelayer_signing.verify_with_jwks(jwks, header)
+        .set_method(HttpMethod.POST)
+        .set_path(request.path)
+        .add_header("X-SVC-Webhook-Timestamp", _header(request, "X-SVC-Webhook-Timestamp"))
+        .add_header("Content-Type", _header(request, "Content-Type"))
+        .set_body(request.body.decode())
+        .verify(signature)
+    )
+
+
+def webhooks_with(receiver: WebhookReceiver, key: str, value: str) -> list[Received]:
+    """The webhooks received so far whose body has `key` = `value`."""
+    return [r for r in receiver.snapshot() if r.path == HOOK_PATH and r.json().get(key) == value]
+
+
+def wait_webhook(receiver: WebhookReceiver, key: str, value: str, event_type: str) -> Received:
+    """The one webhook of `event_type` whose body has `key` = `value` (every copy carries one
+    event_id), once it arrives."""
+
+    def typed() -> list[Received]:
+        return [r for r in webhooks_with(receiver, key, value) if r.json()["type"] == event_type]
+
+    receiver.wait_for(lambda _seen: bool(typed()))
+    found = typed()
+    assert len({r.json()["event_id"] for r in found}) == 1
+    return found[0]

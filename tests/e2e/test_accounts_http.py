@@ -1,4 +1,4 @@
-"""Merchant accounts and their transactions over HTTP (DESIGN §7 "Merchant accounts")."""
+"""Merchant accounts and their transactions over HTTP (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -160,8 +160,9 @@ def test_transactions_filter_by_type(topped_up: tuple[MerchantClient, list[int]]
     assert [i["amount_in_minor"] for i in topups] == amounts
     assert _transactions(reader, account_id, type="payout")["items"] == []
     assert _transactions(reader, account_id, type="payment")["items"] == []
+    assert _transactions(reader, account_id, type="refund")["items"] == []
     assert_invalid(
-        reader.get(f"/v3/merchant-accounts/{account_id}/transactions", type="refund"), "type"
+        reader.get(f"/v3/merchant-accounts/{account_id}/transactions", type="chargeback"), "type"
     )
 
 

@@ -1,4 +1,4 @@
-"""`/connect/token` and bearer-token checks, over HTTP against a running server (DESIGN §4)."""
+"""`/connect/token` and bearer-token checks, over HTTP against a running server (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,18 @@ def test_wrong_secret_is_invalid_client(operator: Operator, as_json: bool) -> No
     )
     _assert_oauth_error(answer, "invalid_client")
     assert "access_token" not in answer.json()
+
+
+@pytest.mark.parametrize("scope", [None, 5, True, ["payments"], {"payments": True}])
+def test_json_scope_that_is_not_a_string_is_invalid_request(
+    operator: Operator, scope: object
+) -> None:
+    """Absent, `scope` means every scope of the client; JSON null is not absent."""
+    merchant = operator.new_merchant()
+    answer = merchant.http.post("/connect/token", json={**_grant(merchant), "scope": scope})
+    _assert_oauth_error(answer, "invalid_request")
+    assert "access_token" not in answer.json()
+    assert "scope" in answer.json()["error_description"]
 
 
 def test_unknown_client_is_invalid_client(operator: Operator) -> None:

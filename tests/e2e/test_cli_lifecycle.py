@@ -37,6 +37,8 @@ from support.api import Operator
 from support.processes import children, command_line, niceness, session_commands, session_pids
 from support.server import RunningServer, free_port
 
+pytestmark = pytest.mark.slow  # starts, kills and restarts `bankrail serve` processes
+
 # The embedded PostgreSQL is wanted here even when the suite runs against DATABASE_URL.
 _UNSET = (
     "DATABASE_URL",
@@ -169,8 +171,9 @@ def test_init_prints_what_a_developer_needs(
     assert first["admin_token"]
     key_path = Path(first["private_key_path"])
     assert key_path.is_file()
-    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
     assert "PRIVATE KEY" in key_path.read_text()
+    for secret_file in (key_path, data_dir / "admin-token", data_dir / "demo-credentials.json"):
+        assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600, secret_file
     accounts = {a["currency"]: a for a in first["merchant_accounts"]}
     assert set(accounts) == {"GBP", "EUR"}
     assert identifier(accounts["GBP"], "sort_code_account_number")

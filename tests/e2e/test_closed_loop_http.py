@@ -1,6 +1,6 @@
 """The closed loop over HTTP against `bankrail serve`: a payer pays in through the headless mock
 bank, the payment settles with a payment source, and the merchant pays that user back to that
-source (spec 1.3, 2.4, 2.8, 4.2, 6.2; DESIGN §7 "Payments API v3 — payouts" and "— pay-ins").
+source (spec 1.3, 2.4, 2.8, 4.2, 6.2; docs/api.md).
 
 Every merchant request is signed with the public `truelayer-signing` library, and every webhook
 the loopback receiver gets is verified with it against the service's JWKS."""
@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import truelayer_signing
 from e2e_helpers import (
     assert_invalid,
     assert_problem,
@@ -21,15 +20,18 @@ from e2e_helpers import (
     parse_time,
     wait_record_status,
 )
-from pay_in_helpers import HOOK_PATH
+from pay_in_helpers import authorised_pay_in as _pay_in
 from pay_in_helpers import balances as _balances
 from pay_in_helpers import (
     merchant_with_webhooks as _merchant,
 )
-from truelayer_signing import HttpMethod, extract_jws_header
+from pay_in_helpers import settled_payment as _settled
+from pay_in_helpers import verify_webhook as _verify_webhook
+from pay_in_helpers import wait_webhook as _wait_webhook
+from pay_in_helpers import webhooks_with
 
 from support.api import MerchantClient, Operator
-from support.receiver import Received, WebhookReceiver
+from support.receiver import WebhookReceiver
 
 PAYMENTS = "/v3/payments"
 PAYOUTS = "/v3/payouts"
@@ -39,65 +41,6 @@ RETURN_URI = "https://shop.example/back"
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _pay_in(
-    merchant: MerchantClient,
-    amount: int,
-    user: dict[str, Any],
-    currency: str = "GBP",
-    provider_id: str = GB_REDIRECT,
-) -> str:
-    """Create a payment, authorise it at the mock bank, and return its id (not yet settled)."""
-    body = {
-        "amount_in_minor": amount,
-        "currency": currency,
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts[currency]["id"],
-            },
-        },
-        "user": user,
-        "metadata": {"purpose": "deposit"},
-    }
-    answer = merchant.signed_post(PAYMENTS, body)
-    assert answer.status_code == 201, answer.text
-    created = answer.json()
-    assert created["status"] == "authorization_required"
-    assert created["user"]["id"] == user["id"]
-    payment_id = str(created["id"])
-
-    answer = merchant.signed_post(
-        f"{PAYMENTS}/{payment_id}/authorization-flow",
-        {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
-    )
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["authorization_flow"]["actions"]["next"]["type"] == "provider_selection"
-    answer = merchant.signed_post(
-        f"{PAYMENTS}/{payment_id}/authorization-flow/actions/provider-selection",
-        {"provider_id": provider_id},
-    )
-    assert answer.status_code == 200, answer.text
-    uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
-    answer = merchant.http.post(
-        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
-        json={"action": "Execute"},
-        headers=bearer(token),
-    )
-    assert answer.status_code == 202, answer.text
-    return payment_id
-
-
-def _settled(merchant: MerchantClient, payment_id: str) -> dict[str, Any]:
-    payment = wait_record_status(
-        merchant, f"{PAYMENTS}/{payment_id}", {"payment_settled", "payment_failed"}
-    )
-    assert payment["status"] == "payment_settled", payment
-    return payment
 
 
 def _payout_body(
@@ -119,41 +62,6 @@ def _payout_body(
             "reference": reference,
         },
     }
-
-
-def _header(request: Received, name: str) -> str:
-    return next(v for k, v in request.headers.items() if k.lower() == name.lower())
-
-
-def _verify_webhook(jwks: dict[str, Any], request: Received) -> None:
-    """The webhook verifies with the public library against the service's JWKS."""
-    signature = _header(request, "Svc-Signature")
-    header = extract_jws_header(signature)
-    assert header.jku is not None
-    assert header.jku.endswith("/.well-known/jwks")
-    (
-        truelayer_signing.verify_with_jwks(jwks, header)
-        .set_method(HttpMethod.POST)
-        .set_path(request.path)
-        .add_header("X-SVC-Webhook-Timestamp", _header(request, "X-SVC-Webhook-Timestamp"))
-        .add_header("Content-Type", _header(request, "Content-Type"))
-        .set_body(request.body.decode())
-        .verify(signature)
-    )
-
-
-def _webhooks(receiver: WebhookReceiver, key: str, value: str) -> list[Received]:
-    return [r for r in receiver.snapshot() if r.path == HOOK_PATH and r.json().get(key) == value]
-
-
-def _wait_webhook(receiver: WebhookReceiver, key: str, value: str, event_type: str) -> Received:
-    def typed() -> list[Received]:
-        return [r for r in _webhooks(receiver, key, value) if r.json()["type"] == event_type]
-
-    receiver.wait_for(lambda _seen: bool(typed()))
-    found = typed()
-    assert len({r.json()["event_id"] for r in found}) == 1
-    return found[0]
 
 
 # --- the headline -----------------------------------------------------------------------------
@@ -222,7 +130,7 @@ def test_pay_in_then_pay_back_to_the_payment_source(
 
     # 3. Every webhook verifies with the public library, and the statement shows both legs.
     jwks = merchant.http.get("/.well-known/jwks").json()
-    for request in [executed, settled, *_webhooks(receiver, "payout_id", payout_id)]:
+    for request in [executed, settled, *webhooks_with(receiver, "payout_id", payout_id)]:
         _verify_webhook(jwks, request)
     answer = merchant.get(f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions")
     assert answer.status_code == 200, answer.text

@@ -14,7 +14,14 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import account_by_currency, identifier, service_now, wait_for
+from e2e_helpers import (
+    account_by_currency,
+    identifier,
+    service_now,
+    wait_for,
+    wait_record_status,
+)
+from pay_in_helpers import authorised_pay_in, settled_payment
 
 from bankrail.security import signing
 from support.api import MerchantClient, Operator
@@ -30,7 +37,19 @@ class Console:
     """One browser's worth of console session: a cookie jar and the forms' CSRF tokens."""
 
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=30, follow_redirects=False)
+        self.http = httpx.Client(
+            base_url=base_url,
+            timeout=30,
+            follow_redirects=False,
+            event_hooks={"response": [self._as_on_loopback]},
+        )
+
+    def _as_on_loopback(self, _response: httpx.Response) -> None:
+        """Keep sending `Secure` cookies (production mode sets them) over plain http, as a
+        browser does for http://127.0.0.1, where every server under test listens: the jar
+        (http.cookiejar) would only send them over https."""
+        for cookie in self.http.cookies.jar:
+            cookie.secure = False
 
     def close(self) -> None:
         self.http.close()
@@ -313,6 +332,7 @@ def test_pages_need_a_session(console: Console, path: str) -> None:
     "path",
     [
         "/console/settings/webhooks",
+        f"/console/payments/{uuid.uuid4()}/refunds",
         f"/console/webhooks/{uuid.uuid4()}/replay",
         "/console/operator/sandbox/bank-transfer",
         "/console/operator/sandbox/clock",
@@ -415,7 +435,13 @@ def test_replay_without_csrf_token_is_403_and_sends_nothing(
     operator.put(f"/admin/merchants/{merchant.merchant_id}/webhooks", {"payouts_uri": receiver.url})
     assert operator.top_up(merchant.accounts["GBP"], 100).status_code == 201
     receiver.wait_for(lambda got: len(got) == 1)
-    delivery = _deliveries(operator, merchant)[0]
+    # The receiver has the webhook before the worker records the attempt: wait for that too.
+    delivery = wait_for(
+        lambda: next(
+            (d for d in _deliveries(operator, merchant) if d["status"] == "delivered"), None
+        ),
+        what="the delivery recorded as delivered",
+    )
     _signed_in(console, merchant)
     answer = console.post(f"/console/webhooks/{delivery['id']}/replay", {}, csrf=None)
     assert answer.status_code == 403
@@ -595,6 +621,120 @@ def test_payment_and_payout_pages_show_lists_filters_and_lifecycles(
     reversed_range = console.get("/console/payouts", **{"from": "2030-01-02", "to": "2030-01-01"})
     assert reversed_range.status_code == 400
     assert console.get("/console/webhooks", cursor="garbage").status_code == 400
+
+
+def test_lists_page_through_the_listing_and_show_the_operator_each_merchant(
+    console: Console, other_console: Console, operator: Operator, server: RunningServer
+) -> None:
+    merchant = operator.new_merchant("Console Paging Ltd")
+    assert operator.top_up(merchant.accounts["GBP"], 10_000).status_code == 201
+    created = [_payment(merchant, amount=100 + n) for n in range(51)]
+    payout_id = _payout(merchant, amount=300, name="Paging Payee")
+    _signed_in(console, merchant)
+    links = re.compile(r'href="/console/payments/([0-9a-f-]{36})"')
+    first = console.get("/console/payments")
+    assert first.status_code == 200
+    assert links.findall(first.text) == created[::-1][:50]  # newest first, 50 a page
+    older = re.search(r'href="(/console/payments\?cursor=[^"]+)">Older items', first.text)
+    assert older, first.text
+    second = console.get(html.unescape(older.group(1)))
+    assert links.findall(second.text) == [created[0]]
+    assert "Older items" not in second.text
+
+    assert other_console.login_operator(server.admin_token).status_code == 303
+    everyone = _text(other_console.get("/console/payments"))
+    assert f"{created[-1]} Console Paging Ltd 1.50 GBP" in everyone
+    payouts = _text(other_console.get("/console/payouts", api="v3"))
+    assert f"{payout_id} Console Paging Ltd v3 3.00 GBP" in payouts
+
+
+def _refunds(merchant: MerchantClient, payment_id: str) -> list[dict[str, Any]]:
+    answer = merchant.get(f"/v3/payments/{payment_id}/refunds")
+    assert answer.status_code == 200, answer.text
+    items: list[dict[str, Any]] = answer.json()["items"]
+    return items
+
+
+def test_refund_form_refunds_a_settled_payment_once_and_shows_its_errors(
+    console: Console, other_console: Console, operator: Operator
+) -> None:
+    merchant = operator.new_merchant("Console Refunds Ltd")
+    payer = {"id": "console-refund-payer", "name": "Pat Payer"}
+    payment_id = settled_payment(merchant, authorised_pay_in(merchant, 2_000, payer))["id"]
+    _signed_in(console, merchant)
+    page_path = f"/console/payments/{payment_id}"
+    form_path = f"{page_path}/refunds"
+    page = console.get(page_path)
+    assert page.status_code == 200
+    assert "No refunds." in page.text
+    assert "Up to 20.00 GBP is left to refund" in _text(page)
+    token = CSRF.search(page.text)
+    nonce = NONCE.search(page.text)
+    assert token, page.text
+    assert nonce, page.text
+    fields = {"amount": "5.00", "reference": "console refund", "idempotency_key": nonce.group(1)}
+
+    for csrf in (None, "forged-token"):
+        refused = console.post(form_path, fields, csrf=csrf)
+        assert refused.status_code == 403, refused.text
+        assert "Form expired" in refused.text
+    assert _refunds(merchant, payment_id) == []
+
+    done = console.post(form_path, fields, csrf=token.group(1))
+    assert done.status_code == 303, done.text
+    assert done.headers["location"] == page_path
+    shown = console.get(page_path)
+    assert "Refund of 5.00 GBP accepted" in _text(shown)
+    again = console.post(form_path, fields, csrf=token.group(1))  # a double submission
+    assert again.status_code == 303, again.text
+    assert "it was not made twice" in _text(console.get(page_path))
+    [refund] = _refunds(merchant, payment_id)
+    assert (refund["amount_in_minor"], refund["reference"]) == (500, "console refund")
+    wait_record_status(merchant, f"/v3/payments/{payment_id}/refunds/{refund['id']}", {"executed"})
+    shown = console.get(page_path)
+    text = _text(shown)
+    for shown_text in (refund["id"], "console refund", "executed"):
+        assert shown_text in text
+    assert 'data-testid="refunded-amount" data-minor="500"' in shown.text
+    assert "Up to 15.00 GBP is left to refund" in text
+
+    too_much = console.post(
+        form_path, {**fields, "amount": "15.01", "idempotency_key": "k2"}, csrf=token.group(1)
+    )
+    assert too_much.status_code == 400, too_much.text
+    assert "There is a problem" in too_much.text
+    assert "must be at most 15.00 GBP, what is left to refund" in _text(too_much)
+    assert 'id="refund-amount" name="amount"' in too_much.text
+    assert 'aria-invalid="true"' in too_much.text
+    bad = console.post(form_path, {"amount": "1.001", "reference": ""}, csrf=token.group(1))
+    assert bad.status_code == 400
+    assert "must be a positive amount in GBP" in _text(bad)
+    assert "Reference: is required" in _text(bad)
+    assert len(_refunds(merchant, payment_id)) == 1
+
+    pending_id = _payment(merchant, amount=700)
+    pending_page = console.get(f"/console/payments/{pending_id}")
+    assert "Only a settled payment can be refunded" in _text(pending_page)
+    assert 'action="/console/payments/' not in pending_page.text
+    not_settled = console.post(
+        f"/console/payments/{pending_id}/refunds",
+        {"amount": "1.00", "reference": "too early"},
+        csrf=token.group(1),
+    )
+    assert not_settled.status_code == 409, not_settled.text
+    assert "There is a problem" in not_settled.text
+    assert "this one is authorization_required" in _text(not_settled)
+    assert _refunds(merchant, pending_id) == []
+
+    stranger = operator.new_merchant("Console Refund Stranger Ltd")
+    _signed_in(other_console, stranger)
+    theirs = other_console.post(
+        form_path, {"amount": "1.00", "reference": "not mine"}, csrf=other_console.csrf("/console")
+    )
+    assert theirs.status_code == 404
+    assert len(_refunds(merchant, payment_id)) == 1
+    check = operator.get("/admin/ledger/check")
+    assert check.json() == {"ok": True, "violations": []}
 
 
 def test_settings_show_field_errors_and_register_signing_keys(

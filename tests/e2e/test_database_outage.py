@@ -29,6 +29,8 @@ from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
 from support.server import RunningServer, free_port
 
+pytestmark = pytest.mark.slow  # stops and restarts PostgreSQL under a server
+
 TOP_UP = 100_000_000
 # No answer may take longer than this, whether the database is up or down.
 ANSWER_BOUND = 10.0

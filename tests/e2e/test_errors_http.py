@@ -1,4 +1,5 @@
-"""Error answers over HTTP: problem+json, trace ids, strict validation, size limits (DESIGN §6)."""
+"""Error answers over HTTP: problem+json, trace ids, strict validation, size limits
+(docs/api.md)."""
 
 from __future__ import annotations
 

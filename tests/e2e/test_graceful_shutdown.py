@@ -38,6 +38,8 @@ from support.api import MerchantClient, Operator
 from support.receiver import Answer, Received, WebhookReceiver
 from support.server import RunningServer, free_port
 
+pytestmark = pytest.mark.slow  # a server of its own, stopped with SIGTERM
+
 TOP_UP = 1_000_000
 # Payouts whose webhooks are in flight at SIGTERM: the delivery loop runs two batches at a
 # time, so two held deliveries are certainly being sent at once.

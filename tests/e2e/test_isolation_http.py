@@ -230,6 +230,7 @@ def _state(world: World, payment_id: str | None = None) -> list[Any]:
         _json(world.b, "/v3/merchant-accounts"),
         _v1_records(world.a),
         _v1_records(world.b),
+        *(_account_list(m, c) for m in (world.a, world.b) for c in m.accounts),
     ]
     if payment_id is not None:
         views.append(_json(world.a, f"/v3/payments/{payment_id}"))
@@ -292,6 +293,29 @@ def _on_payment(
     return Route(prepare, owner_status)
 
 
+def _a_refund(w: World) -> str:
+    """A new refund of A's settled payment."""
+    path = f"/v3/payments/{w.a_settled_payment_id}/refunds"
+    answer = w.a.signed_post(path, REFUND)
+    assert answer.status_code == 201, answer.text
+    refund_id = str(answer.json()["id"])
+    # Executed before the row's request: the money it moves is then no change of B's making.
+    wait_for(
+        lambda: _json(w.a, f"{path}/{refund_id}")["status"] == "executed",
+        what=f"refund {refund_id} executed",
+    )
+    return refund_id
+
+
+def _refund_of(template: str) -> Route:
+    def prepare(w: World) -> Target:
+        rid = _a_refund(w)
+        pid = w.a_settled_payment_id
+        return Target("GET", template.format(pid, rid), object_id=pid)
+
+    return Route(prepare, 200)
+
+
 def _flow_started(w: World) -> str:
     pid = str(_create_payment(w.a)["id"])
     assert _start_flow(w.a, pid)["type"] == "provider_selection"
@@ -322,6 +346,7 @@ SELECTION = {"provider_id": GB_REDIRECT}
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
 FORM = {"inputs": {"psu-username": NO_MONEY_USERNAME, "psu-password": "secret"}}
 PAYMENT_SEARCH: dict[str, Any] = {"currencies": ["GBP"]}
+REFUND = {"amount_in_minor": 1, "reference": "isolation"}
 
 ROUTES: dict[str, Route] = {
     "GET /v3/merchant-accounts": _unowned("GET", "/v3/merchant-accounts"),
@@ -336,6 +361,9 @@ ROUTES: dict[str, Route] = {
     "GET /v3/payments-providers/{provider_id}": _unowned(
         "GET", f"/v3/payments-providers/{GB_REDIRECT}"
     ),
+    "GET /v3/payouts": _unowned("GET", "/v3/payouts"),
+    "GET /v3/payments": _unowned("GET", "/v3/payments"),
+    "GET /payments": _unowned("GET", "/payments"),
     "POST /v3/payouts": Route(
         lambda w: Target("POST", "/v3/payouts", _payout_body(w.a, 100)), 202, owned=False
     ),
@@ -414,6 +442,20 @@ ROUTES: dict[str, Route] = {
     "POST /payments/{payment_id}/actions/cancel": _on_payment(
         "/payments/{}/actions/cancel", None, 202
     ),
+    "POST /v3/payments/{payment_id}/refunds": _on_payment(
+        "/v3/payments/{}/refunds", REFUND, 201, lambda w: w.a_settled_payment_id
+    ),
+    "POST /payments/{payment_id}/refunds": _on_payment(
+        "/payments/{}/refunds", REFUND, 201, lambda w: w.a_settled_payment_id
+    ),
+    "GET /v3/payments/{payment_id}/refunds": _get(
+        "/v3/payments/{}/refunds", lambda w: w.a_settled_payment_id
+    ),
+    "GET /payments/{payment_id}/refunds": _get(
+        "/payments/{}/refunds", lambda w: w.a_settled_payment_id
+    ),
+    "GET /v3/payments/{payment_id}/refunds/{refund_id}": _refund_of("/v3/payments/{}/refunds/{}"),
+    "GET /payments/{payment_id}/refunds/{refund_id}": _refund_of("/payments/{}/refunds/{}"),
     "POST /mock-bank/api/single-immediate-payments/{payment_id}/action": Route(_mock_bank, 202),
 }
 OWNED = sorted(k for k, r in ROUTES.items() if r.owned)
@@ -743,8 +785,17 @@ def _assert_bad_signature(answer: httpx.Response) -> None:
     assert problem["detail"].startswith("Invalid request signature"), problem
 
 
+def _account_list(merchant: MerchantClient, currency: str = "GBP") -> list[dict[str, Any]]:
+    """The movements of the merchant's account: payouts of both APIs, top-ups, payments."""
+    items: list[dict[str, Any]] = _json(
+        merchant, f"/v3/merchant-accounts/{merchant.accounts[currency]['id']}/transactions"
+    )["items"]
+    return items
+
+
 def _payouts(merchant: MerchantClient) -> list[dict[str, Any]]:
-    return [r for r in _v1_records(merchant) if r["type"] == "payout"]
+    """Every payout of the merchant's GBP account, made through v1 or v3."""
+    return [item for item in _account_list(merchant) if item["type"] == "payout"]
 
 
 def test_v3_signature_replayed_with_a_changed_body_is_rejected(funded: MerchantClient) -> None:
@@ -837,4 +888,7 @@ def test_v1_signature_replayed_with_another_transaction_id_is_rejected(
     assert _payouts(funded) == []
     answer = _post_raw(funded, "/v1/payouts", content, signature, None, "X-SVC-Signature")
     assert answer.status_code == 202, answer.text
-    assert [p["transaction_id"] for p in _payouts(funded)] == [signed_id]
+    assert len(_payouts(funded)) == 1
+    assert [p["transaction_id"] for p in _v1_records(funded) if p["type"] == "payout"] == [
+        signed_id
+    ]

@@ -1,4 +1,4 @@
-"""The legacy deposit API, `POST /v1/users/deposits` (spec 9.4; DESIGN §7 "Merchant accounts and
+"""The legacy deposit API, `POST /v1/users/deposits` (spec 9.4; docs/api.md "Merchant accounts and
 providers"), over HTTP against `bankrail serve`: a deprecated shape mapped onto payment
 creation plus the authorisation flow, with `deposit_id` as its idempotency key."""
 

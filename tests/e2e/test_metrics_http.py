@@ -216,6 +216,7 @@ def _healthz(base_url: str) -> str:
     return answer.headers["svc-trace-id"]
 
 
+@pytest.mark.slow  # two_workers: a server of its own, with two API processes
 def test_counts_from_every_api_process_are_summed(two_workers: RunningServer) -> None:
     sent: list[str] = []
 
@@ -271,6 +272,7 @@ FAMILIES = (
 )
 
 
+@pytest.mark.slow  # two_workers: a server of its own, with two API processes
 def test_each_metric_family_is_described_once(two_workers: RunningServer) -> None:
     scrape = _scrape(two_workers.base_url, two_workers.admin_token)
     declared = [line.split()[2] for line in scrape.text.splitlines() if line.startswith("# TYPE")]
@@ -287,6 +289,7 @@ def test_each_metric_family_is_described_once_with_one_process(server: RunningSe
     assert [family for family in FAMILIES if family not in declared] == []
 
 
+@pytest.mark.slow  # two_workers: a server of its own, with two API processes
 def test_every_api_process_links_to_the_host_and_port_serve_was_given(
     two_workers: RunningServer,
 ) -> None:

@@ -1,4 +1,5 @@
-"""`/openapi.json` as served: the routes a client generator needs, with their errors (DESIGN §6)."""
+"""`/openapi.json` as served: the routes a client generator needs, with their errors
+(docs/api.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import assert_problem
 
 from support.server import RunningServer
 
@@ -58,6 +60,15 @@ def test_openapi_is_an_openapi_3_document(spec: dict[str, Any]) -> None:
     assert str(spec["openapi"]).startswith("3.")
     assert spec["info"]["title"]
     assert spec["info"]["version"]
+
+
+@pytest.mark.parametrize("path", ["/docs", "/docs/oauth2-redirect", "/redoc"])
+def test_no_documentation_page_loads_scripts_from_elsewhere(
+    server: RunningServer, path: str
+) -> None:
+    # FastAPI's Swagger UI and ReDoc pages load their scripts from a CDN; Bankrail fetches
+    # nothing at run time, so they are not served: /openapi.json is the reference.
+    assert_problem(httpx.get(f"{server.base_url}{path}", timeout=30), 404)
 
 
 def test_openapi_documents_the_routes_users_call(spec: dict[str, Any]) -> None:

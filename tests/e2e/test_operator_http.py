@@ -1,4 +1,4 @@
-"""The operator API over HTTP (DESIGN §8): merchants, clients, keys, webhooks, accounts."""
+"""The operator API over HTTP (docs/operations.md): merchants, clients, keys, webhooks, accounts."""
 
 from __future__ import annotations
 
@@ -280,9 +280,16 @@ def test_account_currency_must_be_gbp_or_eur(operator: Operator, currency: objec
     ("method", "suffix", "body"),
     [
         ("POST", "clients", {}),
+        ("POST", "clients", {"scopes": ["payments"]}),
         ("POST", "signing-keys", {"public_key_pem": _p521_pem()}),
+        ("POST", "signing-keys", {"public_key_pem": _p521_pem(), "kid": "kid-1"}),
         ("PUT", "webhooks", {"payments_uri": "http://127.0.0.1:9/x"}),
+        ("PUT", "webhooks", {"payouts_uri": None}),
         ("POST", "merchant-accounts", {"currency": "GBP"}),
+        # With a holder name given the merchant's name is not looked up: the account row
+        # itself met the missing merchant (a foreign-key violation answered 500).
+        ("POST", "merchant-accounts", {"currency": "GBP", "account_holder_name": "Jane"}),
+        ("POST", "merchant-accounts", {"currency": "EUR", "account_holder_name": "Jane"}),
     ],
 )
 def test_unknown_merchant_is_404(

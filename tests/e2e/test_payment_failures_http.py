@@ -1,5 +1,5 @@
 """Payments API v3 pay-ins that fail, and requests that are refused, over HTTP against
-`bankrail serve` (spec 2.7, 3.3, 6.2, 7; DESIGN §4, §5, §6, §7 "Payments API v3 — pay-ins").
+`bankrail serve` (spec 2.7, 3.3, 6.2, 7; docs/api.md).
 
 Every failure path of spec 3.3 is checked by GET and in the `payment_failed` webhook; bad input
 must answer a clear problem+json. Waits poll with deadlines; time-based steps (expiry, delays)

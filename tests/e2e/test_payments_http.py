@@ -1,5 +1,5 @@
 """Payments API v3 pay-ins over HTTP against `bankrail serve`, the happy paths (spec 2.5-2.8, 3.3,
-4.2, 6.2; DESIGN §4, §5, §7 "Payments API v3 — pay-ins" and "Merchant accounts and providers").
+4.2, 6.2; docs/api.md).
 
 Requests are signed with the public `truelayer-signing` library; the payer's decision is taken
 through the mock bank's headless action API; webhooks are collected by a loopback receiver.

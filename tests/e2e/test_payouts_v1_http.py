@@ -1,10 +1,11 @@
-"""Payouts API v1 over HTTP against `bankrail serve` (spec 2.2, 2.3, 3.1, 4.1, 6.1, 7; DESIGN §4,
+"""Payouts API v1 over HTTP against `bankrail serve` (spec 2.2, 2.3, 3.1, 4.1, 6.1, 7; docs/api.md,
 §5, §7 "Payouts API v1"). Requests carry `X-SVC-Signature`, made with the public
 `truelayer-signing` library (tl_version 2) or as a body-only detached JWS."""
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
 import uuid
@@ -16,10 +17,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from e2e_helpers import assert_invalid, assert_problem, bearer, is_uuid, parse_time, wait_for
-from payout_helpers import funded_merchant
+from pay_in_helpers import advance_clock
+from payout_helpers import SORT_CODE, external_beneficiary, funded_merchant, payout_body
 
 from support.api import MerchantClient, Operator
-from support.receiver import WebhookReceiver
+from support.receiver import Answer, Received, WebhookReceiver
 
 PATH = "/v1/payouts"
 SIGNATURE = "X-SVC-Signature"
@@ -120,7 +122,7 @@ def _wait_events(
     receiver: WebhookReceiver, transaction_id: str, *expected: str, timeout: float = 20
 ) -> dict[str, dict[str, Any]]:
     """Wait for every `expected` event type, then return one event per type (duplicates
-    share an id). Each event is its own delivery, so they may arrive in any order."""
+    share an id)."""
     receiver.wait_for(
         lambda _seen: set(expected) <= {e["event_type"] for e in _events(receiver, transaction_id)},
         timeout=timeout,
@@ -143,9 +145,15 @@ def _assert_envelope(event: dict[str, Any], transaction_id: str) -> None:
 
 
 def _assert_in_order(by_type: dict[str, dict[str, Any]], order: list[str]) -> None:
+    """The events' times are strictly increasing in `order`."""
     assert set(by_type) == set(order), sorted(by_type)
     stamps = [parse_time(by_type[t]["event_body"][STAMP_FIELD[t]]) for t in order]
-    assert stamps == sorted(stamps), stamps
+    assert all(a < b for a, b in itertools.pairwise(stamps)), stamps
+
+
+def _received_types(receiver: WebhookReceiver, transaction_id: str) -> list[str]:
+    """The payout's event types in the order the receiver got them, retries included."""
+    return [e["event_type"] for e in _events(receiver, transaction_id)]
 
 
 def _transactions(merchant: MerchantClient, **params: Any) -> dict[str, Any]:
@@ -218,6 +226,60 @@ def test_tl_version_2_signed_payout_settles_with_events_in_order(
     assert record["authorised_at"] == by_type["payout_authorised"]["event_body"]["authorised_at"]
     assert record["submitted_at"] == by_type["payout_submitted"]["event_body"]["submitted_at"]
     assert record["settled_at"] == by_type["payout_settled"]["event_body"]["settled_at"]
+
+
+def test_a_payouts_events_wait_for_its_failing_authorised_event(
+    operator: Operator, receiver: WebhookReceiver
+) -> None:
+    """The receiver fails payout A's `payout_authorised` three times: A's submitted and settled
+    events are sent only once it is delivered, while payout B's are delivered meanwhile."""
+    merchant = funded_merchant(operator, receiver, eur=10_000)
+    held = _request(amount=1_000)
+    failed: list[str] = []
+
+    def behaviour(request: Received, _index: int) -> Answer:
+        event = request.json()
+        body = event.get("event_body") or {}
+        if (
+            event.get("event_type") == "payout_authorised"
+            and body.get("transaction_id") == held["transaction_id"]
+            and len(failed) < 3
+        ):
+            failed.append(event["event_id"])
+            return Answer(500)
+        return Answer(200)
+
+    receiver.behaviour = behaviour
+    first = _accept(merchant, held)
+    receiver.wait_for(lambda _seen: len(failed) >= 1)
+
+    def authorised_delivery(attempts: int) -> dict[str, Any] | None:
+        """A's authorised delivery once `attempts` attempts are recorded."""
+        answer = operator.get("/admin/webhook-deliveries", event_id=failed[0])
+        assert answer.status_code == 200, answer.text
+        [item] = answer.json()["items"]
+        return item if item["attempt_count"] >= attempts else None
+
+    wait_for(lambda: authorised_delivery(1), what="the first failed attempt recorded")
+
+    # Another payout of the same merchant, to the same URI, is not held back.
+    second = _accept(merchant, _request(amount=2_000))
+    by_type = _wait_events(receiver, second, *HAPPY)
+    assert _received_types(receiver, second) == HAPPY
+    _assert_in_order(by_type, HAPPY)
+    assert _received_types(receiver, first) == ["payout_authorised"]
+
+    # The retries, on the service clock (1 s, 2 s, then 4 s after each failure).
+    for attempts in (1, 2, 3):
+        pending = wait_for(lambda n=attempts: authorised_delivery(n), what=f"attempt {attempts}")
+        assert pending["status"] == "pending", pending
+        assert _received_types(receiver, first) == ["payout_authorised"] * attempts
+        advance_clock(operator, 5)
+    by_type = _wait_events(receiver, first, *HAPPY)
+    assert wait_for(lambda: authorised_delivery(4), what="the delivery")["status"] == "delivered"
+    assert _received_types(receiver, first) == ["payout_authorised"] * 4 + HAPPY[1:]
+    _assert_in_order(by_type, HAPPY)
+    assert set(failed) == {by_type["payout_authorised"]["event_id"]}
 
 
 def test_body_only_jws_payout_is_accepted(operator: Operator, receiver: WebhookReceiver) -> None:
@@ -565,3 +627,41 @@ def test_transactions_are_only_the_callers(operator: Operator) -> None:
     results = _transactions(mine)["results"]
     assert [r["amount_in_minor"] for r in results] == [100]
     assert all(r["type"] == "topup" for r in results)
+
+
+# Spec 2.3 types these fields of a v1 transaction record as strings.
+V1_STRING_FIELDS = (
+    "transaction_id",
+    "type",
+    "beneficiary_name",
+    "beneficiary_iban",
+    "beneficiary_reference",
+    "currency",
+    "context_code",
+    "status",
+)
+
+
+def test_v3_payouts_are_listed_by_the_v3_account_list_only(operator: Operator) -> None:
+    """/v1/transactions lists what was paid through /v1/payouts (and top-ups): a v3 payout
+    has no context_code, and one to a sort code no IBAN, which every v1 record has."""
+    merchant = funded_merchant(operator, gbp=10_000)
+    v1_payout = _accept(merchant, _request(amount=300, currency="GBP", iban=GB_IBAN))
+    v3_payouts = []
+    for identifier in (SORT_CODE, {"type": "iban", "iban": GB_IBAN}):
+        body = payout_body(merchant, "GBP", 200, external_beneficiary(identifier))
+        answer = merchant.signed_post("/v3/payouts", body)
+        assert answer.status_code == 202, answer.text
+        v3_payouts.append(answer.json()["id"])
+
+    for params in ({}, {"type": "Payout"}, {"currency": "GBP"}):
+        payouts = [r for r in _transactions(merchant, **params)["results"] if r["type"] == "payout"]
+        assert [r["transaction_id"] for r in payouts] == [v1_payout], params
+        for record in payouts:
+            for field in V1_STRING_FIELDS:
+                assert isinstance(record[field], str), (field, record)
+    # The v3 payouts are there, in the merchant account's list, as is the v1 one.
+    path = f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions"
+    items = merchant.get(path, type="payout").json()["items"]
+    assert {item["id"] for item in items} >= set(v3_payouts)
+    assert len(items) == 3

@@ -1,18 +1,22 @@
 """Production mode (`BANKRAIL_MODE=production`) against a real `bankrail serve`: it refuses to
-start without a strong operator token; the sandbox routes, the service clock control and the
-mock bank do not exist; webhook URIs must be https on the public internet (no loopback,
-private, link-local or metadata addresses, whether written as an IP or as a name that
-resolves to one), through the admin API and the console form alike; /metrics needs the
-operator token; and the process log is JSON lines, each with a `trace_id`, with one access
-line per request carrying the response's `Svc-Trace-Id`, and never a client secret, access
-token or operator token, however a request carried it.
+start without a strong operator token, and refuses to make (and print) a demo merchant; the
+sandbox routes, the service clock control, the mock bank and a Swagger UI page do not exist;
+webhook URIs must be https on the public internet (no loopback, private, link-local or
+metadata addresses, whether written as an IP or as a name that resolves to one), through the
+admin API and the console form alike; the console's cookies are `Secure`; /metrics needs the
+operator token; and the process log is JSON lines, each with a `trace_id`, with one access line
+per request carrying the response's `Svc-Trace-Id`, and never a client secret, access token or
+operator token, however a request carried it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -70,9 +74,10 @@ def _log_documents(server: RunningServer) -> list[dict[str, Any]]:
     [
         "",  # none at all
         "0123456789" * 4,  # 40 characters, but a pattern of 10
+        "0123456789ab" * 3,  # 36 characters, 12 different ones, but a pattern of 12
         secrets.token_urlsafe(16),  # random, but only ~22 characters
     ],
-    ids=["missing", "patterned", "too-short-random"],
+    ids=["missing", "patterned", "repeated-unit", "too-short-random"],
 )
 def test_serve_refuses_a_weak_operator_token_with_exit_code_2(pg_server: str, token: str) -> None:
     base = Path(tempfile.mkdtemp(prefix="bankrail-weak-"))
@@ -96,6 +101,38 @@ def test_serve_refuses_a_weak_operator_token_with_exit_code_2(pg_server: str, to
     finally:
         if server.process is not None and server.process.poll() is None:
             server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("command", [["serve", "--demo"], ["init"]], ids=["serve-demo", "init"])
+def test_the_demo_merchant_is_refused_before_anything_is_printed_or_written(
+    pg_server: str, command: list[str]
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="bankrail-prod-demo-"))
+    data_dir = base / "data"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bankrail", *command, "--data-dir", str(data_dir)],
+            env={
+                **os.environ,
+                **PRODUCTION,
+                "BANKRAIL_ADMIN_TOKEN": secrets.token_urlsafe(32),
+                "BANKRAIL_PORT": str(free_port()),
+                # A database that does not exist: the refusal must come before any connection.
+                "DATABASE_URL": with_database(pg_server, "bankrail_never_created"),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert f"error: `bankrail {' '.join(command)}` is refused in production mode" in (
+            done.stderr
+        )
+        assert not data_dir.exists()  # no demo-credentials.json, key or operator token file
+    finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -142,6 +179,14 @@ def test_the_api_description_has_no_sandbox_or_mock_bank_routes(production: Runn
     assert not [p for p in paths if p.startswith(("/sandbox", "/mock-bank"))]
 
 
+def test_there_is_no_swagger_ui_page(production: RunningServer) -> None:
+    # Its scripts would come from a CDN; the API description is /openapi.json.
+    with httpx.Client(base_url=production.base_url, timeout=30) as http:
+        assert_problem(http.get("/docs"), 404)
+        assert_problem(http.get("/docs/oauth2-redirect"), 404)
+        assert http.get("/openapi.json").status_code == 200
+
+
 # --- webhook destinations --------------------------------------------------------------------
 
 
@@ -158,6 +203,12 @@ REFUSED_URIS = [
     "https://[::1]/hooks",
     "https://[fe80::1]/hooks",
     "https://[::ffff:127.0.0.1]/hooks",
+    # IPv6 transition forms that reach an IPv4 loopback or metadata address.
+    "https://[::127.0.0.1]/",  # IPv4-compatible
+    "https://[64:ff9b::7f00:1]/",  # NAT64
+    "https://[64:ff9b::a9fe:a9fe]/",
+    "https://[2002:7f00:1::]/",  # 6to4
+    "https://[2002:a9fe:a9fe::]/",
     "https://2130706433/hooks",  # 127.0.0.1 spelled as one number
 ]
 
@@ -217,6 +268,30 @@ def test_the_console_settings_form_refuses_a_private_webhook_uri(
         assert accepted.status_code == 303, accepted.text
     finally:
         console.close()
+
+
+def test_the_console_cookies_are_secure_http_only_and_same_site(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    merchant = prod_operator.new_merchant("Prod Cookie Ltd")
+    console = Console(production.base_url)
+    try:
+        anonymous = console.get("/console/login")
+        signed_in = console.login_merchant(merchant)
+        assert signed_in.status_code == 303, signed_in.text
+        assert console.get("/console").status_code == 200  # the jar sent the session back
+        cookies = [
+            *anonymous.headers.get_list("set-cookie"),
+            *signed_in.headers.get_list("set-cookie"),
+        ]
+    finally:
+        console.close()
+    names = {cookie.split("=", 1)[0] for cookie in cookies}
+    assert names == {"bankrail_console", "bankrail_console_flash"}
+    for cookie in cookies:
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+        assert {"secure", "httponly", "samesite", "path"} <= attributes, cookie
+        assert "samesite=lax" in cookie.lower(), cookie
 
 
 # --- metrics ---------------------------------------------------------------------------------

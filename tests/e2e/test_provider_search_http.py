@@ -1,5 +1,5 @@
 """Provider search over HTTP: v3 search and lookup, and the deprecated v2 search (spec 2.9, 4.2,
-9.3; DESIGN §7 "Merchant accounts and providers")."""
+9.3; docs/api.md)."""
 
 from __future__ import annotations
 

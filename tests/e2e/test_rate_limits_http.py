@@ -21,6 +21,8 @@ from payout_helpers import GB_IBAN, external_beneficiary, payout_body
 from support.api import MerchantClient, Operator
 from support.server import RunningServer, own_server
 
+pytestmark = pytest.mark.slow  # a server of its own; waits out Retry-After
+
 RATE = 0.5  # requests per second per client, after the burst
 BURST = 4
 TOKEN_RATE = 0.05  # token requests per second per address, after the burst

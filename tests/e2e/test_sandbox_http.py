@@ -1,4 +1,4 @@
-"""Sandbox bank transfers and the service clock over HTTP (DESIGN §8, spec 2.1 and 4.1)."""
+"""Sandbox bank transfers and the service clock over HTTP (docs/operations.md, spec 2.1 and 4.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Webhooks end to end, over HTTP against `bankrail serve` (DESIGN §7 "Webhook delivery" and
+"""Webhooks end to end, over HTTP against `bankrail serve` (docs/webhooks.md and
 "Balance notifications", §8; spec 6): what a merchant's receiver gets, how it verifies it with
 the public truelayer-signing library, retries on the service clock, discarding and replays."""
 
@@ -229,6 +229,22 @@ def test_a_top_up_sends_a_signed_v1_topup_received_webhook(
     assert listed[0]["attempt_count"] == 1
     detail = delivery(operator, listed[0]["id"])
     assert json.loads(detail["payload"]) == envelope
+
+
+def test_topup_received_is_dated_with_seven_fractional_digits_like_v1_transactions(
+    operator: Operator, receiver: WebhookReceiver
+) -> None:
+    merchant = operator.new_merchant()
+    set_webhooks(operator, merchant, payouts_uri=receiver.url + "/webhooks/payouts")
+    top_up(operator, merchant, 250)
+    [request] = receiver.wait_for(lambda seen: len(seen) >= 1)
+    received_at = request.json()["event_body"]["received_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{7}Z", received_at), received_at
+    # The same instant, written the same way, as the top-up's transaction record.
+    answer = merchant.get("/v1/transactions", type="Topup")
+    assert answer.status_code == 200, answer.text
+    [record] = answer.json()["results"]
+    assert record["settled_at"] == received_at
 
 
 def test_v1_events_go_only_to_the_payouts_uri(

@@ -1,7 +1,7 @@
 """Which notifications a Bankrail process follows: every process follows the service clock,
-and only a process that runs the background loops follows the job and webhook channels (an
-API process of `serve --workers N` would otherwise be woken by every commit that queues work
-it never does)."""
+and only the worker follows the job and webhook channels (an API process of
+`serve --workers N` would otherwise be woken by every commit that queues work it never
+does)."""
 
 from __future__ import annotations
 
@@ -18,38 +18,38 @@ from bankrail.config import Settings
 from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.jobs.queue import JOBS_CHANNEL
+from bankrail.process import ProcessResources
+from bankrail.worker import run_worker
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def _settings(tmp_path: Path, *, run_workers: bool) -> Settings:
-    return Settings(
-        data_dir=tmp_path, admin_token="operator-token-for-tests", run_workers=run_workers
-    )
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path, admin_token="operator-token-for-tests")
 
 
-async def _listened_channels(database: str, tmp_path: Path, *, run_workers: bool) -> set[str]:
-    app = create_app(_settings(tmp_path, run_workers=run_workers), database)
-    async with app.router.lifespan_context(app):
-        return set(app.state.listener.channels)
+async def test_the_worker_follows_the_clock_and_its_work(database: str, tmp_path: Path) -> None:
+    stop = asyncio.Event()
+    seen: list[set[str]] = []
 
+    def started(process: ProcessResources) -> None:
+        seen.append(set(process.listener.channels))
+        stop.set()
 
-async def test_a_process_running_the_loops_follows_their_channels(
-    database: str, tmp_path: Path
-) -> None:
-    channels = await _listened_channels(database, tmp_path, run_workers=True)
-    assert channels == {CLOCK_CHANNEL, JOBS_CHANNEL, WEBHOOK_CHANNEL}
+    await asyncio.wait_for(run_worker(_settings(tmp_path), database, stop, started=started), 30)
+    assert seen == [{CLOCK_CHANNEL, JOBS_CHANNEL, WEBHOOK_CHANNEL}]
 
 
 async def test_an_api_only_process_follows_only_the_clock(database: str, tmp_path: Path) -> None:
-    channels = await _listened_channels(database, tmp_path, run_workers=False)
-    assert channels == {CLOCK_CHANNEL}
+    app = create_app(_settings(tmp_path), database)
+    async with app.router.lifespan_context(app):
+        assert set(app.state.listener.channels) == {CLOCK_CHANNEL}
 
 
 async def test_an_api_only_process_still_follows_the_service_clock(
     database: str, tmp_path: Path
 ) -> None:
-    app = create_app(_settings(tmp_path, run_workers=False), database)
+    app = create_app(_settings(tmp_path), database)
     async with app.router.lifespan_context(app):
         clock = app.state.context.clock
         conn = await asyncpg.connect(database)

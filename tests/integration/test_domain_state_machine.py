@@ -19,7 +19,7 @@ rejected, cancelled, expired), threshold changes and clock advances, after EVERY
   execution at most once and only for executed payouts, a credit only for settled pay-ins);
 - the events written are exactly those the model expects, and the balance notifications
   (`approaching_threshold`, `below_threshold`, `recovered`) were emitted exactly when the
-  available balance history crosses the bounds of DESIGN §7, with the balances of that moment;
+  available balance history crosses the bounds of docs/api.md, with the balances of that moment;
 - the durable job queue holds exactly the jobs the model expects, none failing, and every job
   the model says is due runs when the queue is drained.
 
@@ -80,6 +80,8 @@ from bankrail.rails.screening import replace_screening_list
 from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
 from support.databases import drop_database, fresh_database
 from support.payouts import payout_request, render_problem
+
+pytestmark = pytest.mark.slow  # Hypothesis runs many step sequences
 
 T = TypeVar("T")
 
@@ -212,7 +214,7 @@ class PaymentModel:
 
 
 def notification_step(state: str, threshold: int | None, available: int) -> tuple[str, str | None]:
-    """DESIGN §7, written out again: normal -> approaching at <= 1.5 T, -> below at <= T (one
+    """docs/api.md, written out again: normal -> approaching at <= 1.5 T, -> below at <= T (one
     notification for the state reached); below -> normal with `recovered` at >= 2 T; from
     approaching, >= 2 T returns quietly to normal."""
     if threshold is None:
@@ -534,7 +536,11 @@ class DomainMachine(RuleBasedStateMachine):
             async with self.env.pool.acquire() as conn, conn.transaction():
                 row = await payments.lock_payment(conn, payment_id)
                 await payments.start_authorization(
-                    conn, row, return_uri=RETURN_URI, now=self.env.clock.now()
+                    conn,
+                    row,
+                    return_uri=RETURN_URI,
+                    now=self.env.clock.now(),
+                    allow_listed_only=False,  # sandbox mode
                 )
 
         async def decide() -> None:

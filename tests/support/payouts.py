@@ -12,6 +12,7 @@ import asyncpg
 from bankrail.core.clock import ServiceClock
 from bankrail.core.jsonbody import loads
 from bankrail.core.problems import ProblemError
+from bankrail.http.problems import render_problem_bytes
 from bankrail.jobs.queue import JobQueue
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payouts.jobs import advance_due_payouts, advance_payout
@@ -24,7 +25,6 @@ from bankrail.payouts.service import (
     beneficiary_identifiers,
 )
 from bankrail.security.idempotency import fingerprint
-from bankrail.web.problems import render_problem_bytes
 from support.accounts import sort_code_beneficiary
 
 TTL = timedelta(hours=6)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import Response
 
 JSON_MEDIA_TYPE = "application/json"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -19,8 +18,3 @@ def dumps(value: Any) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """Decode JSON bytes."""
     return orjson.loads(raw)
-
-
-def json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:
-    """A JSON response whose body is exactly `dumps(value)`."""
-    return Response(dumps(value), status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)

@@ -1,4 +1,4 @@
-"""The process's Prometheus counters and histograms (exposed by `bankrail.web.metrics`)."""
+"""The process's Prometheus counters and histograms (exposed by `bankrail.http.metrics`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,15 @@
-"""Opaque keyset cursors: (timestamp, id) pairs, ordered ascending."""
+"""Opaque keyset cursors, (timestamp, id) positions, and the page window of the
+newest-first listings."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from bankrail.core.problems import invalid_field
 
@@ -27,3 +31,27 @@ def decode_cursor(cursor: str, field: str = "cursor") -> tuple[datetime, uuid.UU
         return moment, uuid.UUID(id_text)
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise invalid_field(field, "not a valid cursor") from exc
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a newest-first listing asks for: an inclusive `created_at` range, a page size, and
+    the cursor of the page before (None for the first page)."""
+
+    since: datetime | None
+    until: datetime | None
+    limit: int
+    cursor: str | None
+
+    def after(self) -> tuple[datetime | None, uuid.UUID | None]:
+        """The (time, id) position the page starts below; (None, None) for the first page."""
+        return decode_cursor(self.cursor) if self.cursor else (None, None)
+
+
+def newest_first_page(rows: Sequence[Any], limit: int) -> tuple[Sequence[Any], str | None]:
+    """The first `limit` of `rows` (fetched newest first, `limit + 1` of them) and the cursor
+    of the next page, None on the last page. Rows have `created_at` and `id`."""
+    if len(rows) <= limit:
+        return rows, None
+    page = rows[:limit]
+    return page, encode_cursor(page[-1]["created_at"], page[-1]["id"])

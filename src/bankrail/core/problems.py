@@ -1,6 +1,6 @@
 """Domain and transport errors, rendered everywhere as RFC 9457 problem+json.
 
-Domain code raises `ProblemError` subclasses; `bankrail.web.errors` turns them (and the
+Domain code raises `ProblemError` subclasses; `bankrail.http.problems` turns them (and the
 framework's own 404/405/validation errors) into responses. The catalogue below is also the
 content of the human-readable `/errors` page.
 """

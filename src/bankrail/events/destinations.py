@@ -30,9 +30,40 @@ class DestinationRefused(OSError):
     """The webhook host is, or resolves to, an address that is not on the public internet."""
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a packet may end up at: IPv4-
+# compatible (::/96, deprecated), IPv4-translated (::ffff:0:0:0/96) and the well-known NAT64
+# prefix (64:ff9b::/96). IPv4-mapped (::ffff:0:0/96) and 6to4 (2002::/16, the address in bits
+# 16-47) have properties of their own in `ipaddress`.
+_LAST_32_BITS_EMBED_IPV4 = tuple(
+    ipaddress.IPv6Network(prefix) for prefix in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96")
+)
+# Never a destination, whatever they embed: the local-use NAT64 prefix (each network chooses
+# its length, so where the IPv4 address sits is unknown) and Teredo (it relays through a
+# server to a client whose address is obfuscated in the last 32 bits).
+_REFUSED = tuple(ipaddress.IPv6Network(prefix) for prefix in ("64:ff9b:1::/48", "2001::/32"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that an IPv6 transition address reaches, or None."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _LAST_32_BITS_EMBED_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _is_public(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """True for a unicast address on the public internet; an IPv6 address that embeds an
+    IPv4 address is judged by the IPv4 address (so `::127.0.0.1`, `64:ff9b::7f00:1` and
+    `2002:7f00:1::` are loopback, as `::ffff:127.0.0.1` is)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in _REFUSED):
+            return False
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return _is_public(embedded)
     return address.is_global and not address.is_multicast
 
 
@@ -56,7 +87,8 @@ async def webhook_destination_problem(uri: str, production: bool) -> str | None:
 
     Sandbox: any absolute http(s) URI (a developer's receiver is usually on localhost).
     Production: https only, and the host must not be, or resolve to, a loopback, private,
-    link-local or otherwise reserved address.
+    link-local or otherwise reserved address, in any spelling (IPv4-mapped, IPv4-compatible,
+    IPv4-translated, NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address they embed).
     """
     if not production:
         return None

@@ -1,4 +1,4 @@
-"""Low-balance notifications (spec 3.4, DESIGN §7): a small state machine per account.
+"""Low-balance notifications (spec 3.4, docs/api.md): a small state machine per account.
 
 normal -> approaching_threshold at <= 1.5 T; -> below_threshold at <= T (one notification for
 the state reached, even when both bounds are crossed at once); from below_threshold, a balance

@@ -2,6 +2,10 @@
 
 Each event becomes one webhook delivery to the merchant's URI for its family (payments API v3
 or payouts API v1); with no URI configured the delivery is recorded as `skipped`, never lost.
+
+Events that must reach the receiver in order (the v1 events of one payout) carry an
+`Ordering`: the key they share and their place in the sequence. A delivery is not attempted
+while a delivery of the same key with a lower place is still pending (events/delivery.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ def envelope(family: Family, event_type: str, event_id: uuid.UUID, body: dict[st
 
 
 @dataclass(frozen=True)
+class Ordering:
+    """Where an event's delivery stands among the deliveries that share its key: it waits
+    until every one with a lower `sequence` is no longer pending."""
+
+    key: uuid.UUID
+    sequence: int
+
+
+@dataclass(frozen=True)
 class NewEvent:
     """An event ready to be stored: its id, its delivery's id and the exact bytes to deliver."""
 
@@ -44,10 +57,16 @@ class NewEvent:
     family: Family
     event_type: str
     payload: bytes
+    ordering: Ordering | None = None
 
 
 def new_event(
-    *, merchant_id: uuid.UUID, family: Family, event_type: str, body: dict[str, Any]
+    *,
+    merchant_id: uuid.UUID,
+    family: Family,
+    event_type: str,
+    body: dict[str, Any],
+    ordering: Ordering | None = None,
 ) -> NewEvent:
     """A new event of `family` for the merchant, with fresh ids and its envelope."""
     event_id = new_id()
@@ -58,6 +77,7 @@ def new_event(
         family,
         event_type,
         envelope(family, event_type, event_id, body),
+        ordering,
     )
 
 
@@ -69,9 +89,17 @@ async def record_event(
     event_type: str,
     body: dict[str, Any],
     now: datetime,
+    ordering: Ordering | None = None,
 ) -> uuid.UUID:
-    """Store the event and its pending delivery; returns the event id."""
-    event = new_event(merchant_id=merchant_id, family=family, event_type=event_type, body=body)
+    """Store the event and its pending delivery (delivered in `ordering`, when given);
+    returns the event id."""
+    event = new_event(
+        merchant_id=merchant_id,
+        family=family,
+        event_type=event_type,
+        body=body,
+        ordering=ordering,
+    )
     column = "payments_webhook_uri" if family == "payments" else "payouts_webhook_uri"
     # One round trip: read the merchant's URI, store the event and its delivery, and wake the
     # delivery workers when there is somewhere to deliver.
@@ -80,11 +108,12 @@ async def record_event(
         " e AS (INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)"
         " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id),"
         " d AS (INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri,"
-        " status, next_attempt_at, created_at, updated_at, window_start)"
+        " status, next_attempt_at, created_at, updated_at, window_start, ordering_key,"
+        " ordering_seq)"
         " SELECT $7, e.id, $2, $4, (SELECT uri FROM m),"
         " CASE WHEN (SELECT uri FROM m) IS NULL THEN 'skipped' ELSE 'pending' END,"
-        " CASE WHEN (SELECT uri FROM m) IS NULL THEN NULL ELSE $6::timestamptz END, $6, $6, $6"
-        " FROM e)"
+        " CASE WHEN (SELECT uri FROM m) IS NULL THEN NULL ELSE $6::timestamptz END, $6, $6, $6,"
+        " $8, $9 FROM e)"
         f" SELECT pg_notify('{WEBHOOK_CHANNEL}', '') FROM m WHERE uri IS NOT NULL",
         event.id,
         merchant_id,
@@ -93,5 +122,7 @@ async def record_event(
         event.payload,
         now,
         event.delivery_id,
+        ordering.key if ordering else None,
+        ordering.sequence if ordering else None,
     )
     return event.id

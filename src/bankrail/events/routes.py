@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
 from bankrail.events import service
-from bankrail.security.auth import Admin
-from bankrail.web.openapi import ERRORS_ADMIN
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.responses import json_response
 
 router = APIRouter()
 admin = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)

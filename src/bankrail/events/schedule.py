@@ -1,4 +1,4 @@
-"""When a failed webhook delivery is tried again (spec 6.5, DESIGN §7).
+"""When a failed webhook delivery is tried again (spec 6.5, docs/api.md).
 
 Attempt 1 is immediate. Attempts 2, 3 and 4 follow after 1 s, 2 s and 4 s. Before attempt
 n >= 5 the wait is drawn uniformly from [0, min(6 h, 30 s x 2^(n-4))] ("full jitter"), so that

@@ -92,14 +92,16 @@ async def hold_funds(
     amount: int,
     reference_id: uuid.UUID,
     now: datetime,
+    purpose: str = "payout",
 ) -> None:
-    """Set funds aside for a payout: available falls, current does not.
+    """Set funds aside for a payout (or another outgoing `purpose`, such as a refund; the
+    transaction's kind is `{purpose}_hold`): available falls, current does not.
 
     Raises InsufficientFunds when the available balance is too low (nothing is written).
     """
     await post(
         conn,
-        kind="payout_hold",
+        kind=f"{purpose}_hold",
         reference_id=reference_id,
         postings=transfer(account.available_ledger_id, account.held_ledger_id, amount),
         now=now,
@@ -113,11 +115,13 @@ async def release_hold(
     amount: int,
     reference_id: uuid.UUID,
     now: datetime,
+    purpose: str = "payout",
 ) -> None:
-    """Give held funds back to the available balance (a payout failed)."""
+    """Give held funds back to the available balance (the payout or refund failed; kind
+    `{purpose}_release`)."""
     await post(
         conn,
-        kind="payout_release",
+        kind=f"{purpose}_release",
         reference_id=reference_id,
         postings=transfer(account.held_ledger_id, account.available_ledger_id, amount),
         now=now,
@@ -132,12 +136,14 @@ async def consume_hold(
     rail: str,
     reference_id: uuid.UUID,
     now: datetime,
+    purpose: str = "payout",
 ) -> None:
-    """Held funds leave the service over a rail (a payout executed): current falls."""
+    """Held funds leave the service over a rail (the payout or refund executed; kind
+    `{purpose}_execution`): current falls."""
     destination = await clearing_account(conn, rail, account)
     await post(
         conn,
-        kind="payout_execution",
+        kind=f"{purpose}_execution",
         reference_id=reference_id,
         postings=transfer(account.held_ledger_id, destination, amount),
         now=now,

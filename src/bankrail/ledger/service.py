@@ -96,7 +96,8 @@ async def post(
 
 
 async def check_ledger(conn: Connection) -> list[dict[str, Any]]:
-    """Every violation of the ledger invariants; empty when the books are clean."""
+    """Every violation of the ledger invariants (docs/architecture.md); empty when the books
+    are clean."""
     violations: list[dict[str, Any]] = []
     for row in await conn.fetch(
         "SELECT transaction_id, sum(amount) AS total FROM ledger_postings"

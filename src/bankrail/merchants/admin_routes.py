@@ -1,4 +1,5 @@
-"""Operator routes (DESIGN §8) for merchants, clients, keys, webhooks, accounts and thresholds."""
+"""Operator routes (docs/operations.md) for merchants, clients, keys, webhooks, accounts and
+thresholds."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import uuid
 
 from fastapi import APIRouter, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
-from bankrail.core.problems import invalid_field
+from bankrail.core.problems import InvalidParameters, invalid_field
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.events.destinations import webhook_destination_problem
-from bankrail.merchants import service
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.responses import json_response
+from bankrail.merchants import return_uris, service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
     BalanceThreshold,
@@ -22,12 +25,12 @@ from bankrail.merchants.schemas import (
     NewMerchant,
     NewMerchantAccount,
     NewSigningKey,
+    ReturnUris,
+    ReturnUrisOut,
     SigningKeyOut,
     WebhookSettings,
     WebhookSettingsOut,
 )
-from bankrail.security.auth import Admin
-from bankrail.web.openapi import ERRORS_ADMIN
 
 router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 
@@ -95,6 +98,28 @@ async def set_webhooks(
             clear_payouts="payouts_uri" in given and body.payouts_uri is None,
         )
     return json_response(200, result)
+
+
+@router.put("/merchants/{merchant_id}/return-uris", response_model=ReturnUrisOut)
+async def set_return_uris(
+    merchant_id: uuid.UUID, body: ReturnUris, context: Context, _: Admin
+) -> Response:
+    """Replace the https URIs a payer may be sent back to (`return_uri` of the hosted payment
+    page and the authorisation flow). Enforced in production mode: a `return_uri` must have the
+    scheme, host and port of one of them and a path under its path; an empty list allows none.
+    Sandbox mode stores them and accepts any `return_uri`."""
+    errors: dict[str, list[str]] = {}
+    checked: list[str] = []
+    for index, uri in enumerate(body.uris):
+        try:
+            checked.append(return_uris.check_allowed_uri(uri))
+        except ValueError as exc:
+            errors[f"uris[{index}]"] = [str(exc)]
+    if errors:
+        raise InvalidParameters("Every allowed return URI must be an absolute https URI.", errors)
+    async with context.pool.acquire() as conn:
+        stored = await return_uris.set_return_uris(conn, merchant_id, checked)
+    return json_response(200, {"uris": stored})
 
 
 @router.post(

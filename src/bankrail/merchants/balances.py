@@ -46,10 +46,13 @@ async def hold_funds(
     amount: int,
     reference_id: uuid.UUID,
     now: datetime,
+    purpose: str = "payout",
 ) -> None:
-    """Set funds aside for a payout (raises InsufficientFunds, nothing written, when the
-    available balance is too low)."""
-    await holds.hold_funds(conn, account, amount=amount, reference_id=reference_id, now=now)
+    """Set funds aside for a payout (or another outgoing `purpose`, such as a refund); raises
+    InsufficientFunds, nothing written, when the available balance is too low."""
+    await holds.hold_funds(
+        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
+    )
     await reevaluate_notifications(conn, account.id, now)
 
 
@@ -60,9 +63,12 @@ async def release_hold(
     amount: int,
     reference_id: uuid.UUID,
     now: datetime,
+    purpose: str = "payout",
 ) -> None:
-    """Give held funds back to the available balance (a payout failed)."""
-    await holds.release_hold(conn, account, amount=amount, reference_id=reference_id, now=now)
+    """Give held funds back to the available balance (the payout or refund failed)."""
+    await holds.release_hold(
+        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
+    )
     await reevaluate_notifications(conn, account.id, now)
 
 

@@ -7,9 +7,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
 from bankrail.core.timefmt import Timestamp
+from bankrail.http.auth import Merchant
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND
+from bankrail.http.responses import json_response
 from bankrail.merchants import service
 from bankrail.merchants.activity import list_activity
 from bankrail.merchants.schemas import (
@@ -18,8 +20,6 @@ from bankrail.merchants.schemas import (
     MerchantAccountList,
     MerchantAccountOut,
 )
-from bankrail.security.auth import Merchant
-from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND
 
 router = APIRouter()
 
@@ -64,7 +64,7 @@ async def list_merchant_account_transactions(
     merchant: Merchant,
     from_: Annotated[Timestamp | None, Query(alias="from")] = None,
     to: Annotated[Timestamp | None, Query()] = None,
-    type: Annotated[Literal["payment", "payout", "topup"] | None, Query()] = None,
+    type: Annotated[Literal["payment", "payout", "topup", "refund"] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from bankrail.merchants.return_uris import MAX_RETURN_URIS, MAX_URI_LENGTH
+
 
 class StrictModel(BaseModel):
     """Request bodies: exact JSON types, no unknown fields."""
@@ -62,7 +64,7 @@ class AccountTransaction(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
-    type: Literal["payment", "payout", "topup"]
+    type: Literal["payment", "payout", "topup", "refund"]
     amount_in_minor: int
     currency: str
     status: str
@@ -137,6 +139,25 @@ class WebhookSettingsOut(BaseModel):
 
     payments_uri: str | None
     payouts_uri: str | None
+
+
+class ReturnUris(StrictModel):
+    """`PUT /admin/merchants/{id}/return-uris`: the whole allow-list (an empty list clears it).
+
+    Each is an absolute https URI without query or fragment; in production mode a payer's
+    `return_uri` must have the same scheme, host and port as one of them and a path under its
+    path (on a segment boundary)."""
+
+    uris: Annotated[
+        list[Annotated[StrictStr, Field(max_length=MAX_URI_LENGTH)]],
+        Field(max_length=MAX_RETURN_URIS),
+    ]
+
+
+class ReturnUrisOut(BaseModel):
+    """The merchant's allowed return URIs now stored."""
+
+    uris: list[str]
 
 
 class NewMerchantAccount(StrictModel):

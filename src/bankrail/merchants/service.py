@@ -178,10 +178,12 @@ async def create_merchant_account(
     account_holder_name: str | None,
     now: datetime,
 ) -> MerchantAccount:
-    """Open a GBP or EUR account with fresh identifiers and its two ledger accounts."""
-    holder = account_holder_name or await merchant_name(conn, merchant_id)
-    if holder is None:
+    """Open a GBP or EUR account with fresh identifiers and its two ledger accounts; 404
+    when the merchant does not exist, whether or not a holder name is given."""
+    name = await merchant_name(conn, merchant_id)
+    if name is None:
         raise NotFound(f"Merchant {merchant_id} does not exist.")
+    holder = account_holder_name or name
     account_id = new_id()
     available = await ensure_account(
         conn, f"merchant:{account_id}:available", currency, allow_negative=False

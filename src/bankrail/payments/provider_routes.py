@@ -1,4 +1,4 @@
-"""Provider search over HTTP (spec 2.9, 4.2, 9.3; DESIGN §7 "Merchant accounts and providers").
+"""Provider search over HTTP (spec 2.9, 4.2, 9.3; docs/api.md).
 
 - `POST /v3/payments-providers/search` (alias `/v3/payment-providers/search`): bearer token with
   the `payments` scope, not signed, JSON body of filters.
@@ -15,13 +15,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query, Response
 from pydantic import BaseModel, Field, StrictStr
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
 from bankrail.core.problems import InvalidParameters, NotFound, invalid_field
+from bankrail.http.auth import Merchant
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, Responses
+from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.payments.providers import Flow, Provider, find_provider, search
-from bankrail.security.auth import Merchant
-from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, Responses
 
 router = APIRouter()
 

@@ -1,4 +1,4 @@
-"""The built-in catalogue of mock providers (DESIGN §7) and the rules for choosing one."""
+"""The built-in catalogue of mock providers (docs/api.md) and the rules for choosing one."""
 
 from __future__ import annotations
 

@@ -13,20 +13,40 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import Field, StrictStr
 
-from bankrail.context import AppContext, Context
-from bankrail.core.jsonbody import json_response
+from bankrail.context import AppContext
 from bankrail.core.problems import CONFLICT, ProblemError, Unauthenticated, invalid_field
 from bankrail.db.pool import Connection
+from bankrail.http.auth import (
+    Merchant,
+    SignedBody,
+    bearer_token,
+    read_access_claims,
+    require_payments_audience,
+    signed_body,
+    verify_signature,
+)
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.listing import ListWindow
+from bankrail.http.openapi import (
+    ERRORS_AUTH,
+    ERRORS_AUTH_NOT_FOUND,
+    ERRORS_SIGNED_POST,
+    Needs,
+    documents,
+)
+from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.merchants.service import account_in_currency, require_account
-from bankrail.payments import service
-from bankrail.payments.models import AUTHORIZATION_WINDOW
+from bankrail.payments import queries, service
+from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
 from bankrail.payments.schemas import (
     AuthorizationFlowAnswer,
     AuthorizationFlowRequest,
     BankAction,
     FormSubmit,
     PaymentCreated,
+    PaymentList,
     PaymentOut,
     PaymentRequest,
     PaymentSourceList,
@@ -38,18 +58,7 @@ from bankrail.payments.schemas import (
 from bankrail.payments.sources import list_payment_sources
 from bankrail.payouts.schemas import Amount
 from bankrail.rails.mock_bank import action_for_username
-from bankrail.security.auth import (
-    Merchant,
-    SignedBody,
-    bearer_token,
-    read_access_claims,
-    require_payments_audience,
-    signed_body,
-    verify_signature,
-)
 from bankrail.security.tokens import AccessClaims, TokenError
-from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter(tags=["payments v3"])
 sandbox_router = APIRouter(tags=["mock bank"])
@@ -90,6 +99,16 @@ class PaymentCaller:
         return self.claims.merchant_id if self.claims else None
 
 
+@documents(
+    Needs(
+        schemes=("merchantToken", "resourceToken"),
+        # With the merchant's token: signed, with an Idempotency-Key; with the resource token
+        # (the hosted page): neither.
+        signature="Svc-Signature",
+        signature_required=False,
+        idempotency_key="optional",
+    )
+)
 async def _payment_caller(
     payment_id: uuid.UUID, request: Request, context: Context
 ) -> PaymentCaller:
@@ -126,7 +145,7 @@ async def _act(
         context,
         request,
         scope=f"v3:{caller.claims.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )
@@ -175,10 +194,38 @@ async def create_payment(
         context,
         request,
         scope=f"v3:{merchant.client_id}",
-        key=request.headers["idempotency-key"],
+        key=idempotency_key(request),
         body=raw,
         effect=effect,
     )
+
+
+@_routes(
+    "GET",
+    ["/v3/payments", "/payments"],
+    response_model=PaymentList,
+    responses=ERRORS_AUTH,
+)
+async def list_payments(
+    context: Context,
+    merchant: Merchant,
+    window: ListWindow,
+    merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
+    status: Annotated[PaymentStatus | None, Query()] = None,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> Response:
+    """The caller's payments, newest first, each as `GET /v3/payments/{id}` shows it; `from`
+    and `to` (inclusive) bound `created_at`."""
+    async with context.pool.acquire() as conn:
+        items, next_cursor = await queries.list_payments(
+            conn,
+            merchant.merchant_id,
+            window,
+            merchant_account_id=merchant_account_id,
+            status=status.value if status else None,
+            user_id=user_id,
+        )
+    return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
 
 
 @_routes(
@@ -213,7 +260,11 @@ async def start_authorization_flow(
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         return_uri = body.redirect.return_uri if body.redirect else None
         updated = await service.start_authorization(
-            conn, row, return_uri=return_uri, now=context.clock.now()
+            conn,
+            row,
+            return_uri=return_uri,
+            now=context.clock.now(),
+            allow_listed_only=not context.settings.sandbox,
         )
         return 200, _flow_answer(context, updated)
 
@@ -335,6 +386,7 @@ async def payment_sources(
     response_model=RedirectAnswer,
     responses={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]},
 )
+@documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_action(
     payment_id: uuid.UUID, body: BankAction, request: Request, context: Context
 ) -> Response:
@@ -432,7 +484,12 @@ async def legacy_deposit(
         created = await service.create_payment(conn, merchant.merchant_id, request_v3, now)
         row = await service.lock_payment(conn, created["id"])
         row = await service.start_authorization(
-            conn, row, return_uri=body.auth_flow.return_uri, now=now
+            conn,
+            row,
+            return_uri=body.auth_flow.return_uri,
+            now=now,
+            allow_listed_only=not context.settings.sandbox,
+            field="auth_flow.return_uri",
         )
         action = _flow_answer(context, row).get("authorization_flow", {}).get("actions", {})
         next_step = action.get("next") or {}

@@ -1,4 +1,4 @@
-"""Request and response bodies of the pay-in routes (spec 2.5 to 2.8 and DESIGN §7)."""
+"""Request and response bodies of the pay-in routes (spec 2.5 to 2.8 and docs/api.md)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
+from bankrail.http.listing import Pagination
 from bankrail.merchants.schemas import StrictModel
 from bankrail.payouts.schemas import Address, Amount, Currency, Metadata, Uuid
 
@@ -198,3 +199,10 @@ class ProviderReturnAnswer(BaseModel):
     """The resource the payer came back for."""
 
     resource: dict[str, str]
+
+
+class PaymentList(BaseModel):
+    """`GET /v3/payments`: one page of payments, newest first."""
+
+    items: list[PaymentOut]
+    pagination: Pagination

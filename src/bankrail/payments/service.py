@@ -22,6 +22,7 @@ from bankrail.jobs.queue import enqueue
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import MerchantAccount
+from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
 from bankrail.merchants.service import get_account, require_account
 from bankrail.payments.models import (
     ANNOUNCED,
@@ -42,11 +43,11 @@ from bankrail.security.tokens import TokenIssuer
 ADVANCE_JOB = "payment.advance"
 EXPIRE_JOB = "payment.expire"
 
-_COLUMNS = (
+PAYMENT_COLUMNS = (
     "id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id, user_details,"
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
-    " executed_at, settled_at, failed_at, history"
+    " executed_at, settled_at, failed_at, history, refunded_amount_in_minor"
 )
 
 
@@ -55,6 +56,14 @@ def check_return_uri(uri: str, field: str) -> str:
     if not is_absolute_http_uri(uri):
         raise invalid_field(field, "must be an absolute http(s) URI")
     return uri
+
+
+async def require_allowed_return_uri(
+    conn: Connection, merchant_id: uuid.UUID, uri: str, field: str
+) -> None:
+    """400 naming `field` unless the merchant's allowed return URIs cover `uri`."""
+    if not is_allowed(uri, await allowed_return_uris(conn, merchant_id)):
+        raise invalid_field(field, NOT_ALLOWED)
 
 
 def _check_provider(
@@ -145,7 +154,7 @@ async def lock_payment(
 ) -> Any:
     """The payment row, locked for the transaction; 404 when absent or another merchant's."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1"
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"
         " AND ($2::uuid IS NULL OR merchant_id = $2) FOR UPDATE",
         payment_id,
         merchant_id,
@@ -204,7 +213,7 @@ async def _save(
     if changed:
         args += [state.status.value, iso_utc(now)]
     updated = await conn.fetchrow(
-        f"UPDATE payments SET {assignments}{history_sql} WHERE id = $1 RETURNING {_COLUMNS}",
+        f"UPDATE payments SET {assignments}{history_sql} WHERE id = $1 RETURNING {PAYMENT_COLUMNS}",
         *args,
     )
     if changed and state.status in ANNOUNCED:
@@ -321,10 +330,19 @@ async def start_authorization(
     *,
     return_uri: str | None,
     now: datetime,
+    allow_listed_only: bool,
+    field: str = "redirect.return_uri",
 ) -> Any:
-    """The payer starts the journey: the payment becomes `authorizing`."""
+    """The payer starts the journey: the payment becomes `authorizing`.
+
+    `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
+    `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
+    allowed return URIs cover, else 400 naming `field`.
+    """
     if return_uri is not None:
-        check_return_uri(return_uri, "redirect.return_uri")
+        check_return_uri(return_uri, field)
+        if allow_listed_only:
+            await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
     state = state_of(row)
     try:
         state = state.start_authorization()
@@ -409,7 +427,7 @@ async def bank_action(
 async def advance_payment(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """The bank's next step after authorisation (a job handler)."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["payment_id"]),
     )
     if row is None:
@@ -484,7 +502,7 @@ async def _record_activity(
 async def expire_payment(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
     """Fail a payment still unauthorised when its 15 minutes are up (a job handler)."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["payment_id"]),
     )
     if row is None:
@@ -503,7 +521,14 @@ async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:
 
 
 async def render(conn: Connection, row: Any) -> dict[str, Any]:
-    """The payment resource (spec 2.7 and DESIGN §7)."""
+    """The payment resource (spec 2.7 and docs/api.md)."""
+    source = await _source_document(conn, row["payment_source_id"])
+    return render_row(row, source)
+
+
+def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any]:
+    """The payment resource of a payments row whose payment source (if it has one) is
+    `payment_source`."""
     state = state_of(row)
     selection: dict[str, Any] = {"type": row["selection_type"]}
     if row["provider_id"] and row["selection_type"] == "preselected":
@@ -528,6 +553,7 @@ async def render(conn: Connection, row: Any) -> dict[str, Any]:
         "status": state.status.value,
         "status_history": row["history"],
         "metadata": row["metadata"] or {},
+        "refunded_amount_in_minor": row["refunded_amount_in_minor"],
     }
     if row["provider_id"]:
         payment["provider_id"] = row["provider_id"]
@@ -541,8 +567,8 @@ async def render(conn: Connection, row: Any) -> dict[str, Any]:
     if state.status is PaymentStatus.FAILED:
         payment["failure_stage"] = row["failure_stage"]
         payment["failure_reason"] = row["failure_reason"]
-    if row["payment_source_id"]:
-        payment["payment_source"] = await _source_document(conn, row["payment_source_id"])
+    if payment_source is not None:
+        payment["payment_source"] = payment_source
     return payment
 
 
@@ -551,7 +577,8 @@ async def get_payment_row(
 ) -> Any:
     """The payment row without locking; 404 when absent or another merchant's."""
     row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM payments WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)",
+        f"SELECT {PAYMENT_COLUMNS} FROM payments"
+        " WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)",
         payment_id,
         merchant_id,
     )

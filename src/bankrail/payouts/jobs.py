@@ -25,7 +25,7 @@ from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
-from bankrail.events.outbox import Family, NewEvent, new_event
+from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
 from bankrail.ledger.holds import clearing_code
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.service import get_account
@@ -58,7 +58,7 @@ _LEASE = (
 )
 
 _WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
-    ", ".join(f"${i}" for i in range(1, 33))
+    ", ".join(f"${i}" for i in range(1, 35))
 )
 
 # Jobs a batch took but did not run, due again at once for the next claim (the job loops
@@ -111,7 +111,8 @@ class _Batch:
         )
         if row["api"] == "v1":
             for step in plan.steps:
-                self._event(row, "payouts", v1_event(row, step, self.now))
+                event_type, body, ordering = v1_event(row, step)
+                self._event(row, "payouts", (event_type, body), ordering)
         terminal = v3_terminal_event(row, state)
         if terminal is not None:
             self._event(row, "payments", terminal)
@@ -136,11 +137,21 @@ class _Batch:
         )
         return plan
 
-    def _event(self, row: Any, family: Family, typed_body: tuple[str, dict[str, Any]]) -> None:
+    def _event(
+        self,
+        row: Any,
+        family: Family,
+        typed_body: tuple[str, dict[str, Any]],
+        ordering: Ordering | None = None,
+    ) -> None:
         event_type, body = typed_body
         self.events.append(
             new_event(
-                merchant_id=row["merchant_id"], family=family, event_type=event_type, body=body
+                merchant_id=row["merchant_id"],
+                family=family,
+                event_type=event_type,
+                body=body,
+                ordering=ordering,
             )
         )
 
@@ -161,6 +172,8 @@ class _Batch:
             [e.family for e in events],
             [e.event_type for e in events],
             [e.payload for e in events],
+            [e.ordering.key if e.ordering else None for e in events],
+            [e.ordering.sequence if e.ordering else None for e in events],
             *(list(column) for column in next_steps),
             ADVANCE_JOB,
             *(list(column) for column in moves),
@@ -211,7 +224,7 @@ _ONE = (
     " WHERE p.id = $1 FOR UPDATE OF p"
 ).format(", ".join(f"p.{name.strip()}" for name in STATE_COLUMNS.split(",")))
 
-_WRITE_ONE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 32)))
+_WRITE_ONE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 34)))
 
 
 async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
@@ -221,7 +234,9 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
     Steps that are due at once (authorisation, then submission, then execution when the
     scheme answers without delay) are taken one after the other in this one transaction,
     each with its own events, rather than as one job each: the payout goes through the same
-    states and emits the same events, with one commit instead of three.
+    states and emits the same events, with one commit instead of three. Each step is dated
+    a microsecond after the one before (`models.advance`), and its v1 event is delivered only
+    after the one before it (`v1_event`'s ordering).
     """
     row = await conn.fetchrow(_ONE, uuid.UUID(payload["payout_id"]))
     if row is None:

@@ -9,6 +9,11 @@ One lifecycle serves both APIs:
 v3 shows `pending`, `authorized` (also while submitted), `executed` and `failed`; v1 shows
 the same steps as events `payout_authorised`, `payout_submitted`, `payout_settled`, and a
 failure as `payout_rejected` (insufficient funds, AML) or `payout_failed` (anything else).
+
+The times of one payout's steps are strictly increasing (created < authorised < submitted <
+executed or failed), even when several steps are taken at one instant (one job run, one
+transaction): a step is dated `now`, or one microsecond after the payout's previous step when
+`now` is not later. Its events are numbered in that order (`event_sequence`), and delivered in it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from typing import Any
 
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.merchants.models import AccountIdentifiers
+
+# The least gap between two steps of one payout: PostgreSQL keeps timestamps to the
+# microsecond, so steps apart by this much stay apart once stored.
+STEP_GAP = timedelta(microseconds=1)
 
 
 class Stage(StrEnum):
@@ -68,27 +77,70 @@ class PayoutState:
         if self.stage not in stages:
             raise InvalidTransition(f"a {self.stage} payout cannot take this step")
 
+    @property
+    def last_step_at(self) -> datetime:
+        """When the payout last changed stage (its creation, before any step)."""
+        return max(
+            moment
+            for moment in (
+                self.created_at,
+                self.authorized_at,
+                self.submitted_at,
+                self.executed_at,
+                self.failed_at,
+            )
+            if moment is not None
+        )
+
+    def _step_time(self, now: datetime) -> datetime:
+        """The time of a step taken at `now`: strictly after the previous step."""
+        return max(now, self.last_step_at + STEP_GAP)
+
     def authorize(self, now: datetime) -> PayoutState:
         """Funds are held and screening passed."""
         self._require(Stage.PENDING)
-        return replace(self, stage=Stage.AUTHORIZED, authorized_at=now)
+        return replace(self, stage=Stage.AUTHORIZED, authorized_at=self._step_time(now))
 
     def submit(self, now: datetime) -> PayoutState:
         """Handed to the scheme."""
         self._require(Stage.AUTHORIZED)
-        return replace(self, stage=Stage.SUBMITTED, submitted_at=now)
+        return replace(self, stage=Stage.SUBMITTED, submitted_at=self._step_time(now))
 
     def execute(self, now: datetime) -> PayoutState:
         """The scheme paid the beneficiary."""
         self._require(Stage.SUBMITTED)
-        return replace(self, stage=Stage.EXECUTED, executed_at=now)
+        return replace(self, stage=Stage.EXECUTED, executed_at=self._step_time(now))
 
     def fail(self, now: datetime, reason: FailureReason) -> PayoutState:
         """The payout ends unpaid; rejections happen only before authorisation."""
         self._require(Stage.PENDING, Stage.AUTHORIZED, Stage.SUBMITTED)
         if reason in REJECTIONS and self.stage is not Stage.PENDING:
             raise InvalidTransition(f"{reason} can only reject a pending payout")
-        return replace(self, stage=Stage.FAILED, failed_at=now, failure_reason=reason)
+        return replace(
+            self, stage=Stage.FAILED, failed_at=self._step_time(now), failure_reason=reason
+        )
+
+    @property
+    def step_at(self) -> datetime:
+        """When the payout reached its current stage."""
+        moment = {
+            Stage.PENDING: self.created_at,
+            Stage.AUTHORIZED: self.authorized_at,
+            Stage.SUBMITTED: self.submitted_at,
+            Stage.EXECUTED: self.executed_at,
+            Stage.FAILED: self.failed_at,
+        }[self.stage]
+        assert moment is not None
+        return moment
+
+    @property
+    def event_sequence(self) -> int:
+        """The place of the event that reports the current stage among the payout's events
+        (1 for the first step after creation, 2 for the next...): their delivery order."""
+        return sum(
+            moment is not None
+            for moment in (self.authorized_at, self.submitted_at, self.executed_at, self.failed_at)
+        )
 
     @property
     def holds_funds(self) -> bool:
@@ -143,7 +195,9 @@ def advance(
     """Take every step that is due at `now`: authorisation (or the rejection decided at
     acceptance), submission, and execution (or the scheme's failure) once the scheme's delay
     has passed. `moves_money` is true when the held funds leave or come back; `next_step_at`
-    is when the job must run again, or None when nothing is left to do now."""
+    is when the job must run again, or None when nothing is left to do now. Steps taken
+    together are dated one microsecond apart (`PayoutState._step_time`), so that each state of
+    `steps` is later than the one before it."""
     steps: list[PayoutState] = []
     next_step_at: datetime | None = None if state.stage in TERMINAL else now
     moves_money = False

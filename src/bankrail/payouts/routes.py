@@ -10,25 +10,30 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE, json_response
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
+from bankrail.http.auth import Merchant, SignedBody, signed_body
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import idempotency_key
+from bankrail.http.listing import ListWindow
+from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.responses import json_response
 from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts import service
 from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
+from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
     PayoutCreated,
+    PayoutList,
     PayoutOut,
     V1PayoutAccepted,
     V1PayoutRequest,
     V1TransactionList,
     V3PayoutRequest,
 )
-from bankrail.security.auth import Merchant, SignedBody, signed_body
 from bankrail.security.idempotency import fingerprint
-from bankrail.web.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 
 router = APIRouter()
 
@@ -39,9 +44,26 @@ V1SignedBody = Annotated[
     ),
 ]
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
-IdempotencyKey = Annotated[str, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
+
+
+async def _idempotency_key(
+    request: Request,
+    header: Annotated[
+        str, Header(alias="idempotency-key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
+    ],
+) -> str:
+    """The Idempotency-Key, validated and documented as a header parameter, but read as the
+    signature check read it (http/idempotent.py): 400 when it is repeated."""
+    del header  # FastAPI's copy, the first of several: validated, not used
+    key = idempotency_key(request)
+    assert key is not None  # the header parameter is required
+    return key
+
+
+IdempotencyKey = Annotated[str, Depends(_idempotency_key)]
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
+V3Status = Literal["pending", "authorized", "executed", "failed"]
 
 
 @router.post(
@@ -106,6 +128,34 @@ async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Mercha
     async with context.pool.acquire() as conn:
         record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
     return json_response(200, record)
+
+
+@router.get(
+    "/v3/payouts",
+    tags=["payouts v3"],
+    response_model=PayoutList,
+    responses=ERRORS_AUTH,
+)
+async def list_v3_payouts(
+    context: Context,
+    merchant: Merchant,
+    window: ListWindow,
+    merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
+    status: Annotated[
+        Literal["pending", "authorized", "executed", "failed"] | None, Query()
+    ] = None,
+) -> Response:
+    """The caller's payouts, newest first, each as `GET /v3/payouts/{id}` shows it; `from`
+    and `to` (inclusive) bound `created_at`."""
+    async with context.pool.acquire() as conn:
+        items, next_cursor = await list_payouts(
+            conn,
+            merchant.merchant_id,
+            window,
+            merchant_account_id=merchant_account_id,
+            status=status,
+        )
+    return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
 
 
 @router.post(
@@ -225,13 +275,18 @@ async def list_v1_transactions(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> Response:
-    """Payouts and top-ups of the caller's currency accounts, oldest first; `from` and `to`
-    are inclusive, `type` is `Payout` or `Topup`."""
+    """The payouts made through `POST /v1/payouts` and the top-ups of the caller's currency
+    accounts, oldest first; `from` and `to` are inclusive, `type` is `Payout` or `Topup`.
+
+    v3 payouts are listed by `GET /v3/merchant-accounts/{id}/transactions` only: they have
+    no `context_code`, and one paid to a sort code has no `beneficiary_iban`, both strings in
+    every v1 record."""
     after_time, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await context.pool.fetch(
         "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.created_at, a.details"
         " FROM account_activity a JOIN merchant_accounts m ON m.id = a.merchant_account_id"
-        " WHERE m.merchant_id = $1 AND a.type IN ('payout', 'topup')"
+        " WHERE m.merchant_id = $1"
+        " AND (a.type = 'topup' OR (a.type = 'payout' AND a.details->>'api' = 'v1'))"
         " AND ($2::text IS NULL OR a.type = $2) AND ($3::text IS NULL OR a.currency = $3)"
         " AND ($4::timestamptz IS NULL OR a.created_at >= $4)"
         " AND ($5::timestamptz IS NULL OR a.created_at <= $5)"

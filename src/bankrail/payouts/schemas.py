@@ -1,4 +1,4 @@
-"""Request and response bodies of the payout routes (spec 2.2 to 2.4, DESIGN §7)."""
+"""Request and response bodies of the payout routes (spec 2.2 to 2.4, docs/api.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
+from bankrail.http.listing import Pagination
 from bankrail.merchants.schemas import StrictModel
 
 Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_IN_MINOR)]
@@ -162,3 +163,10 @@ class PayoutOut(BaseModel):
     failed_at: str | None = None
     failure_reason: str | None = None
     metadata: dict[str, str] | None = None
+
+
+class PayoutList(BaseModel):
+    """`GET /v3/payouts`: one page of payouts, newest first."""
+
+    items: list[PayoutOut]
+    pagination: Pagination

@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from bankrail.core.iban import normalise_iban
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import (
@@ -30,7 +31,7 @@ from bankrail.core.problems import (
 from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection, Pool
 from bankrail.events import notifications
-from bankrail.events.outbox import NewEvent, new_event
+from bankrail.events.outbox import NewEvent, Ordering, new_event
 from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts.models import (
     REJECTIONS,
@@ -50,7 +51,6 @@ from bankrail.payouts.models import (
 from bankrail.rails.schemes import sandbox_outcome, scheme_for
 from bankrail.rails.screening import normalise_name
 from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
-from bankrail.web.validation import normalise_iban
 
 ADVANCE_JOB = "payout.advance"
 
@@ -493,10 +493,12 @@ def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]
     return "payout_failed", body
 
 
-def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str, Any]]:
-    """The payouts API v1 event (type and body) for a payout reaching `state` at `now`."""
+def v1_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any], Ordering]:
+    """The payouts API v1 event for a payout reaching `state`: its type, its body (dated
+    when the state was reached, as the transaction record is), and its place among the
+    payout's events, which are delivered in that order."""
     transaction_id = str(row["transaction_id"])
-    stamp = iso_utc_7(now)
+    stamp = iso_utc_7(state.step_at)
     if state.stage is Stage.AUTHORIZED:
         event_type, body = "payout_authorised", {"authorised_at": stamp}
     elif state.stage is Stage.SUBMITTED:
@@ -510,7 +512,8 @@ def v1_event(row: Any, state: PayoutState, now: datetime) -> tuple[str, dict[str
             event_type, body = "payout_rejected", {"rejected_at": stamp, "reason": reason}
         else:
             event_type, body = "payout_failed", {"failed_at": stamp, "reason": reason}
-    return event_type, {"transaction_id": transaction_id, **body}
+    ordering = Ordering(row["id"], state.event_sequence)
+    return event_type, {"transaction_id": transaction_id, **body}, ordering
 
 
 def render_v3(row: Any, state: PayoutState | None = None) -> dict[str, Any]:

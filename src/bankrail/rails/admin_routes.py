@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import ScreeningList, ScreeningListOut
 from bankrail.rails.screening import replace_screening_list, screening_list
-from bankrail.security.auth import Admin
-from bankrail.web.openapi import ERRORS_ADMIN
 
 router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from bankrail.core.ids import new_id
 from bankrail.core.problems import InvalidParameters
-from bankrail.core.timefmt import iso_utc
+from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.merchants.activity import record_activity
@@ -135,7 +135,8 @@ async def record_internal_credit(
             "remitter_name": remitter_name,
             "remitter_iban": remitter_iban,
             "reference": reference,
-            "received_at": iso_utc(now),
+            # Seven fractional digits, as every v1 timestamp (spec 2.3).
+            "received_at": iso_utc_7(now),
         },
         now=now,
     )

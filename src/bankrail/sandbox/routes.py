@@ -1,4 +1,4 @@
-"""`/sandbox/...`: incoming bank transfers and the service clock (DESIGN §8)."""
+"""`/sandbox/...`: incoming bank transfers and the service clock (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
 
-from bankrail.context import Context
-from bankrail.core.jsonbody import json_response
+from bankrail.core.iban import normalise_iban
 from bankrail.core.money import ACCOUNT_CURRENCIES, MAX_AMOUNT_IN_MINOR
 from bankrail.core.problems import invalid_field
 from bankrail.core.timefmt import iso_utc
+from bankrail.http.auth import Admin
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import respond_once
+from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
+from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
-from bankrail.security.auth import Admin
-from bankrail.web.idempotent import respond_once
-from bankrail.web.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
-from bankrail.web.validation import normalise_iban
 
 router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
 

@@ -1,4 +1,4 @@
-"""Idempotent request execution (DESIGN §5).
+"""Idempotent request execution (docs/api.md).
 
 The stored answer is written in the same database transaction as the request's effect, and a
 transaction-scoped advisory lock marks the key as in flight: a request that dies before commit

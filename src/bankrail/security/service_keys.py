@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from bankrail.db.pool import Connection
+from bankrail.security.secret_files import write_secret_file
 from bankrail.security.tokens import hash_secret
 
 ACCESS_TOKEN_KEY = "access_token"
@@ -62,11 +63,5 @@ async def ensure_admin_token(
     )
     if not inserted:  # another process won the race
         return await ensure_admin_token(conn, None, data_dir)
-    _write_private_file(data_dir / ADMIN_TOKEN_FILE, token + "\n")
+    write_secret_file(data_dir / ADMIN_TOKEN_FILE, token + "\n")
     return hash_secret(token), token
-
-
-def _write_private_file(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o600)

@@ -1,4 +1,5 @@
-"""Integration tests for bankrail.db.embedded.EmbeddedPostgres: ownership and crash recovery.
+"""Integration tests for bankrail.db.embedded.EmbeddedPostgres: ownership, crash recovery, and
+who may connect (only the OS user running Bankrail).
 
 These are synchronous tests that start real PostgreSQL servers in temporary data directories.
 """
@@ -10,7 +11,9 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,8 +24,17 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError, PostmasterInfo
+from bankrail.db._postmaster import bin_dir
+from bankrail.db.embedded import (
+    PG_PORT,
+    PG_SYSTEM_USER,
+    EmbeddedPostgres,
+    EmbeddedPostgresError,
+    PostmasterInfo,
+)
 from support.processes import alive
+
+pytestmark = pytest.mark.slow  # starts and kills PostgreSQL servers
 
 
 def sql(dsn: str, query: str) -> list[Any]:
@@ -283,3 +295,124 @@ def test_a_stale_pid_file_naming_another_process_is_removed_without_killing_it(
     finally:
         bystander.kill()
         bystander.wait()
+
+
+# --- who may connect -------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("runuser") is None,
+    reason="connecting as another OS user (nobody) needs root and runuser to switch users",
+)
+
+
+@pytest.fixture
+def reachable_data_dir(initialised_pgdata: Path) -> Iterator[Path]:
+    """A copy of the initialised data directory that every user can reach (0755 parents in
+    /tmp, not pytest's 0700 base directory), so that a refusal can only come from the
+    server's own socket directory, socket and access rules."""
+    with tempfile.TemporaryDirectory(prefix="bankrail-access-") as tmp:
+        Path(tmp).chmod(0o755)
+        target = Path(tmp) / "data"
+        target.mkdir(mode=0o755)
+        shutil.copytree(initialised_pgdata, target / "pgdata", symlinks=True)
+        yield target
+
+
+def _psql_as(user: str, socket_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`psql` (from the pgserver wheel) run as OS user `user`, asking for the `postgres`
+    role over the server's socket."""
+    return subprocess.run(
+        [
+            "runuser",
+            "-u",
+            user,
+            "--",
+            str(bin_dir() / "psql"),
+            f"host={socket_dir} port={PG_PORT} user=postgres dbname=postgres",
+            "-Atc",
+            "SELECT current_user",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _socket_dir(server: EmbeddedPostgres) -> Path:
+    info = PostmasterInfo.read(server.pgdata)
+    assert info is not None
+    return Path(info.socket_dir)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@needs_root
+def test_only_the_user_running_bankrail_can_connect(
+    reachable_data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
+) -> None:
+    server = servers(reachable_data_dir)
+    dsn = server.start()
+    socket_dir = _socket_dir(server)
+    assert _mode(socket_dir) == 0o700
+    assert _mode(socket_dir / f".s.PGSQL.{PG_PORT}") == 0o700
+    assert sql(dsn, "SHOW listen_addresses") == [""]  # no TCP listener at all
+    # Bankrail's own connection, and psql as root and as the user PostgreSQL runs as.
+    assert sql(dsn, "SELECT current_user") == ["postgres"]
+    for user in ("root", PG_SYSTEM_USER):
+        own = _psql_as(user, socket_dir)
+        assert (own.returncode, own.stdout) == (0, "postgres\n"), own.stderr
+    # nobody reaches the data directory, but not the socket in it.
+    assert (
+        subprocess.run(
+            ["runuser", "-u", "nobody", "--", "test", "-x", str(reachable_data_dir)]
+        ).returncode
+        == 0
+    )
+    other = _psql_as("nobody", socket_dir)
+    assert other.returncode != 0, other.stdout
+    assert "Permission denied" in other.stderr, other.stderr
+
+
+@needs_root
+def test_another_user_who_reaches_the_socket_is_still_refused(
+    reachable_data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
+) -> None:
+    # As if the socket and its directory had been opened up: pg_hba.conf refuses nobody too.
+    server = servers(reachable_data_dir)
+    dsn = server.start()
+    socket_dir = _socket_dir(server)
+    socket_dir.chmod(0o711)
+    (socket_dir / f".s.PGSQL.{PG_PORT}").chmod(0o777)
+    other = _psql_as("nobody", socket_dir)
+    assert other.returncode != 0, other.stdout
+    assert 'Peer authentication failed for user "postgres"' in other.stderr, other.stderr
+    rules = sql(dsn, "SELECT type || ' ' || auth_method FROM pg_hba_file_rules")
+    assert rules == ["local peer"]
+    assert _psql_as("root", socket_dir).returncode == 0
+
+
+@needs_root
+def test_a_data_directory_left_open_by_an_older_version_is_closed_on_start(
+    reachable_data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
+) -> None:
+    # What earlier versions left: initdb's `trust` for everyone, a 0755 socket directory.
+    pgdata = reachable_data_dir / "pgdata"
+    (pgdata / "pg_hba.conf").write_text(
+        "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n"
+    )
+    (pgdata / "pg_ident.conf").write_text("")
+    (reachable_data_dir / "run").mkdir(mode=0o755)
+    (reachable_data_dir / "run").chmod(0o755)
+    server = servers(reachable_data_dir)
+    dsn = server.start()
+    socket_dir = _socket_dir(server)
+    assert socket_dir == reachable_data_dir / "run"
+    assert _mode(socket_dir) == 0o700
+    assert sql(dsn, "SELECT type || ' ' || auth_method FROM pg_hba_file_rules") == ["local peer"]
+    assert "Permission denied" in _psql_as("nobody", socket_dir).stderr
+    socket_dir.chmod(0o711)
+    (socket_dir / f".s.PGSQL.{PG_PORT}").chmod(0o777)
+    assert "Peer authentication failed" in _psql_as("nobody", socket_dir).stderr

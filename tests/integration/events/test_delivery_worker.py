@@ -1,4 +1,4 @@
-"""The webhook DeliveryWorker against real PostgreSQL and a real HTTP receiver (DESIGN §7
+"""The webhook DeliveryWorker against real PostgreSQL and a real HTTP receiver (docs/api.md
 "Webhook delivery", spec 6.5): claims, attempts, the retry schedule on the service clock,
 discarding, replays, leases and concurrency."""
 
@@ -25,7 +25,7 @@ import pytest_asyncio
 from bankrail.core.clock import ServiceClock
 from bankrail.events import delivery as delivery_module
 from bankrail.events.delivery import DeliveryWorker, WebhookKey, ensure_webhook_key
-from bankrail.events.outbox import record_event
+from bankrail.events.outbox import Ordering, record_event
 from bankrail.events.service import get_delivery, replay_delivery
 from bankrail.merchants import service as merchants
 from support.receiver import Answer, Received, WebhookReceiver, always
@@ -801,3 +801,159 @@ async def test_a_worker_that_died_mid_delivery_is_covered_by_another(
         await pool.fetchval("SELECT count(*) FROM webhook_deliveries WHERE status = 'delivered'")
         == 25
     )
+
+
+# --- ordered deliveries (the v1 events of one payout) ------------------------------------------
+
+
+async def ordered_events(
+    pool: asyncpg.Pool, clock: ServiceClock, merchant_id: uuid.UUID, key: uuid.UUID, count: int
+) -> list[uuid.UUID]:
+    """Record `count` events ordered under `key` (places 1..count) in one transaction, as a
+    payout's job does; returns their delivery ids in order."""
+    async with pool.acquire() as conn, conn.transaction():
+        event_ids = [
+            await record_event(
+                conn,
+                merchant_id=merchant_id,
+                family="payouts",
+                event_type="test_event",
+                body={"key": str(key), "place": place},
+                now=clock.now(),
+                ordering=Ordering(key, place),
+            )
+            for place in range(1, count + 1)
+        ]
+        found = await conn.fetch(
+            "SELECT id FROM webhook_deliveries WHERE event_id = ANY($1::uuid[])"
+            " ORDER BY ordering_seq",
+            event_ids,
+        )
+    return [r["id"] for r in found]
+
+
+async def until_due(pool: asyncpg.Pool, clock: ServiceClock, delivery_id: uuid.UUID) -> None:
+    """Move the service clock to the delivery's next attempt."""
+    wait = ((await row(pool, delivery_id))["next_attempt_at"] - clock.now()).total_seconds()
+    async with pool.acquire() as conn:
+        await clock.advance(conn, max(wait, 0) + 0.001)
+
+
+def places(received: list[Received], key: uuid.UUID) -> list[int]:
+    """The places of the key's events, in the order the receiver got them."""
+    bodies = [json.loads(r.body)["event_body"] for r in received]
+    return [b["place"] for b in bodies if b.get("key") == str(key)]
+
+
+async def test_deliveries_of_one_key_go_out_one_at_a_time_in_their_order(
+    pool: asyncpg.Pool, clock: ServiceClock, worker: DeliveryWorker, receiver: WebhookReceiver
+) -> None:
+    """The first event fails twice: the second and third wait for it, while another key's
+    events and an unordered event of the same merchant are delivered meanwhile."""
+    key, other_key = uuid.uuid4(), uuid.uuid4()
+    failures = itertools.count()
+
+    def behaviour(request: Received, _index: int) -> Answer:
+        body = request.json()["event_body"]
+        first = body.get("key") == str(key) and body.get("place") == 1
+        return Answer(500 if first and next(failures) < 2 else 200)
+
+    receiver.behaviour = behaviour
+    merchant_id = await new_merchant(pool, clock, receiver.url)
+    first, second, third = await ordered_events(pool, clock, merchant_id, key, 3)
+    others = await ordered_events(pool, clock, merchant_id, other_key, 2)
+    _, unordered = await new_event(pool, clock, merchant_id)
+
+    # One batch: the key's first event, the other key's first, and the unordered one.
+    assert await worker.run_batch() == 3
+    assert places(receiver.snapshot(), key) == [1]
+    assert (await row(pool, first))["status"] == "pending"
+    assert (await row(pool, unordered))["status"] == "delivered"
+    # The other key is not held back by this one: its second event goes next.
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), other_key) == [1, 2]
+    assert [(await row(pool, d))["status"] for d in others] == ["delivered", "delivered"]
+    # Nothing more is due until the failed event's retry, which the waiting ones are moved to
+    # (so that claims do not skip them over and over).
+    assert await worker.run_batch() == 0
+    assert [(await row(pool, d))["attempt_count"] for d in (second, third)] == [0, 0]
+    retry_at = (await row(pool, first))["next_attempt_at"]
+    assert retry_at > clock.now()
+    assert [(await row(pool, d))["next_attempt_at"] for d in (second, third)] == [retry_at] * 2
+
+    await until_due(pool, clock, first)
+    await run_until_settled(pool, clock, worker, first)
+    assert (await row(pool, first))["status"] == "delivered"
+    assert places(receiver.snapshot(), key) == [1, 1, 1]
+    waiting = [(await row(pool, d))["next_attempt_at"] for d in (second, third)]
+    assert all(moment <= clock.now() for moment in waiting), waiting
+    assert await worker.run_batch() == 1
+    assert await worker.run_batch() == 1
+    assert await worker.run_batch() == 0
+    assert places(receiver.snapshot(), key) == [1, 1, 1, 2, 3]
+    assert [(await row(pool, d))["status"] for d in (second, third)] == ["delivered"] * 2
+
+
+async def test_a_discarded_delivery_lets_the_next_one_go(
+    pool: asyncpg.Pool, clock: ServiceClock, worker: DeliveryWorker, receiver: WebhookReceiver
+) -> None:
+    key = uuid.uuid4()
+    receiver.behaviour = lambda request, _index: Answer(
+        500 if request.json()["event_body"]["place"] == 1 else 200
+    )
+    merchant_id = await new_merchant(pool, clock, receiver.url)
+    first, second = await ordered_events(pool, clock, merchant_id, key, 2)
+
+    await run_until_settled(pool, clock, worker, first)
+    assert (await row(pool, first))["status"] == "discarded"
+    assert set(places(receiver.snapshot(), key)) == {1}
+    assert (await row(pool, second))["attempt_count"] == 0
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), key)[-1] == 2
+    assert (await row(pool, second))["status"] == "delivered"
+
+
+async def test_ordered_deliveries_are_replayed_and_a_replay_keeps_the_order(
+    pool: asyncpg.Pool, clock: ServiceClock, worker: DeliveryWorker, receiver: WebhookReceiver
+) -> None:
+    key = uuid.uuid4()
+    merchant_id = await new_merchant(pool, clock, receiver.url)
+    first, second = await ordered_events(pool, clock, merchant_id, key, 2)
+    assert await worker.run_batch() == 1
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), key) == [1, 2]
+
+    # A delivered event replayed alone is sent again at once.
+    async with pool.acquire() as conn, conn.transaction():
+        await replay_delivery(conn, second, clock.now())
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), key) == [1, 2, 2]
+
+    # Both replayed: the second waits for the first again.
+    async with pool.acquire() as conn, conn.transaction():
+        await replay_delivery(conn, second, clock.now())
+        await replay_delivery(conn, first, clock.now())
+    assert await worker.run_batch() == 1
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), key) == [1, 2, 2, 1, 2]
+    assert [(await row(pool, d))["status"] for d in (first, second)] == ["delivered"] * 2
+
+
+async def test_a_replay_that_delivers_early_lets_the_waiting_ones_go_at_once(
+    pool: asyncpg.Pool, clock: ServiceClock, worker: DeliveryWorker, receiver: WebhookReceiver
+) -> None:
+    receiver.behaviour = lambda _request, index: Answer(500 if index == 0 else 200)
+    key = uuid.uuid4()
+    merchant_id = await new_merchant(pool, clock, receiver.url)
+    first, second = await ordered_events(pool, clock, merchant_id, key, 2)
+    assert await worker.run_batch() == 1
+    assert (await row(pool, second))["next_attempt_at"] > clock.now()  # behind the retry
+
+    # Replayed before its retry is due, the first is delivered now, and so is the second:
+    # the service clock does not move.
+    async with pool.acquire() as conn, conn.transaction():
+        await replay_delivery(conn, first, clock.now())
+    assert await worker.run_batch() == 1
+    assert await worker.run_batch() == 1
+    assert places(receiver.snapshot(), key) == [1, 1, 2]
+    assert [(await row(pool, d))["status"] for d in (first, second)] == ["delivered"] * 2

@@ -1,4 +1,4 @@
-"""Integration tests for merchants.balances.reevaluate_notifications (DESIGN §7)."""
+"""Integration tests for merchants.balances.reevaluate_notifications (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Concurrent holds on one merchant account can never overdraw it (DESIGN §3)."""
+"""Concurrent holds on one merchant account can never overdraw it (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,8 @@ async def _written(pool: asyncpg.Pool, payout_ids: list[uuid.UUID]) -> list[dict
             )
             events = await conn.fetch(
                 "SELECT e.family, e.event_type, e.payload, e.created_at, d.status, d.uri,"
-                " d.next_attempt_at FROM payouts p JOIN events e ON e.merchant_id = p.merchant_id"
+                " d.next_attempt_at, d.ordering_key = p.id AS ordered_by_payout, d.ordering_seq"
+                " FROM payouts p JOIN events e ON e.merchant_id = p.merchant_id"
                 " JOIN webhook_deliveries d ON d.event_id = e.id WHERE p.id = $1"
                 " AND (convert_from(e.payload, 'UTF8') LIKE '%' || p.id::text || '%'"
                 " OR convert_from(e.payload, 'UTF8') LIKE '%' || p.transaction_id::text || '%')",
@@ -203,6 +204,22 @@ async def test_a_batch_writes_what_advance_payout_writes_one_by_one(pool: asyncp
     v3_stages = ["executed", "failed", "failed", "executed", "failed", "failed"]
     assert stages == [*v3_stages, "executed", "failed", "executed", "failed"]
     assert {e["status"] for r in in_a_batch for e in r["events"]} == {"pending", "skipped"}
+    # Each v1 event's delivery waits for the payout's previous one (its place in the payout's
+    # sequence); v3 events are not ordered.
+    places = {
+        "payout_authorised": 1,
+        "payout_submitted": 2,
+        "payout_settled": 3,
+        "payout_failed": 3,
+        "payout_rejected": 1,
+    }
+    for record in in_a_batch:
+        for event in record["events"]:
+            if event["family"] == "payouts":
+                assert event["ordered_by_payout"] is True, event
+                assert event["ordering_seq"] == places[event["event_type"]], event
+            else:
+                assert (event["ordered_by_payout"], event["ordering_seq"]) == (None, None)
     for account in (single, batched):
         after = await get_account(pool, account.id)
         assert after is not None

@@ -1,4 +1,4 @@
-"""Payout holds, execution and recovery on real PostgreSQL (DESIGN §3, §7).
+"""Payout holds, execution and recovery on real PostgreSQL (docs/architecture.md, docs/api.md).
 
 Payouts are accepted with `payouts.service.accept_payouts` (each alone, in its own connection
 and transaction) and moved on by a `JobQueue` running `advance_payout`.

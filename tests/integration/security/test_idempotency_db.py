@@ -1,4 +1,4 @@
-"""Integration tests for bankrail.security.idempotency.run_idempotent (DESIGN §5)."""
+"""Integration tests for bankrail.security.idempotency.run_idempotent (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from bankrail.security import signing
 from bankrail.security.verifier import VerifierProcesses
 from support.processes import alive, children, command_line
 
+pytestmark = pytest.mark.slow  # starts and kills worker processes
+
 _PATH = "/v3/payouts"
 _BODY = b'{"amount_in_minor": 100}'
 _HEADERS = {"idempotency-key": "key-1"}

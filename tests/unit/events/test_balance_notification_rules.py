@@ -1,4 +1,4 @@
-"""Unit tests for the balance-notification state machine (DESIGN §7, spec 3.4)."""
+"""Unit tests for the balance-notification state machine (docs/api.md, spec 3.4)."""
 
 from __future__ import annotations
 

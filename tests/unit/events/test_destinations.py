@@ -1,9 +1,10 @@
 """Unit tests for bankrail.events.destinations: in production mode a merchant's webhook URI
 must use https and must not be, or resolve to, a loopback, private, link-local or otherwise
-non-public address (no SSRF into the operator's network or a cloud metadata service); the
-check is repeated when a delivery connects (PublicOnlyResolver, check_literal_destination),
-so a name that later resolves somewhere private is still refused. The sandbox allows any
-http(s) receiver, because a developer's is usually on localhost.
+non-public address (no SSRF into the operator's network or a cloud metadata service), in any
+spelling: an IPv6 transition address (IPv4-compatible, NAT64, 6to4...) is judged by the IPv4
+address it carries. The check is repeated when a delivery connects (PublicOnlyResolver,
+check_literal_destination), so a name that later resolves somewhere private is still refused.
+The sandbox allows any http(s) receiver, because a developer's is usually on localhost.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ NON_PUBLIC_LITERALS = [
     "[::ffff:127.0.0.1]",  # IPv4-mapped loopback reaches 127.0.0.1
     "[::ffff:10.1.2.3]",
     "[::ffff:169.254.169.254]",
+    # IPv6 transition forms that carry a non-public IPv4 address: each is judged by the
+    # address it embeds.
+    "[::127.0.0.1]",  # IPv4-compatible (::/96)
+    "[::a9fe:a9fe]",
+    "[::ffff:0:7f00:1]",  # IPv4-translated (::ffff:0:0:0/96)
+    "[64:ff9b::7f00:1]",  # NAT64 well-known prefix (64:ff9b::/96)
+    "[64:ff9b::a9fe:a9fe]",
+    "[64:ff9b::10.0.0.1]",
+    "[2002:7f00:1::]",  # 6to4 (2002::/16): 127.0.0.1
+    "[2002:a9fe:a9fe::]",  # 6to4: 169.254.169.254
+    "[2002:c0a8:101::1]",  # 6to4: 192.168.1.1
+    # Refused whatever they embed: the local-use NAT64 prefix (the network chooses where
+    # the IPv4 address sits) and Teredo (it relays through a server to an obfuscated client).
+    "[64:ff9b:1::7f00:1]",
+    "[64:ff9b:1::808:808]",
+    "[2001:0:4136:e378:8000:63bf:3fff:fdd2]",
     "0.0.0.0",  # connects to this host
     "[::]",
     "100.64.0.1",  # carrier-grade NAT
@@ -57,6 +74,9 @@ PUBLIC_LITERALS = [
     "172.32.0.1",  # just outside 172.16/12
     "[2606:2800:220:1:248:1893:25c8:1946]",
     "[::ffff:93.184.216.34]",
+    "[::5db8:d822]",  # IPv4-compatible 93.184.216.34
+    "[64:ff9b::808:808]",  # NAT64 to 8.8.8.8
+    "[2002:5db8:d822::1]",  # 6to4 from 93.184.216.34
 ]
 
 
@@ -123,10 +143,13 @@ async def test_a_name_is_refused_when_any_of_its_addresses_is_private(
             "mixed.example.com": ["93.184.216.34", "10.0.0.7"],
             "v6-link-local.example.com": ["fe80::1%2"],
             "metadata.example.com": ["169.254.169.254"],
+            "nat64.example.com": ["93.184.216.34", "64:ff9b::a9fe:a9fe"],
+            "sixtofour.example.com": ["2002:7f00:1::"],
+            "compatible.example.com": ["::127.0.0.1"],
         },
     )
     assert await webhook_destination_problem("https://hooks.example.com/h", True) is None
-    for name in ("mixed", "v6-link-local", "metadata"):
+    for name in ("mixed", "v6-link-local", "metadata", "nat64", "sixtofour", "compatible"):
         uri = f"https://{name}.example.com/h"
         assert await webhook_destination_problem(uri, True) == RESOLVES_PRIVATE, uri
 
@@ -195,7 +218,15 @@ async def test_public_only_resolver_keeps_only_the_public_addresses(
                 "proto": 0,
                 "flags": socket.AI_NUMERICHOST,
             }
-            for address in ("10.0.0.7", "93.184.216.34", "127.0.0.1", "::ffff:192.168.1.1")
+            for address in (
+                "10.0.0.7",
+                "93.184.216.34",
+                "127.0.0.1",
+                "::ffff:192.168.1.1",
+                "::127.0.0.1",
+                "64:ff9b::a9fe:a9fe",
+                "2002:7f00:1::",
+            )
         ]
 
     monkeypatch.setattr(ThreadedResolver, "resolve", resolve)

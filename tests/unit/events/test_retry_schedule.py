@@ -1,4 +1,4 @@
-"""Unit tests for the webhook retry schedule (DESIGN §7 "Webhook delivery", spec 6.5).
+"""Unit tests for the webhook retry schedule (docs/webhooks.md, spec 6.5).
 
 Attempt 1 is immediate; attempts 2, 3, 4 follow after 1 s, 2 s, 4 s; before attempt n >= 5 the
 wait is drawn uniformly from [0, min(6 h, 30 s x 2^(n-4))]; a delivery whose next attempt would
@@ -24,7 +24,7 @@ seeds = st.integers(min_value=0, max_value=2**64 - 1)
 
 
 def ceiling(attempt: int) -> timedelta:
-    """The upper bound of the jittered wait before `attempt` (>= 5), per DESIGN §7."""
+    """The upper bound of the jittered wait before `attempt` (>= 5), per docs/api.md."""
     exponent = attempt - 4
     if exponent >= 20:  # 30 s x 2^20 is already far beyond 6 h
         return SIX_HOURS

@@ -1,4 +1,4 @@
-"""The pay-in state machine (bankrail.payments.models, spec 3.3 and DESIGN §7 "Payments API v3 —
+"""The pay-in state machine (bankrail.payments.models, spec 3.3 and docs/api.md "Payments API v3 —
 pay-ins"): the one legal path, every illegal step, failure stages and the 15-minute window."""
 
 from __future__ import annotations

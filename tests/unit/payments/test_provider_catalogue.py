@@ -1,4 +1,4 @@
-"""The mock provider catalogue matches DESIGN §7, and search filters it as documented."""
+"""The mock provider catalogue matches docs/sandbox.md, and search filters it as documented."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from bankrail.payments.provider_routes import ProviderSearchRequest
 from bankrail.payments.providers import CATALOGUE, Provider, find_provider, search
 
-# The table of DESIGN §7 "Payments API v3 — pay-ins", row by row.
-DESIGN_TABLE = [
+# The provider table of docs/sandbox.md, row by row.
+CATALOGUE_TABLE = [
     (
         "mock-payments-gb-redirect",
         "GB",
@@ -83,7 +83,7 @@ def test_catalogue_rows_equal_the_design_table() -> None:
         )
         for p in CATALOGUE
     ]
-    assert rows == DESIGN_TABLE
+    assert rows == CATALOGUE_TABLE
 
 
 def test_every_provider_is_found_by_id_and_unknown_ids_are_not() -> None:

@@ -1,8 +1,9 @@
 """The payout state machine (bankrail.payouts.models): legal steps, illegal steps, and how each
-stage and failure reason is shown by API v3 and API v1 (DESIGN §7)."""
+stage and failure reason is shown by API v3 and API v1 (docs/api.md)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,7 @@ T1 = T0 + timedelta(seconds=1)
 T2 = T0 + timedelta(seconds=2)
 T3 = T0 + timedelta(seconds=3)
 T4 = T0 + timedelta(seconds=4)
+US = timedelta(microseconds=1)
 
 ALL_REASONS = list(FailureReason)
 NON_REJECTIONS = [r for r in FailureReason if r not in REJECTIONS]
@@ -286,7 +288,7 @@ def test_v1_reason(reason: FailureReason, expected: str) -> None:
 
 
 def test_v1_reasons_are_the_documented_set() -> None:
-    """DESIGN §7: rejected -> insufficient_funds | aml_check_failed; failed -> scheme_error |
+    """docs/api.md: rejected -> insufficient_funds | aml_check_failed; failed -> scheme_error |
     server_error."""
     for reason in FailureReason:
         name = v1_reason(reason)
@@ -307,9 +309,120 @@ def test_advance_takes_every_step_due_at_once_and_moves_the_money() -> None:
     )
     assert [s.stage for s in plan.steps] == [Stage.AUTHORIZED, Stage.SUBMITTED, Stage.EXECUTED]
     assert plan.state == plan.steps[-1]
-    assert (plan.state.authorized_at, plan.state.executed_at) == (T1, T1)
+    assert (plan.state.authorized_at, plan.state.executed_at) == (T1, T1 + 2 * US)
     assert plan.moves_money
     assert plan.next_step_at is None
+
+
+# --- the times of steps: strictly increasing within one payout --------------------------------
+
+
+def stamps(state: PayoutState) -> list[datetime]:
+    """The payout's times, in lifecycle order, of the steps it took."""
+    moments = [
+        state.created_at,
+        state.authorized_at,
+        state.submitted_at,
+        state.executed_at,
+        state.failed_at,
+    ]
+    return [m for m in moments if m is not None]
+
+
+def test_steps_taken_at_one_instant_are_a_microsecond_apart() -> None:
+    """One job run takes authorisation, submission and execution at the same `now`: each is
+    dated a microsecond after the one before, so their v1 events have distinct, ordered
+    times, and each event knows its place."""
+    plan = advance(
+        pending(), T1, pending_failure=None, scheme_failure=None, execution_delay=NO_DELAY
+    )
+    assert [s.step_at for s in plan.steps] == [T1, T1 + US, T1 + 2 * US]
+    assert (plan.state.authorized_at, plan.state.submitted_at, plan.state.executed_at) == (
+        T1,
+        T1 + US,
+        T1 + 2 * US,
+    )
+    assert [s.event_sequence for s in plan.steps] == [1, 2, 3]
+    assert plan.state.last_step_at == T1 + 2 * US
+
+
+def test_a_scheme_failure_at_the_same_instant_is_dated_after_the_submission() -> None:
+    plan = advance(
+        pending(),
+        T1,
+        pending_failure=None,
+        scheme_failure=FailureReason.SCHEME_ERROR,
+        execution_delay=NO_DELAY,
+    )
+    assert [s.step_at for s in plan.steps] == [T1, T1 + US, T1 + 2 * US]
+    assert plan.state.failed_at == T1 + 2 * US
+    assert [s.event_sequence for s in plan.steps] == [1, 2, 3]
+
+
+def test_a_step_at_the_instant_of_creation_is_dated_after_it() -> None:
+    plan = advance(
+        pending(), T0, pending_failure=None, scheme_failure=None, execution_delay=NO_DELAY
+    )
+    assert stamps(plan.state) == [T0, T0 + US, T0 + 2 * US, T0 + 3 * US]
+    rejected = advance(
+        pending(),
+        T0,
+        pending_failure=FailureReason.BLOCKED,
+        scheme_failure=None,
+        execution_delay=NO_DELAY,
+    )
+    assert stamps(rejected.state) == [T0, T0 + US]
+    assert rejected.state.event_sequence == 1  # a rejection is the payout's only event
+
+
+def test_steps_at_later_instants_keep_their_own_time() -> None:
+    delay = timedelta(seconds=60)
+    first = advance(pending(), T1, pending_failure=None, scheme_failure=None, execution_delay=delay)
+    assert stamps(first.state) == [T0, T1, T1 + US]
+    later = advance(
+        first.state, T1 + delay, pending_failure=None, scheme_failure=None, execution_delay=delay
+    )
+    assert later.state.executed_at == T1 + delay
+    assert later.state.event_sequence == 3
+
+
+@pytest.mark.parametrize("step", ["authorize", "submit", "execute", "fail"])
+def test_a_step_is_never_dated_at_or_before_the_previous_one(step: str) -> None:
+    """Whatever `now` a step is given, even one not later than the payout's last step."""
+    origin = {
+        "authorize": pending,
+        "submit": authorized,
+        "execute": submitted,
+        "fail": submitted,
+    }[step]()
+    for now in (origin.last_step_at - timedelta(seconds=5), origin.last_step_at):
+        args = (now, FailureReason.SERVER_ERROR) if step == "fail" else (now,)
+        moved = getattr(origin, step)(*args)
+        assert moved.step_at == origin.last_step_at + US
+        moments = stamps(moved)
+        assert moments == sorted(moments)
+        assert len(set(moments)) == len(moments)
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_every_state_built_from_one_instant_has_strictly_increasing_times(stage: Stage) -> None:
+    state = PayoutState(stage=Stage.PENDING, created_at=T0)
+    path = {
+        Stage.PENDING: [],
+        Stage.AUTHORIZED: ["authorize"],
+        Stage.SUBMITTED: ["authorize", "submit"],
+        Stage.EXECUTED: ["authorize", "submit", "execute"],
+        Stage.FAILED: ["authorize", "submit", "fail"],
+    }[stage]
+    for step in path:
+        state = (
+            state.fail(T0, FailureReason.SCHEME_ERROR)
+            if step == "fail"
+            else getattr(state, step)(T0)
+        )
+    moments = stamps(state)
+    assert all(a < b for a, b in itertools.pairwise(moments)), moments
+    assert state.event_sequence == len(path)
 
 
 def test_advance_stops_at_submission_until_the_scheme_answers() -> None:

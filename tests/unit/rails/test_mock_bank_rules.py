@@ -1,4 +1,4 @@
-"""The mock bank's rules (bankrail.rails.mock_bank, DESIGN §7 "Payments API v3 — pay-ins"): which
+"""The mock bank's rules (bankrail.rails.mock_bank, docs/api.md): which
 outcome a username picks, and which bank account a payer pays from."""
 
 from __future__ import annotations

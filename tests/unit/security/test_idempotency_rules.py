@@ -1,4 +1,4 @@
-"""Unit tests for the pure parts of bankrail.security.idempotency (DESIGN §5)."""
+"""Unit tests for the pure parts of bankrail.security.idempotency (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -203,7 +203,10 @@ BEGIN
     UPDATE merchant_accounts ma SET notification_state = x.state
         FROM unnest(p_state_accounts, p_states) AS x (id, state)
         WHERE ma.id = x.id;
+    -- Balance notifications: delivered in no particular order.
     PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
-        p_event_families, p_event_types, p_event_payloads, p_event_at);
+        p_event_families, p_event_types, p_event_payloads, p_event_at,
+        array_fill(NULL::uuid, ARRAY[cardinality(p_event_ids)]),
+        array_fill(NULL::integer, ARRAY[cardinality(p_event_ids)]));
 END
 $$;

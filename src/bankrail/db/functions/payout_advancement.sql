@@ -60,7 +60,8 @@ $$;
 --   jobs finished:  p_job_ids (deleted);
 --   payouts:        id, merchant account, amount, currency, new lifecycle fields, the status
 --                   and details of its activity row;
---   events:         id, delivery id, merchant, family, type, the exact bytes to deliver;
+--   events:         id, delivery id, merchant, family, type, the exact bytes to deliver,
+--                   the ordering key and place of its delivery (NULL for both when none);
 --   next steps:     payout id and when its job runs again (kind p_job_kind);
 --   money:          one balanced ledger transaction per payout that moves money: from its
 --                   held ledger account to either a ledger account id or the code of a
@@ -86,6 +87,8 @@ CREATE OR REPLACE FUNCTION bankrail_advance_payouts(
     p_event_families text[],
     p_event_types text[],
     p_event_payloads bytea[],
+    p_event_ordering_keys uuid[],
+    p_event_ordering_seqs integer[],
     p_next_payouts uuid[],
     p_next_at timestamptz[],
     p_job_kind text,
@@ -125,7 +128,8 @@ BEGIN
 
     PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
         p_event_families, p_event_types, p_event_payloads,
-        array_fill(p_now, ARRAY[cardinality(p_event_ids)]));
+        array_fill(p_now, ARRAY[cardinality(p_event_ids)]), p_event_ordering_keys,
+        p_event_ordering_seqs);
 
     IF cardinality(p_next_payouts) > 0 THEN
         INSERT INTO jobs (kind, payload, run_at)
@@ -174,6 +178,8 @@ CREATE OR REPLACE FUNCTION bankrail_advance_leased_payouts(
     p_event_families text[],
     p_event_types text[],
     p_event_payloads bytea[],
+    p_event_ordering_keys uuid[],
+    p_event_ordering_seqs integer[],
     p_next_payouts uuid[],
     p_next_at timestamptz[],
     p_job_kind text,
@@ -216,9 +222,10 @@ BEGIN
     PERFORM bankrail_advance_payouts(p_now, p_job_ids, p_payout_ids, p_account_ids,
         p_amounts, p_currencies, p_stages, p_authorized_at, p_submitted_at, p_executed_at,
         p_failed_at, p_failure_reasons, p_statuses, p_details, p_event_ids, p_delivery_ids,
-        p_event_merchants, p_event_families, p_event_types, p_event_payloads, p_next_payouts,
-        p_next_at, p_job_kind, p_move_ids, p_move_kinds, p_move_payouts, p_move_from,
-        p_move_to, p_move_to_codes, p_move_currencies, p_move_amounts);
+        p_event_merchants, p_event_families, p_event_types, p_event_payloads,
+        p_event_ordering_keys, p_event_ordering_seqs, p_next_payouts, p_next_at, p_job_kind,
+        p_move_ids, p_move_kinds, p_move_payouts, p_move_from, p_move_to, p_move_to_codes,
+        p_move_currencies, p_move_amounts);
     RETURN true;
 END
 $$;

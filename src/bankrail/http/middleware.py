@@ -1,0 +1,243 @@
+"""ASGI middleware: trace ids, body-size limit, and the last-resort error answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
+from bankrail.core.problems import (
+    PAYLOAD_TOO_LARGE,
+    SERVICE_UNAVAILABLE,
+    UNKNOWN_ERROR,
+    ProblemType,
+)
+from bankrail.core.tracing import trace_id_var
+from bankrail.db.outage import is_database_outage
+from bankrail.http.problems import problem_document
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("bankrail.access")
+
+TRACE_HEADER = b"svc-trace-id"
+
+
+class RequestTimedOut(Exception):
+    """The request's deadline passed and it was cancelled."""
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class ServiceMiddleware:
+    """Adds `Svc-Trace-Id` to every response, caps request bodies, and answers problem+json
+    for anything that escapes the routes (503 when the database is unreachable)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        public_url: str,
+        max_body_bytes: int,
+        request_timeout: float = 30.0,
+        access_log: bool = False,
+    ) -> None:
+        self.access_log = access_log
+        self.app = app
+        self.public_url = public_url
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        trace_id = new_trace_id()
+        token = trace_id_var.set(trace_id)
+        started = False
+        status = 0
+        began = time.perf_counter()
+
+        async def send_with_trace(message: Message) -> None:
+            nonlocal started, status
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((TRACE_HEADER, trace_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            declared = _content_length(scope)
+            if declared is not None and declared > self.max_body_bytes:
+                await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+                return
+            if declared is None and _has_chunked_body(scope):
+                # Without a length, read the body here: an error raised from receive() inside
+                # the framework would be turned into a 400, not the 413 it is.
+                buffered = await self._read_body(receive)
+                if buffered is None:
+                    await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+                    return
+                whole: Message = {"type": "http.request", "body": buffered, "more_body": False}
+                receive = replay([whole], receive)
+            deadline = asyncio.timeout(self.request_timeout)
+            try:
+                async with deadline:
+                    await self.app(scope, self._limited(receive), send_with_trace)
+            except TimeoutError as exc:
+                if not deadline.expired():
+                    raise  # the route's own TimeoutError: a bug or an outage, not the deadline
+                # The deadline cancelled the request: an open transaction was rolled back,
+                # so nothing is half-done; a retry with the same Idempotency-Key is safe.
+                raise RequestTimedOut from exc
+        except _BodyTooLarge:
+            if not started:
+                await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
+        except Exception as exc:
+            problem, detail, extra = failure_problem(exc, scope, self.request_timeout)
+            if not started:
+                await self._problem(send_with_trace, problem, detail, extra)
+        finally:
+            if self.access_log:
+                log_access(scope, status, began)
+            trace_id_var.reset(token)
+
+    def _too_large(self) -> str:
+        return f"The request body exceeds {self.max_body_bytes} bytes."
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+        limit = self.max_body_bytes
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge
+            return message
+
+        return limited_receive
+
+    async def _problem(
+        self,
+        send: Send,
+        problem: ProblemType,
+        detail: str,
+        extra_headers: dict[str, str] | None = None,
+    ) -> None:
+        headers, body = problem_answer(problem, detail, self.public_url, extra_headers)
+        await send({"type": "http.response.start", "status": problem.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def new_trace_id() -> str:
+    """A fresh trace id: 32 hex digits, unique per request."""
+    return secrets.token_hex(16)
+
+
+def failure_problem(
+    exc: Exception, scope: Scope, request_timeout: float
+) -> tuple[ProblemType, str, dict[str, str]]:
+    """The problem a request is answered with when handling it raised `exc` (logged here):
+    503 with Retry-After when the deadline passed or the database is unreachable (nothing
+    half-done: a retry with the same Idempotency-Key is safe), else 500."""
+    method, path = scope["method"], scope["path"]
+    if isinstance(exc, RequestTimedOut):
+        log.warning("request timed out: %s %s", method, path)
+        detail = (
+            f"The request did not complete within {request_timeout:g} s and was "
+            "abandoned; retry it with the same Idempotency-Key."
+        )
+        return SERVICE_UNAVAILABLE, detail, {"retry-after": "1"}
+    if is_database_outage(exc):
+        log.warning("database unavailable for %s %s", method, path)
+        detail = "The database is unreachable; retry shortly."
+        return SERVICE_UNAVAILABLE, detail, {"retry-after": "1"}
+    log.error("unhandled error on %s %s", method, path, exc_info=exc)
+    return UNKNOWN_ERROR, "An unexpected error occurred.", {}
+
+
+def problem_answer(
+    problem: ProblemType, detail: str, public_url: str, extra_headers: dict[str, str] | None
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of a problem+json answer."""
+    body = dumps(problem_document(problem, detail, public_url))
+    headers = [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+    return headers, body
+
+
+def log_access(scope: Scope, status: int, began: float) -> None:
+    """One access-log line for a request answered with `status`, begun at `began`
+    (time.perf_counter)."""
+    access_log.info(
+        "%s %s %s",
+        scope["method"],
+        scope["path"],
+        status,
+        extra={
+            "method": scope["method"],
+            "path": scope["path"],  # never the query string: it may hold tokens
+            "status": status,
+            "duration_ms": round((time.perf_counter() - began) * 1000, 2),
+        },
+    )
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _has_chunked_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return True
+    return False
+
+
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive() that gives back `messages` (already read) in order, then defers to the
+    real one."""
+    pending = list(messages)
+
+    async def replaying() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replaying

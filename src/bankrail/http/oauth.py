@@ -1,0 +1,141 @@
+"""`POST /connect/token`: the OAuth 2 client credentials grant (docs/api.md).
+
+Errors here follow RFC 6749 (`{"error": ...}`), the one exception to problem+json.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
+
+from bankrail.http.deps import Context
+from bankrail.http.responses import json_response
+from bankrail.security.tokens import secret_matches
+
+router = APIRouter(tags=["auth"])
+
+
+class TokenAnswer(BaseModel):
+    """A granted access token."""
+
+    access_token: str
+    expires_in: int
+    token_type: str
+    scope: str
+
+
+class OAuthError(BaseModel):
+    """An RFC 6749 error answer."""
+
+    error: str
+    error_description: str | None = None
+
+
+_TOKEN_REQUEST_SCHEMA = {
+    "type": "object",
+    "required": ["grant_type", "client_id", "client_secret"],
+    "properties": {
+        "grant_type": {"type": "string", "enum": ["client_credentials"]},
+        "client_id": {"type": "string"},
+        "client_secret": {"type": "string"},
+        "scope": {"type": "string", "description": "space-separated scopes"},
+    },
+}
+
+
+def _oauth_error(error: str, description: str, status: int = 400) -> Response:
+    return json_response(
+        status,
+        {"error": error, "error_description": description},
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _read_form_or_json(request: Request) -> dict[str, Any] | None:
+    raw = await request.body()
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    if content_type in ("application/x-www-form-urlencoded", ""):
+        try:
+            fields = parse_qs(raw.decode(), keep_blank_values=True, strict_parsing=False)
+        except UnicodeDecodeError:
+            return None
+        return {name: values[-1] for name, values in fields.items()}
+    return None
+
+
+@router.post(
+    "/connect/token",
+    summary="Obtain an access token (client credentials grant)",
+    response_model=TokenAnswer,
+    responses={400: {"model": OAuthError, "description": "RFC 6749 error"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {"schema": _TOKEN_REQUEST_SCHEMA},
+                "application/json": {"schema": _TOKEN_REQUEST_SCHEMA},
+            },
+        }
+    },
+)
+async def issue_token(request: Request, context: Context) -> Response:
+    """Exchange client credentials for a bearer token valid for one hour of service time."""
+    # Limited per calling address, before the secret is checked, to slow down guessing.
+    context.token_rate_limits.take(request.client.host if request.client else "unknown")
+    fields = await _read_form_or_json(request)
+    if fields is None:
+        return _oauth_error("invalid_request", "Send a form-encoded or JSON object body.")
+    grant_type = fields.get("grant_type")
+    client_id = fields.get("client_id")
+    client_secret = fields.get("client_secret")
+    scope = fields.get("scope")
+    if not all(isinstance(v, str) for v in (grant_type, client_id, client_secret)):
+        return _oauth_error(
+            "invalid_request", "grant_type, client_id and client_secret are required strings."
+        )
+    # Absent is "every scope of the client"; present, it must be a string (JSON null too is
+    # refused rather than read as absent).
+    if "scope" in fields and not isinstance(scope, str):
+        return _oauth_error("invalid_request", "scope, when given, must be a string.")
+    assert isinstance(client_id, str)
+    assert isinstance(client_secret, str)
+    if "\x00" in client_id or "\x00" in client_secret:
+        return _oauth_error("invalid_request", "Fields must not contain NUL characters.")
+    if grant_type != "client_credentials":
+        return _oauth_error("unsupported_grant_type", "Only client_credentials is supported.")
+    row = await context.pool.fetchrow(
+        "SELECT merchant_id, secret_hash, scopes FROM api_clients WHERE client_id = $1", client_id
+    )
+    if row is None or not secret_matches(client_secret, row["secret_hash"]):
+        return _oauth_error("invalid_client", "Client authentication failed.")
+    allowed = frozenset(row["scopes"])
+    requested = frozenset(scope.split()) if isinstance(scope, str) and scope.strip() else allowed
+    if not requested <= allowed:
+        return _oauth_error(
+            "invalid_scope", f"Scopes not granted to this client: {sorted(requested - allowed)}."
+        )
+    ttl = context.settings.access_token_ttl_seconds
+    token = context.tokens.issue_access_token(
+        client_id, row["merchant_id"], requested, context.clock.now(), timedelta(seconds=ttl)
+    )
+    return json_response(
+        200,
+        {
+            "access_token": token,
+            "expires_in": ttl,
+            "token_type": "Bearer",
+            "scope": " ".join(sorted(requested)),
+        },
+        headers={"Cache-Control": "no-store"},
+    )

@@ -1,0 +1,16 @@
+"""JSON answers whose bodies are exactly the deterministic encoding of core.jsonbody."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Response
+
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, dumps
+
+__all__ = ["json_response"]
+
+
+def json_response(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response whose body is exactly `dumps(value)`."""
+    return Response(dumps(value), status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)

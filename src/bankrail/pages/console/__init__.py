@@ -1,0 +1,1 @@
+"""The developer console (`/console`): merchant and operator views."""

@@ -1,0 +1,328 @@
+"""What every console page shares: templates, the signed-in viewer, CSRF checks, error pages
+and flash messages.
+
+Console routes answer HTML, never problem+json: `ConsoleRoute` turns the domain's
+`ProblemError`s (404, 409, 400...) and the console's own `PageError`s into an error page with
+the same status, and `Redirect` into a 303.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import quote, urlencode
+
+from fastapi import Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.datastructures import FormData, UploadFile
+
+from bankrail.context import AppContext
+from bankrail.core.money import decimal_text, format_amount
+from bankrail.core.problems import ProblemError
+from bankrail.core.timefmt import iso_utc
+from bankrail.pages.console.chart import format_time
+from bankrail.pages.console.data import get_merchant, list_merchants
+from bankrail.pages.console.forms import FieldError
+from bankrail.pages.console.session import (
+    FLASH_COOKIE_NAME,
+    Session,
+    SessionSigner,
+    clear_cookies,
+    console_signer,
+    is_revoked,
+    set_flash,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Errors = dict[str, list[str]]
+
+templates = Environment(
+    loader=PackageLoader("bankrail.pages", "templates"),
+    autoescape=select_autoescape(["html"]),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates.filters["money"] = format_amount
+templates.filters["major"] = functools.partial(decimal_text, thousands=False)
+templates.filters["when"] = format_time
+templates.filters["iso"] = lambda moment: iso_utc(moment) if moment else ""
+
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self';"
+        " frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+
+STATUS_TITLES = {
+    400: "Invalid input",
+    401: "Not signed in",
+    403: "Forbidden",
+    404: "Not found",
+    409: "Conflict",
+    422: "Request already used",
+    500: "Something went wrong",
+}
+
+
+class PageError(Exception):
+    """Answer with the console's error page."""
+
+    def __init__(self, status: int, message: str, title: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.title = title or STATUS_TITLES.get(status, "Error")
+
+
+class Redirect(Exception):
+    """Answer 303 See Other to `url`."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+def not_found(what: str) -> PageError:
+    """The 404 page; another merchant's object is reported the same way as a missing one."""
+    return PageError(404, f"There is no {what} with this identifier that you can see.")
+
+
+def forbidden_form() -> PageError:
+    """The 403 page for a POST whose CSRF token is missing or wrong."""
+    return PageError(
+        403,
+        "This form was not sent from a current console page (its security token is missing or "
+        "does not match your session). Nothing was changed. Reload the page and try again.",
+        "Form expired",
+    )
+
+
+class ConsoleRoute(APIRoute):
+    """A route answering HTML error pages and security headers for everything it returns."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                response = await original(request)
+            except Redirect as redirect:
+                response = RedirectResponse(redirect.url, status_code=303)
+            except PageError as error:
+                response = error_page(request, error)
+            except ProblemError as problem:
+                status = problem.problem.status
+                response = error_page(
+                    request, PageError(status, problem.detail, STATUS_TITLES.get(status))
+                )
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            return response
+
+        return handler
+
+
+def app_context(request: Request) -> AppContext:
+    """The running service's context."""
+    context: AppContext = request.app.state.context
+    return context
+
+
+@dataclass
+class Viewer:
+    """The signed-in person and the merchant the page is about (None: the operator's view
+    of every merchant)."""
+
+    session: Session
+    signer: SessionSigner
+    merchant_id: uuid.UUID | None
+    merchant: dict[str, Any] | None
+    merchants: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def operator(self) -> bool:
+        """True when signed in with the operator token."""
+        return self.session.role == "operator"
+
+    @property
+    def csrf(self) -> str:
+        """The CSRF token for this session's forms."""
+        return self.signer.csrf_token(self.session.sid)
+
+    def url(self, path: str, **params: str | None) -> str:
+        """A console link that keeps the operator's chosen merchant."""
+        query = {k: v for k, v in params.items() if v}
+        if self.operator and self.merchant_id is not None:
+            query = {"merchant_id": str(self.merchant_id), **query}
+        return f"{path}?{urlencode(query)}" if query else path
+
+
+def plain_url(path: str, **params: str | None) -> str:
+    """A link for pages shown to someone not signed in."""
+    query = {k: v for k, v in params.items() if v}
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def login_url(request: Request) -> str:
+    """The sign-in page, returning to this page afterwards (GET only)."""
+    if request.method != "GET":
+        return "/console/login"
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return "/console/login?next=" + quote(target, safe="")
+
+
+def safe_next(raw: str | None) -> str:
+    """Where to go after signing in: a console page, never another site."""
+    if (
+        raw
+        and raw.startswith("/console")
+        and not raw.startswith(("/console/login", "/console/logout"))
+        and "\\" not in raw
+        and "//" not in raw
+        and ".." not in raw
+    ):
+        return raw
+    return "/console"
+
+
+async def resolve_viewer(request: Request, *, operator_only: bool = False) -> Viewer:
+    """The signed-in viewer of the request, or a redirect to the sign-in page.
+
+    The operator may pick a merchant with `?merchant_id=`; a merchant always sees its own.
+    """
+    context = app_context(request)
+    signer = await console_signer(request)
+    now = context.clock.now()
+    session = signer.read_session(request, now)
+    if session is None or not session.signed_in:
+        raise Redirect(login_url(request))
+    if session.role == "operator" and session.operator_key != signer.operator_key(
+        context.admin_token_hash
+    ):
+        raise Redirect(login_url(request))
+    request.state.console_flash = signer.read_flash(request, now)
+    async with context.pool.acquire() as conn:
+        if await is_revoked(conn, session.sid):
+            raise Redirect(login_url(request))
+        if session.role == "merchant":
+            assert session.merchant_id is not None
+            merchant = await get_merchant(conn, session.merchant_id)
+            if merchant is None:
+                raise Redirect(login_url(request))
+            viewer = Viewer(session, signer, session.merchant_id, merchant)
+        else:
+            merchants = await list_merchants(conn)
+            viewer = Viewer(session, signer, None, None, merchants)
+            request.state.console_viewer = viewer
+            raw = request.query_params.get("merchant_id", "").strip()
+            if raw:
+                try:
+                    chosen = uuid.UUID(raw)
+                except ValueError as exc:
+                    raise PageError(400, "merchant_id must be a merchant's identifier.") from exc
+                merchant = await get_merchant(conn, chosen)
+                if merchant is None:
+                    raise not_found("merchant")
+                viewer.merchant_id, viewer.merchant = chosen, merchant
+    request.state.console_viewer = viewer
+    if operator_only and not viewer.operator:
+        raise PageError(403, "Only the operator can open this page.")
+    return viewer
+
+
+async def read_form(request: Request) -> FormData:
+    """The submitted form (cached by Starlette, so it can be read again)."""
+    return await request.form()
+
+
+def text(form: FormData, name: str) -> str:
+    """A text field's value ("" when absent or a file)."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+async def upload_text(form: FormData, name: str, limit: int) -> str | None:
+    """The text of an uploaded file field, or None when no file was chosen."""
+    value = form.get(name)
+    if not isinstance(value, UploadFile) or not value.filename:
+        return None
+    raw = await value.read(limit + 1)
+    if len(raw) > limit:
+        raise FieldError(name, f"the file is larger than {limit} bytes")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise FieldError(name, "the file is not a text (PEM) file") from exc
+
+
+async def check_csrf(request: Request, viewer: Viewer) -> FormData:
+    """The form, after checking its CSRF token against the session (403 page otherwise)."""
+    form = await read_form(request)
+    if not viewer.signer.csrf_matches(viewer.session.sid, form.get("csrf_token")):
+        raise forbidden_form()
+    return form
+
+
+def attempt(errors: Errors, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
+    """Run a field parser, recording its FieldError in `errors` instead of raising."""
+    try:
+        return fn(*args, **kwargs)
+    except FieldError as error:
+        errors.setdefault(error.field, []).append(error.message)
+        return None
+
+
+def render(request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+    """A console page; a pending flash message is shown once and then forgotten."""
+    viewer: Viewer | None = getattr(request.state, "console_viewer", None)
+    flash = getattr(request.state, "console_flash", None)
+    context = app_context(request)
+    values.setdefault("errors", {})
+    html = templates.get_template(f"console/{template}").render(
+        viewer=viewer,
+        u=viewer.url if viewer else plain_url,
+        flash=flash,
+        sandbox=context.settings.sandbox,
+        now=context.clock.now(),
+        **values,
+    )
+    response = HTMLResponse(html, status_code=status)
+    if flash is not None or FLASH_COOKIE_NAME in request.cookies:
+        clear_cookies(response, request, flash_only=True)
+    return response
+
+
+def error_page(request: Request, error: PageError) -> HTMLResponse:
+    """The error page for a status, with the navigation when signed in."""
+    back = "/console" if getattr(request.state, "console_viewer", None) else "/console/login"
+    return render(
+        request,
+        "error.html",
+        error.status,
+        title=error.title,
+        message=error.message,
+        code=error.status,
+        back=back,
+        section="",
+    )
+
+
+async def redirect_with_flash(
+    request: Request, viewer: Viewer, url: str, message: str, kind: str = "success"
+) -> RedirectResponse:
+    """303 to `url`, which shows `message` once."""
+    response = RedirectResponse(url, status_code=303)
+    set_flash(response, request, viewer.signer, app_context(request).clock.now(), kind, message)
+    return response

@@ -1,0 +1,481 @@
+"""The hosted payment page (HPP): where a merchant sends a payer to authorise a payment.
+
+`GET /hpp/payments?payment_id=..&resource_token=..&return_uri=..` shows the amount, the
+merchant and the banks the payment offers; choosing one starts the authorisation and sends the
+payer to the (mock) bank, which brings them back to `GET /hpp/payments/{id}/result`; that page
+waits for the outcome and then returns the payer to the merchant's `return_uri` with
+`payment_id` added.
+
+The pages authenticate with the payment's resource token only (never merchant credentials).
+Bad input never changes state and answers an HTML page with the right status (401 bad token,
+403 tampered form, 404 unknown payment, 409 finished payment, 400 bad `return_uri`); problem+json
+is for the JSON APIs only. In production mode the `return_uri` must be one that the merchant's
+allowed return URIs cover (`bankrail.merchants.return_uris`); otherwise the page is a 400 that
+links nowhere, so the service's pages never send a payer to a site the operator did not allow.
+The helpers here are shared with the mock bank pages.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ParamSpec
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.datastructures import FormData
+
+from bankrail.context import AppContext
+from bankrail.core.money import format_amount
+from bankrail.core.problems import NotFound, ProblemError
+from bankrail.core.urls import is_absolute_http_uri, with_query
+from bankrail.db.pool import Connection
+from bankrail.http.deps import Context
+from bankrail.merchants import return_uris
+from bankrail.merchants import service as merchants_service
+from bankrail.pages.errors import templates
+from bankrail.payments import service
+from bankrail.payments.models import PaymentStatus
+from bankrail.payments.providers import Provider, find_provider
+from bankrail.security.tokens import TokenError
+
+router = APIRouter(include_in_schema=False)
+
+P = ParamSpec("P")
+
+MAX_RETURN_URI = 2000
+MAX_QUERY = 100
+COUNTRY_NAMES = {
+    "GB": "United Kingdom",
+    "DE": "Germany",
+    "FR": "France",
+    "NL": "Netherlands",
+}
+FAILURE_MESSAGES = {
+    "user_canceled_at_provider": "You cancelled the payment at your bank.",
+    "authorization_failed": "Your bank did not authorise the payment.",
+    "provider_rejected": "Your bank rejected the payment after it was authorised.",
+    "canceled": "The merchant cancelled the payment.",
+    "expired": "The payment was not authorised in time.",
+}
+COMPLETED = frozenset(
+    {PaymentStatus.AUTHORIZED.value, PaymentStatus.EXECUTED.value, PaymentStatus.SETTLED.value}
+)
+SUCCEEDED = frozenset({PaymentStatus.EXECUTED.value, PaymentStatus.SETTLED.value})
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def _security_headers(nonce: str | None = None) -> dict[str, str]:
+    """Pages carry tokens in their URLs and forms: never cache them, never leak them in a
+    Referer, never let another site frame them."""
+    scripts = f"'nonce-{nonce}'" if nonce else "'none'"
+    return {
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+        "Content-Security-Policy": (
+            f"default-src 'none'; script-src {scripts}; style-src 'self'; img-src 'self';"
+            " connect-src 'self'; base-uri 'none'; frame-ancestors 'none'"
+        ),
+    }
+
+
+def render_page(template: str, status_code: int = 200, /, **context: Any) -> HTMLResponse:
+    """Render one of the HPP or mock bank templates with the page security headers."""
+    nonce = secrets.token_urlsafe(16)
+    html = templates.get_template(template).render(nonce=nonce, **context)
+    return HTMLResponse(html, status_code, headers=_security_headers(nonce))
+
+
+def redirect(uri: str) -> RedirectResponse:
+    """A 303 See Other (the answer to a form POST) that leaks nothing in the Referer."""
+    return RedirectResponse(uri, 303, headers=_security_headers())
+
+
+@dataclass
+class PageError(Exception):
+    """Bad input on a page: rendered as `hpp/error.html` with this status."""
+
+    status: int
+    title: str
+    message: str
+    detail: str | None = None
+    back_uri: str | None = None
+    back_label: str | None = None
+    fragment_script: bool = False
+
+    def render(self) -> HTMLResponse:
+        """The error page."""
+        return render_page(
+            "hpp/error.html",
+            self.status,
+            status=self.status,
+            title=self.title,
+            message=self.message,
+            detail=self.detail,
+            back_uri=self.back_uri,
+            back_label=self.back_label,
+            fragment_script=self.fragment_script,
+        )
+
+
+def page_route(handler: Callable[P, Awaitable[Response]]) -> Callable[P, Awaitable[Response]]:
+    """Render page errors, and the service's problem errors, as HTML error pages."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Response:
+        try:
+            return await handler(*args, **kwargs)
+        except PageError as error:
+            return error.render()
+        except ProblemError as error:
+            return PageError(error.problem.status, error.problem.title, error.detail).render()
+
+    return wrapper
+
+
+# --- shared checks ----------------------------------------------------------------------------
+
+
+def form_value(form: FormData | Mapping[str, Any], name: str) -> str | None:
+    """A text field of a submitted form (uploaded files do not count)."""
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+def csrf_value(token: str, purpose: bytes) -> str:
+    """The anti-forgery field of a form: an HMAC of the page's token, keyed by the token."""
+    return hmac.new(token.encode(), purpose, hashlib.sha256).hexdigest()
+
+
+def check_csrf(token: str, submitted: str | None, purpose: bytes) -> None:
+    """403 page unless the form's anti-forgery field belongs to the token it came with."""
+    if not submitted or not hmac.compare_digest(submitted, csrf_value(token, purpose)):
+        raise PageError(
+            403,
+            "This form could not be accepted",
+            "The form was changed or did not come from this page. Nothing has been changed. "
+            "Go back, reload the page and try again.",
+        )
+
+
+def require_return_uri(uri: str | None) -> str:
+    """400 page unless `uri` is an absolute http(s) URI."""
+    if (
+        uri is None
+        or not is_absolute_http_uri(uri)
+        or len(uri) > MAX_RETURN_URI
+        or any(ch.isspace() or ord(ch) < 32 for ch in uri)
+    ):
+        raise PageError(
+            400,
+            "This payment link is not valid",
+            "The link's return address (return_uri) must be an absolute http or https URL. "
+            "Nothing has been changed. Please contact the merchant.",
+        )
+    return uri
+
+
+async def allowed_return_uri(
+    conn: Connection, context: AppContext, row: Any, uri: str | None
+) -> str:
+    """`require_return_uri`, and in production mode a 400 page unless the merchant's allowed
+    return URIs cover `uri`: the page then offers no link to it and sends the payer nowhere."""
+    uri = require_return_uri(uri)
+    if not context.settings.sandbox and not return_uris.is_allowed(
+        uri, await return_uris.allowed_return_uris(conn, row["merchant_id"])
+    ):
+        raise PageError(
+            400,
+            "This payment link is not valid",
+            "The link's return address (return_uri) is not one this merchant has registered, "
+            "so you will not be sent there. Nothing has been changed. Please go back to the "
+            "merchant's website and start the payment again.",
+        )
+    return uri
+
+
+def _incomplete_link(fragment_script: bool = False) -> PageError:
+    return PageError(
+        400,
+        "This payment link is incomplete",
+        "The link must carry payment_id, resource_token and return_uri. Please go back to the "
+        "merchant and start the payment again.",
+        fragment_script=fragment_script,
+    )
+
+
+async def authenticate(
+    conn: Connection,
+    context: AppContext,
+    raw_payment_id: str | None,
+    token: str | None,
+    *,
+    kind: str,
+) -> Any:
+    """The payment that this payment-bound token (`resource` or `provider`) grants access to.
+
+    401 page for a missing, forged, expired or foreign token (one issued for another payment);
+    404 page for an unknown payment. The token is checked before the database is asked, so
+    only the holder of a valid token learns whether another payment id exists.
+    """
+    try:
+        payment_id = uuid.UUID(raw_payment_id or "")
+    except ValueError:
+        raise _not_found() from None
+    if not token:
+        raise _unauthenticated("No token came with the link.")
+    try:
+        claims = context.tokens.read_resource_token(token, context.clock.now(), kind=kind)
+    except TokenError as exc:
+        raise _unauthenticated(f"{str(exc).capitalize()}.") from exc
+    try:
+        row = await service.get_payment_row(conn, payment_id, None)
+    except NotFound:
+        raise _not_found() from None
+    if claims.payment_id != payment_id:
+        raise _unauthenticated("The token was issued for another payment.")
+    return row
+
+
+def _unauthenticated(reason: str) -> PageError:
+    return PageError(
+        401,
+        "This link has expired or is not valid",
+        "We could not confirm that this link belongs to this payment, so nothing has been "
+        "changed. Go back to the merchant and start the payment again.",
+        detail=reason,
+    )
+
+
+def _not_found() -> PageError:
+    return PageError(
+        404,
+        "Payment not found",
+        "There is no payment with this id. Go back to the merchant and start again.",
+    )
+
+
+def finished_error(row: Any, back_uri: str | None, merchant: str | None = None) -> PageError:
+    """The 409 page for a payment that the payer can no longer act on."""
+    failed = row["status"] == PaymentStatus.FAILED.value
+    title = (
+        "This payment has already failed" if failed else "This payment has already been completed"
+    )
+    reason = FAILURE_MESSAGES.get(row["failure_reason"] or "") if failed else None
+    return PageError(
+        409,
+        title,
+        reason or "There is nothing more to do here; nothing has been changed.",
+        detail=f"Status: {row['status']}",
+        back_uri=back_uri,
+        back_label=f"Return to {merchant}" if merchant else None,
+    )
+
+
+def ensure_open(row: Any, back_uri: str | None, merchant: str | None = None) -> None:
+    """409 page unless the payer may still choose a bank for this payment."""
+    if row["status"] not in (
+        PaymentStatus.AUTHORIZATION_REQUIRED.value,
+        PaymentStatus.AUTHORIZING.value,
+    ) or (row["bank_action"] is not None):
+        raise finished_error(row, back_uri, merchant)
+
+
+async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str:
+    """The display name of the merchant a payment pays."""
+    return await merchants_service.merchant_name(conn, merchant_id) or "the merchant"
+
+
+def providers_for(row: Any) -> list[Provider]:
+    """The banks the payer may pick: the preselected or chosen one, else those offered."""
+    if row["provider_id"]:
+        chosen = find_provider(row["provider_id"])
+        return [chosen] if chosen else []
+    return service.offered_providers(row)
+
+
+def provider_view(provider: Provider) -> dict[str, str]:
+    """What the templates show of a provider."""
+    return {
+        "id": provider.id,
+        "display_name": provider.display_name,
+        "country": COUNTRY_NAMES.get(provider.country_code, provider.country_code),
+        "icon": f"/static/providers/{provider.id}-icon.svg",
+    }
+
+
+def payment_view(row: Any, merchant: str) -> dict[str, str]:
+    """What the templates show of a payment."""
+    return {
+        "id": str(row["id"]),
+        "amount": format_amount(row["amount_in_minor"], row["currency"]),
+        "merchant": merchant,
+        "status": row["status"],
+    }
+
+
+# --- the hosted payment page -----------------------------------------------------------------
+
+
+def _hpp_csrf(token: str) -> str:
+    return csrf_value(token, b"hpp")
+
+
+def result_uri(public_url: str, payment_id: uuid.UUID, token: str, return_uri: str) -> str:
+    """The result page the bank sends the payer back to, carrying the merchant's return_uri."""
+    query = urlencode({"resource_token": token, "return_uri": return_uri})
+    return f"{public_url}/hpp/payments/{payment_id}/result?{query}"
+
+
+@router.get("/hpp/payments", response_class=HTMLResponse)
+@page_route
+async def hosted_payment_page(request: Request, context: Context) -> Response:
+    """The payer's first page: amount, merchant, and the banks to choose from."""
+    params = request.query_params
+    raw_id = params.get("payment_id")
+    token = params.get("resource_token")
+    return_uri = params.get("return_uri")
+    if not raw_id and not token and not return_uri:
+        # The link may carry them in the fragment, which only the browser sees.
+        raise _incomplete_link(fragment_script=True)
+    if not raw_id or not token or return_uri is None:
+        raise _incomplete_link()
+    query = (params.get("q") or "").strip()[:MAX_QUERY]
+    async with context.pool.acquire() as conn:
+        row = await authenticate(conn, context, raw_id, token, kind="resource")
+        return_uri = await allowed_return_uri(conn, context, row, return_uri)
+        merchant = await merchant_name(conn, row["merchant_id"])
+    back_uri = with_query(return_uri, payment_id=str(row["id"]))
+    ensure_open(row, back_uri, merchant)
+    needle = query.casefold()
+    providers = [
+        {**provider_view(p), "hidden": bool(needle) and needle not in p.display_name.casefold()}
+        for p in providers_for(row)
+    ]
+    return render_page(
+        "hpp/payment.html",
+        payment=payment_view(row, merchant),
+        providers=providers,
+        shown=sum(1 for p in providers if not p["hidden"]),
+        query=query,
+        resource_token=token,
+        return_uri=return_uri,
+        back_uri=back_uri,
+        csrf=_hpp_csrf(token),
+    )
+
+
+@router.post("/hpp/payments/{payment_id}/provider", response_class=HTMLResponse)
+@page_route
+async def choose_provider(payment_id: str, request: Request, context: Context) -> Response:
+    """The payer picked a bank: start the authorisation (and record the choice) in one
+    transaction, then send the payer to the bank."""
+    async with request.form() as form:
+        token = form_value(form, "resource_token")
+        return_uri = form_value(form, "return_uri")
+        submitted_csrf = form_value(form, "csrf")
+        provider_id = form_value(form, "provider_id")
+    public_url = context.settings.public_url
+    async with context.pool.acquire() as conn:
+        found = await authenticate(conn, context, payment_id, token, kind="resource")
+        assert token is not None
+        check_csrf(token, submitted_csrf, b"hpp")
+        return_uri = await allowed_return_uri(conn, context, found, return_uri)
+        async with conn.transaction():
+            row = await service.lock_payment(conn, uuid.UUID(payment_id))
+            ensure_open(row, with_query(return_uri, payment_id=str(row["id"])))
+            chosen = row["provider_id"]
+            authorizing = row["status"] == PaymentStatus.AUTHORIZING.value
+            if authorizing and chosen is not None and chosen != provider_id:
+                raise PageError(
+                    409,
+                    "A bank has already been chosen",
+                    "This payment is already being authorised at another bank (perhaps in "
+                    "another window). Nothing has been changed.",
+                )
+            if provider_id not in {p.id for p in providers_for(row)}:
+                raise PageError(
+                    403,
+                    "This bank cannot be chosen",
+                    "The bank you chose is not offered for this payment, so nothing has been "
+                    "changed. Go back and choose one of the banks listed.",
+                )
+            now = context.clock.now()
+            if row["status"] == PaymentStatus.AUTHORIZATION_REQUIRED.value:
+                # The bank returns the payer to this service's own result page, which
+                # carries the merchant's return_uri, checked above.
+                row = await service.start_authorization(
+                    conn,
+                    row,
+                    return_uri=result_uri(public_url, row["id"], token, return_uri),
+                    now=now,
+                    allow_listed_only=False,
+                )
+            if row["provider_id"] is None:
+                row = await service.select_provider(conn, row, provider_id, None, now)
+            bank_token = service.provider_token(context.tokens, row["id"], context.clock.now())
+            action = service.next_action(row, public_url, bank_token)
+    if action["type"] == "redirect":
+        return redirect(str(action["uri"]))
+    if action["type"] == "form":
+        query = urlencode({"payment_id": str(row["id"]), "token": bank_token})
+        return redirect(f"{public_url}/mock-bank/embedded?{query}")
+    raise PageError(409, "Choose a bank", "No bank has been chosen for this payment yet.")
+
+
+@router.get("/hpp/payments/{payment_id}/result", response_class=HTMLResponse)
+@page_route
+async def payment_result(payment_id: str, request: Request, context: Context) -> Response:
+    """Where the bank sends the payer back: waits for the outcome, then returns the payer to
+    the merchant with `payment_id` added."""
+    params = request.query_params
+    token = params.get("resource_token")
+    async with context.pool.acquire() as conn:
+        row = await authenticate(conn, context, payment_id, token, kind="resource")
+        return_uri = await allowed_return_uri(conn, context, row, params.get("return_uri"))
+        merchant = await merchant_name(conn, row["merchant_id"])
+    status = row["status"]
+    outcome = (
+        "succeeded"
+        if status in SUCCEEDED
+        else "failed"
+        if status == PaymentStatus.FAILED.value
+        else "pending"
+    )
+    reason = row["failure_reason"] or ""
+    return render_page(
+        "hpp/result.html",
+        payment=payment_view(row, merchant),
+        outcome=outcome,
+        settled=status == PaymentStatus.SETTLED.value,
+        failure_reason=reason,
+        failure_message=FAILURE_MESSAGES.get(reason, "The payment could not be completed."),
+        resource_token=token,
+        back_uri=with_query(return_uri, payment_id=str(row["id"])),
+    )
+
+
+__all__ = [
+    "COMPLETED",
+    "PageError",
+    "authenticate",
+    "check_csrf",
+    "csrf_value",
+    "ensure_open",
+    "finished_error",
+    "merchant_name",
+    "page_route",
+    "redirect",
+    "render_page",
+    "router",
+]

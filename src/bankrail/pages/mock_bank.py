@@ -1,0 +1,248 @@
+"""The mock bank's pages (sandbox mode only): where the payer consents at a mock provider.
+
+`GET /mock-bank/authorize?payment_id=..&token=..` (the redirect providers' page) and
+`GET /mock-bank/embedded?payment_id=..&token=..` (the embedded provider's two-step form) take
+the provider token of the bank redirect. The username picks the outcome as in the headless
+API (`test_executed`, `test_authorisation_failed`, `test_execution_rejected`; any other name
+succeeds); Cancel fails the payment with `user_canceled_at_provider`. The decision is applied
+to the locked payment in one transaction and the payer is sent (303) to the payment's
+`return_uri` with `payment_id` added.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse
+from starlette.datastructures import FormData
+
+from bankrail.context import AppContext
+from bankrail.http.deps import Context
+from bankrail.pages.hpp import (
+    PageError,
+    authenticate,
+    check_csrf,
+    csrf_value,
+    ensure_open,
+    form_value,
+    merchant_name,
+    page_route,
+    payment_view,
+    redirect,
+    render_page,
+)
+from bankrail.payments import service
+from bankrail.payments.providers import find_provider
+from bankrail.rails.mock_bank import action_for_username
+
+router = APIRouter(include_in_schema=False)
+
+CSRF_PURPOSE = b"mock-bank"
+MAX_DELAY_SECONDS = 30 * 86400
+MAX_USERNAME = 200
+OUTCOMES = (
+    ("test_executed", "the payment is executed, then settled"),
+    ("test_authorisation_failed", "the bank refuses to authorise it"),
+    ("test_execution_rejected", "the bank authorises it, then rejects it"),
+)
+
+
+def _tampered() -> PageError:
+    return PageError(
+        403,
+        "This form could not be accepted",
+        "The form was changed or did not come from this page. Nothing has been changed.",
+    )
+
+
+async def _bank_page_context(conn: Any, row: Any, token: str) -> dict[str, Any]:
+    provider = find_provider(row["provider_id"] or "")
+    merchant = await merchant_name(conn, row["merchant_id"])
+    return {
+        "payment": payment_view(row, merchant),
+        "bank": provider.display_name if provider else "Mock Bank",
+        "bank_icon": f"/static/providers/{provider.id}-icon.svg" if provider else None,
+        "token": token,
+        "csrf": csrf_value(token, CSRF_PURPOSE),
+        "outcomes": OUTCOMES,
+    }
+
+
+def _ensure_bank_can_act(row: Any) -> None:
+    """409 page unless the payment waits for the payer at the bank."""
+    ensure_open(row, None)
+    if row["provider_id"] is None:
+        raise PageError(
+            409,
+            "No bank has been chosen yet",
+            "Choose a bank on the payment page first; nothing has been changed.",
+        )
+
+
+async def _open(
+    conn: Any, context: AppContext, request: Request
+) -> tuple[Any, str, dict[str, Any]]:
+    params = request.query_params
+    token = params.get("token")
+    row = await authenticate(conn, context, params.get("payment_id"), token, kind="provider")
+    assert token is not None
+    _ensure_bank_can_act(row)
+    return row, token, await _bank_page_context(conn, row, token)
+
+
+async def _apply(
+    context: AppContext,
+    payment_id: uuid.UUID,
+    action: str,
+    *,
+    execution_delay: int = 0,
+    settlement_delay: int = 0,
+) -> Response:
+    """The payer's decision on the locked payment, then back to the payment's return_uri."""
+    async with context.pool.acquire() as conn, conn.transaction():
+        row = await service.lock_payment(conn, payment_id)
+        if row["bank_action"] != action:  # repeating the same decision answers the same
+            _ensure_bank_can_act(row)
+        target = await service.bank_action(
+            conn,
+            row,
+            action,
+            context.clock.now(),
+            execution_delay=execution_delay,
+            settlement_delay=settlement_delay,
+        )
+        if not target:
+            updated = await service.get_payment_row(conn, payment_id, None)
+            merchant = await merchant_name(conn, row["merchant_id"])
+    if target:
+        return redirect(target)
+    return render_page(
+        "mock_bank/done.html",
+        payment=payment_view(updated, merchant),
+        cancelled=action == "Cancel",
+    )
+
+
+async def _authenticate_form(conn: Any, context: AppContext, form: FormData) -> tuple[Any, str]:
+    token = form_value(form, "token")
+    row = await authenticate(conn, context, form_value(form, "payment_id"), token, kind="provider")
+    assert token is not None
+    check_csrf(token, form_value(form, "csrf"), CSRF_PURPOSE)
+    return row, token
+
+
+def _delay(form: FormData, name: str, label: str, errors: list[dict[str, str]]) -> int:
+    raw = (form_value(form, name) or "").strip()
+    if not raw:
+        return 0
+    if raw.isdigit() and int(raw) <= MAX_DELAY_SECONDS:
+        return int(raw)
+    errors.append(
+        {"field": name, "message": f"{label} must be a whole number of seconds, 0 to 2592000."}
+    )
+    return 0
+
+
+# --- redirect providers: the consent page ------------------------------------------------------
+
+
+@router.get("/mock-bank/authorize", response_class=HTMLResponse)
+@page_route
+async def consent_page(request: Request, context: Context) -> Response:
+    """The mock bank's consent page: the payer authorises or cancels."""
+    async with context.pool.acquire() as conn:
+        row, token, page = await _open(conn, context, request)
+    del row, token
+    return render_page("mock_bank/authorize.html", **page, errors=[], values={})
+
+
+@router.post("/mock-bank/authorize", response_class=HTMLResponse)
+@page_route
+async def consent_decision(request: Request, context: Context) -> Response:
+    """The payer's decision on the consent page."""
+    async with request.form() as form:
+        decision = form_value(form, "decision")
+        async with context.pool.acquire() as conn:
+            row, token = await _authenticate_form(conn, context, form)
+            if decision not in ("authorise", "cancel"):
+                raise _tampered()
+            errors: list[dict[str, str]] = []
+            username = (form_value(form, "username") or "").strip()
+            if decision == "cancel":
+                username = ""
+            elif not username or len(username) > MAX_USERNAME:
+                errors.append({"field": "username", "message": "Enter a username (see the list)."})
+            execution = _delay(form, "execution_delay", "The execution delay", errors)
+            settlement = _delay(form, "settlement_delay", "The settlement delay", errors)
+            if errors and decision == "authorise":
+                _ensure_bank_can_act(row)
+                page = await _bank_page_context(conn, row, token)
+                values = {
+                    name: form_value(form, name) or ""
+                    for name in ("username", "execution_delay", "settlement_delay")
+                }
+                return render_page(
+                    "mock_bank/authorize.html", 400, **page, errors=errors, values=values
+                )
+    if decision == "cancel":
+        return await _apply(context, row["id"], "Cancel")
+    return await _apply(
+        context,
+        row["id"],
+        action_for_username(username),
+        execution_delay=execution,
+        settlement_delay=settlement,
+    )
+
+
+# --- the embedded provider: username, then password --------------------------------------------
+
+
+@router.get("/mock-bank/embedded", response_class=HTMLResponse)
+@page_route
+async def embedded_page(request: Request, context: Context) -> Response:
+    """Step 1 of the embedded provider's form: the username."""
+    async with context.pool.acquire() as conn:
+        _, _, page = await _open(conn, context, request)
+    return render_page("mock_bank/embedded.html", **page, step="username", errors=[], username="")
+
+
+@router.post("/mock-bank/embedded", response_class=HTMLResponse)
+@page_route
+async def embedded_step(request: Request, context: Context) -> Response:
+    """Step 1 leads to step 2 (the password); step 2 or Cancel applies the outcome."""
+    async with request.form() as form:
+        step = form_value(form, "step")
+        decision = form_value(form, "decision") or "continue"
+        username = (form_value(form, "username") or "").strip()
+        password = form_value(form, "password") or ""
+        async with context.pool.acquire() as conn:
+            row, token = await _authenticate_form(conn, context, form)
+            if step not in ("username", "password") or decision not in ("continue", "cancel"):
+                raise _tampered()
+            if decision == "continue":
+                errors: list[dict[str, str]] = []
+                if not username or len(username) > MAX_USERNAME:
+                    errors.append({"field": "username", "message": "Enter your username."})
+                    step = "username"
+                elif step == "password" and not password:
+                    errors.append({"field": "password", "message": "Enter your password."})
+                if errors or step == "username":
+                    _ensure_bank_can_act(row)
+                    page = await _bank_page_context(conn, row, token)
+                    return render_page(
+                        "mock_bank/embedded.html",
+                        400 if errors else 200,
+                        **page,
+                        step=step if errors else "password",
+                        errors=errors,
+                        username=username,
+                    )
+    if decision == "cancel":
+        return await _apply(context, row["id"], "Cancel")
+    return await _apply(context, row["id"], action_for_username(username))
+
+
+__all__ = ["router"]

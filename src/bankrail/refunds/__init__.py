@@ -1,0 +1,1 @@
+"""Refunds of settled pay-ins: acceptance, the rails' steps, reads and routes."""

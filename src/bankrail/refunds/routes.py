@@ -1,0 +1,101 @@
+"""Refund routes: `POST` and `GET /v3/payments/{payment_id}/refunds`, and
+`GET /v3/payments/{payment_id}/refunds/{refund_id}` (also without the `/v3` prefix)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from bankrail.db.pool import Connection
+from bankrail.http.auth import Merchant, SignedBody
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.responses import json_response
+from bankrail.refunds import service
+from bankrail.refunds.schemas import RefundCreated, RefundList, RefundOut, RefundRequest
+
+router = APIRouter(tags=["refunds"])
+
+_PATHS = ("/v3/payments/{payment_id}/refunds", "/payments/{payment_id}/refunds")
+
+
+async def create_refund(
+    payment_id: uuid.UUID,
+    body: RefundRequest,
+    request: Request,
+    context: Context,
+    merchant: Merchant,
+    raw: SignedBody,
+) -> Response:
+    """Refund part or all of a settled payment to the account that paid it.
+
+    Funds are held at once; the outcome arrives as `refund_executed` or `refund_failed`."""
+
+    async def effect(conn: Connection) -> tuple[int, Any]:
+        refund_id = await service.accept_refund(
+            conn,
+            merchant_id=merchant.merchant_id,
+            payment_id=payment_id,
+            amount=body.amount_in_minor,
+            reference=body.reference,
+            metadata=body.metadata,
+            now=context.clock.now(),
+        )
+        return 201, {"id": str(refund_id)}
+
+    return await respond_once(
+        context,
+        request,
+        scope=f"v3:{merchant.client_id}",
+        key=idempotency_key(request),
+        body=raw,
+        effect=effect,
+    )
+
+
+async def list_refunds(payment_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
+    """Every refund of the payment, oldest first."""
+    async with context.pool.acquire() as conn:
+        items = await service.list_refunds(conn, payment_id, merchant.merchant_id)
+    return json_response(200, {"items": items})
+
+
+async def get_refund(
+    payment_id: uuid.UUID, refund_id: uuid.UUID, context: Context, merchant: Merchant
+) -> Response:
+    """One refund of the payment, with its status."""
+    async with context.pool.acquire() as conn:
+        refund = await service.get_refund(conn, payment_id, refund_id, merchant.merchant_id)
+    return json_response(200, refund)
+
+
+for index, path in enumerate(_PATHS):
+    suffix = "" if index == 0 else f"_alias{index}"
+    router.add_api_route(
+        path,
+        create_refund,
+        methods=["POST"],
+        status_code=201,
+        response_model=RefundCreated,
+        responses=ERRORS_SIGNED_POST,
+        operation_id=f"create_refund{suffix}",
+    )
+    router.add_api_route(
+        path,
+        list_refunds,
+        methods=["GET"],
+        response_model=RefundList,
+        responses=ERRORS_AUTH_NOT_FOUND,
+        operation_id=f"list_refunds{suffix}",
+    )
+    router.add_api_route(
+        path + "/{refund_id}",
+        get_refund,
+        methods=["GET"],
+        response_model=RefundOut,
+        responses=ERRORS_AUTH_NOT_FOUND,
+        operation_id=f"get_refund{suffix}",
+    )

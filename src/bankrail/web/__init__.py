@@ -1,1 +1,0 @@
-"""HTTP plumbing shared by every area, and the human-facing pages."""

@@ -1,0 +1,96 @@
+"""The background process (`bankrail worker`): durable jobs, rail steps, webhook delivery and
+the pruning of expired idempotency keys, with no HTTP application."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+from bankrail.config import Settings
+from bankrail.events.delivery import DeliveryWorker
+from bankrail.events.outbox import WEBHOOK_CHANNEL
+from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
+from bankrail.jobs.runner import BackgroundLoop
+from bankrail.payments import service as payments_service
+from bankrail.payouts import jobs as payouts_jobs
+from bankrail.payouts import service as payouts_service
+from bankrail.process import ProcessResources, open_process
+from bankrail.refunds import service as refunds_service
+from bankrail.security.pruning import ExpiredKeyPruner
+
+__all__ = ["WORKER_CHANNELS", "register_jobs", "run_worker"]
+
+WORKER_CHANNELS = (JOBS_CHANNEL, WEBHOOK_CHANNEL)
+"""The notifications a worker follows besides the clock's: new jobs and new deliveries."""
+
+
+def register_jobs(queue: JobQueue) -> None:
+    """Give the queue a handler for every kind of job the areas schedule."""
+    queue.register(payouts_service.ADVANCE_JOB, payouts_jobs.advance_payout)
+    queue.register_batch(payouts_service.ADVANCE_JOB, payouts_jobs.advance_due_payouts)
+    queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
+    queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
+    queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
+
+
+async def run_worker(
+    settings: Settings,
+    dsn: str,
+    stop: asyncio.Event,
+    *,
+    started: Callable[[ProcessResources], None] | None = None,
+) -> None:
+    """Run the background loops against the database at `dsn` until `stop` is set; in-flight
+    work finishes first. `started` is called with the process's resources once the loops run."""
+    loops: dict[str, BackgroundLoop] = {}
+
+    def waker(name: str) -> Callable[[], None]:
+        # A NOTIFY wakes only the loop whose work it announces: a payout job's would otherwise
+        # cost the webhook loop a claim.
+        return lambda: loops[name].wake() if name in loops else None
+
+    def wake_all() -> None:
+        for loop in loops.values():
+            loop.wake()
+
+    channels = {JOBS_CHANNEL: waker("jobs"), WEBHOOK_CHANNEL: waker("webhooks")}
+    async with open_process(settings, dsn, channels=channels, on_clock=wake_all) as process:
+        queue = JobQueue(process.pool, process.clock)
+        register_jobs(queue)
+        deliveries = DeliveryWorker(
+            process.pool,
+            process.clock,
+            process.webhook_key,
+            settings.public_url,
+            public_destinations_only=not settings.sandbox,
+        )
+        pruner = ExpiredKeyPruner(
+            process.pool,
+            process.clock,
+            ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
+            interval=settings.idempotency_prune_interval_seconds,
+        )
+        loops["jobs"] = BackgroundLoop(
+            "jobs",
+            [queue.run_due, pruner.run],
+            poll_interval=settings.worker_poll_interval,
+            concurrency=2,
+            gather=settings.job_gather_seconds,
+        )
+        loops["webhooks"] = BackgroundLoop(
+            "webhooks",
+            [deliveries.run_batch],
+            poll_interval=settings.worker_poll_interval,
+            concurrency=2,
+        )
+        for loop in loops.values():
+            loop.start()
+        if started is not None:
+            started(process)
+        try:
+            await stop.wait()
+        finally:
+            for loop in loops.values():
+                await loop.stop()
+            await deliveries.close()

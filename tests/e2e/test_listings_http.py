@@ -1,0 +1,151 @@
+"""`GET /v3/payments` and `GET /v3/payouts` over HTTP: the merchant's own items, newest first,
+each as its single GET shows it, with filters and cursor paging (docs/api.md "Listings")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e_helpers import assert_invalid, get_record, service_now
+from pay_in_helpers import authorised_pay_in, payment_body, settled_payment
+from payout_helpers import (
+    DE_IBAN,
+    SORT_CODE,
+    create_payout,
+    external_beneficiary,
+    funded_merchant,
+    payout_body,
+    wait_payout_status,
+)
+
+from support.api import MerchantClient, Operator
+
+
+def _page(merchant: MerchantClient, path: str, **params: Any) -> dict[str, Any]:
+    answer = merchant.get(path, **params)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    assert set(body) == {"items", "pagination"}
+    assert set(body["pagination"]) == {"next_cursor"}
+    return body
+
+
+def _every_page(merchant: MerchantClient, path: str, **params: Any) -> list[list[dict[str, Any]]]:
+    pages = []
+    cursor = None
+    for _ in range(50):
+        body = _page(merchant, path, **params, **({"cursor": cursor} if cursor else {}))
+        pages.append(body["items"])
+        cursor = body["pagination"]["next_cursor"]
+        if cursor is None:
+            return pages
+    raise AssertionError("the listing never reached its last page")
+
+
+def _ids(items: list[dict[str, Any]]) -> list[str]:
+    return [item["id"] for item in items]
+
+
+def test_payouts_are_listed_newest_first_in_pages_as_their_single_get(operator: Operator) -> None:
+    merchant = funded_merchant(operator, gbp=100_000, eur=100_000)
+    created = []
+    for n in range(5):
+        beneficiary = external_beneficiary(SORT_CODE, reference=f"listed {n}")
+        created.append(create_payout(merchant, payout_body(merchant, "GBP", 100 + n, beneficiary)))
+    created.append(
+        create_payout(merchant, payout_body(merchant, "EUR", 300, external_beneficiary(DE_IBAN)))
+    )
+    for payout_id in created:
+        wait_payout_status(merchant, payout_id, {"executed"})
+
+    pages = _every_page(merchant, "/v3/payouts", limit=2)
+    assert [len(page) for page in pages] == [2, 2, 2]
+    listed = [item for page in pages for item in page]
+    assert _ids(listed) == list(reversed(created))
+    for item in listed:
+        assert item == get_record(merchant, f"/v3/payouts/{item['id']}")
+
+    eur = merchant.accounts["EUR"]["id"]
+    only_eur = _page(merchant, "/v3/payouts", merchant_account_id=eur)["items"]
+    assert _ids(only_eur) == [created[-1]]
+    assert _ids(_page(merchant, "/v3/payouts", status="executed")["items"]) == _ids(listed)
+    assert _page(merchant, "/v3/payouts", status="pending")["items"] == []
+
+
+def test_a_payout_listing_filters_by_status_and_creation_time(operator: Operator) -> None:
+    merchant = funded_merchant(operator, gbp=100_000)
+    before = service_now(operator)
+    failing = create_payout(
+        merchant,
+        payout_body(
+            merchant, "GBP", 100, external_beneficiary(SORT_CODE, reference="fail:scheme_error")
+        ),
+    )
+    wait_payout_status(merchant, failing, {"failed"})
+    between = service_now(operator)
+    ok = create_payout(merchant, payout_body(merchant, "GBP", 100, external_beneficiary(SORT_CODE)))
+    wait_payout_status(merchant, ok, {"executed"})
+
+    assert _ids(_page(merchant, "/v3/payouts", status="failed")["items"]) == [failing]
+    assert _ids(_page(merchant, "/v3/payouts", status="executed")["items"]) == [ok]
+    since = _page(merchant, "/v3/payouts", **{"from": between.isoformat()})["items"]
+    assert _ids(since) == [ok]
+    until = _page(merchant, "/v3/payouts", to=between.isoformat())["items"]
+    assert _ids(until) == [failing]
+    window = {"from": before.isoformat(), "to": service_now(operator).isoformat()}
+    assert _ids(_page(merchant, "/v3/payouts", **window)["items"]) == [ok, failing]
+
+
+def test_payments_are_listed_newest_first_with_filters(operator: Operator) -> None:
+    merchant = funded_merchant(operator)
+    alice = [
+        merchant.signed_post("/v3/payments", payment_body(merchant, user={"id": "alice"})).json()[
+            "id"
+        ]
+        for _ in range(3)
+    ]
+    settled = authorised_pay_in(merchant, 2_500, {"id": "bob", "name": "Bob Payer"})
+    settled_payment(merchant, settled)
+    eur = merchant.signed_post("/v3/payments", payment_body(merchant, "EUR", 700)).json()["id"]
+    created = [*alice, settled, eur]
+
+    pages = _every_page(merchant, "/v3/payments", limit=2)
+    listed = [item for page in pages for item in page]
+    assert [len(page) for page in pages] == [2, 2, 1]
+    assert _ids(listed) == list(reversed(created))
+    for item in listed:
+        assert item == get_record(merchant, f"/v3/payments/{item['id']}")
+    bob = next(item for item in listed if item["id"] == settled)
+    assert bob["status"] == "payment_settled"
+    assert bob["payment_source"]["account_holder_name"]
+
+    assert _ids(_page(merchant, "/v3/payments", user_id="alice")["items"]) == alice[::-1]
+    assert _ids(_page(merchant, "/v3/payments", status="payment_settled")["items"]) == [settled]
+    by_account = _page(merchant, "/v3/payments", merchant_account_id=merchant.accounts["EUR"]["id"])
+    assert _ids(by_account["items"]) == [eur]
+    assert _ids(_page(merchant, "/payments", user_id="bob")["items"]) == [settled]
+
+
+def test_a_merchant_lists_only_its_own_payments_and_payouts(operator: Operator) -> None:
+    mine = funded_merchant(operator, gbp=10_000)
+    theirs = funded_merchant(operator, gbp=10_000)
+    create_payout(mine, payout_body(mine, "GBP", 100, external_beneficiary(SORT_CODE)))
+    mine.signed_post("/v3/payments", payment_body(mine))
+    assert _page(theirs, "/v3/payouts")["items"] == []
+    assert _page(theirs, "/v3/payments")["items"] == []
+    foreign_account = mine.accounts["GBP"]["id"]
+    assert _page(theirs, "/v3/payouts", merchant_account_id=foreign_account)["items"] == []
+
+
+def test_a_bad_filter_is_a_400_naming_it(operator: Operator) -> None:
+    merchant = funded_merchant(operator)
+    for path in ("/v3/payouts", "/v3/payments"):
+        assert_invalid(merchant.get(path, status="settled_somehow"), "status")
+        assert_invalid(merchant.get(path, limit=0), "limit")
+        assert_invalid(merchant.get(path, limit=201), "limit")
+        assert_invalid(merchant.get(path, **{"from": "yesterday"}), "from")
+        assert_invalid(merchant.get(path, cursor="not-a-cursor"), "cursor")
+        assert_invalid(merchant.get(path, merchant_account_id="nope"), "merchant_account_id")
+        assert_invalid(
+            merchant.get(path, **{"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+            "from",
+        )

@@ -1,0 +1,285 @@
+"""Repeated headers on signed requests, over HTTP against `bankrail serve`.
+
+A header sent twice has no one value: the signature was once verified over the last
+`Idempotency-Key` while the idempotency store kept the first, so a captured `POST /v3/payouts`
+sent again with a fresh key ahead of the signed one made a new payout each time, without the
+private key. Promises proved:
+
+- on every signed POST (v1 and v3), a request that repeats `Idempotency-Key`, its signature
+  header, or a header named in its signature's `tl_headers` is 400 Invalid Parameters naming
+  the header, and has no effect;
+- the replay of the report (same bytes, `Idempotency-Key: <new>` then the signed key) is 400
+  however often it is sent and creates no payout; the same replay of a `POST /v3/payments` is
+  400 too, and the signed request still gets its stored answer;
+- a repeated `Idempotency-Key` on `POST /sandbox/bank-transfers` (not signed, but answered
+  once per key) is 400 and credits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from e2e_helpers import assert_invalid, bearer
+from pay_in_helpers import authorised_pay_in, balances, payment_body, settled_payment
+from payout_helpers import SORT_CODE, external_beneficiary, funded_merchant, payout_body
+
+from support.api import MerchantClient, Operator
+
+PURPOSE = "X-Request-Purpose"  # a header of the merchant's choosing that it also signs
+IDEMPOTENCY = "Idempotency-Key"
+
+
+def _send(
+    merchant: MerchantClient, path: str, content: bytes, headers: list[tuple[str, str]]
+) -> httpx.Response:
+    """POST `content` with the token, JSON content type and exactly `headers`, in order."""
+    sent = [*bearer(merchant.token()).items(), ("Content-Type", "application/json"), *headers]
+    return merchant.http.post(path, content=content, headers=sent)
+
+
+def _assert_repeated(answer: httpx.Response, name: str) -> None:
+    problem = assert_invalid(answer, name)
+    assert name in problem["detail"], problem
+    assert "repeated" in problem["detail"], problem
+
+
+def _payout_ids(merchant: MerchantClient) -> list[str]:
+    """Every payout of the merchant's GBP account, as its v3 transaction list shows it."""
+    path = f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions"
+    answer = merchant.get(path, type="payout")
+    assert answer.status_code == 200, answer.text
+    return [item["id"] for item in answer.json()["items"]]
+
+
+def _v1_transaction_ids(merchant: MerchantClient) -> list[str]:
+    answer = merchant.get("/v1/transactions", type="Payout")
+    assert answer.status_code == 200, answer.text
+    return [record["transaction_id"] for record in answer.json()["results"]]
+
+
+def _v3_payout(merchant: MerchantClient) -> bytes:
+    body = payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE))
+    return json.dumps(body).encode()
+
+
+# --- the replay of the report -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fresh_first", [True, False], ids=["fresh key first", "signed key first"])
+def test_v3_payout_resent_with_a_second_idempotency_key_is_400(
+    operator: Operator, fresh_first: bool
+) -> None:
+    merchant = funded_merchant(operator, gbp=10_000)
+    content = _v3_payout(merchant)
+    key = str(uuid.uuid4())
+    signature = merchant.sign("POST", "/v3/payouts", content, {IDEMPOTENCY: key})
+    first = _send(
+        merchant, "/v3/payouts", content, [("Svc-Signature", signature), (IDEMPOTENCY, key)]
+    )
+    assert first.status_code == 202, first.text
+
+    for _ in range(3):  # "as often as you like"
+        fresh = str(uuid.uuid4())
+        keys = [fresh, key] if fresh_first else [key, fresh]
+        headers = [("Svc-Signature", signature), *((IDEMPOTENCY, k) for k in keys)]
+        _assert_repeated(_send(merchant, "/v3/payouts", content, headers), IDEMPOTENCY)
+
+    assert _payout_ids(merchant) == [first.json()["id"]]
+    assert balances(merchant)[1] == 9_000
+
+
+def test_v3_payment_resent_with_a_second_idempotency_key_is_400(operator: Operator) -> None:
+    merchant = operator.new_merchant()
+    content = json.dumps(payment_body(merchant)).encode()
+    key = str(uuid.uuid4())
+    signature = merchant.sign("POST", "/v3/payments", content, {IDEMPOTENCY: key})
+    signed = [("Svc-Signature", signature), (IDEMPOTENCY, key)]
+    first = _send(merchant, "/v3/payments", content, signed)
+    assert first.status_code == 201, first.text
+
+    replay = [("Svc-Signature", signature), (IDEMPOTENCY, str(uuid.uuid4())), (IDEMPOTENCY, key)]
+    _assert_repeated(_send(merchant, "/v3/payments", content, replay), IDEMPOTENCY)
+    # The signed request itself is still answered from the store: the same payment.
+    again = _send(merchant, "/v3/payments", content, signed)
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] == first.json()["id"]
+
+
+# --- a repeated header named in tl_headers, or a repeated signature header ---------------------
+
+
+@pytest.mark.parametrize(
+    "copies",
+    [("signed", "other"), ("other", "signed"), ("signed", "signed")],
+    ids=["signed value first", "signed value last", "same value twice"],
+)
+def test_v3_payout_repeating_a_signed_header_is_400(
+    operator: Operator, copies: tuple[str, str]
+) -> None:
+    merchant = funded_merchant(operator, gbp=10_000)
+    content = _v3_payout(merchant)
+    key = str(uuid.uuid4())
+    signature = merchant.sign("POST", "/v3/payouts", content, {IDEMPOTENCY: key, PURPOSE: "signed"})
+    base = [("Svc-Signature", signature), (IDEMPOTENCY, key)]
+
+    repeated = [*base, *((PURPOSE, value) for value in copies)]
+    _assert_repeated(_send(merchant, "/v3/payouts", content, repeated), PURPOSE)
+    assert _payout_ids(merchant) == []
+    assert balances(merchant) == (10_000, 10_000)
+    # Sent once, the signed header verifies: it was the repetition that was refused.
+    once = _send(merchant, "/v3/payouts", content, [*base, (PURPOSE, "signed")])
+    assert once.status_code == 202, once.text
+
+
+@pytest.mark.parametrize("header", ["Svc-Signature", "X-SVC-Signature"])
+def test_v3_payout_with_its_signature_header_twice_is_400(operator: Operator, header: str) -> None:
+    merchant = funded_merchant(operator, gbp=10_000)
+    content = _v3_payout(merchant)
+    key = str(uuid.uuid4())
+    signature = merchant.sign("POST", "/v3/payouts", content, {IDEMPOTENCY: key})
+
+    twice = [(header, signature), (header, signature), (IDEMPOTENCY, key)]
+    _assert_repeated(_send(merchant, "/v3/payouts", content, twice), header)
+    assert _payout_ids(merchant) == []
+
+
+# --- v1 payouts -------------------------------------------------------------------------------
+
+
+def _v1_body() -> tuple[str, bytes]:
+    transaction_id = str(uuid.uuid4())
+    body = {
+        "transaction_id": transaction_id,
+        "beneficiary_name": "Jane Doe",
+        "beneficiary_iban": "GB29NWBK60161331926819",
+        "beneficiary_reference": "repeat",
+        "currency": "GBP",
+        "amount_in_minor": 1_000,
+        "context_code": "withdrawal",
+    }
+    return transaction_id, json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("repeated", "signed_headers"),
+    [
+        (PURPOSE, {PURPOSE: "signed"}),
+        (IDEMPOTENCY, {IDEMPOTENCY: "v1-key"}),
+        (IDEMPOTENCY, {}),  # not signed, not needed by v1: still one value or none
+        ("X-SVC-Signature", {}),
+    ],
+    ids=["tl_headers header", "signed Idempotency-Key", "unsigned Idempotency-Key", "signature"],
+)
+def test_v1_payout_repeating_a_header_is_400(
+    operator: Operator, repeated: str, signed_headers: dict[str, str]
+) -> None:
+    merchant = funded_merchant(operator, gbp=10_000)
+    transaction_id, content = _v1_body()
+    signature = merchant.sign("POST", "/v1/payouts", content, signed_headers)
+    once = [("X-SVC-Signature", signature), *signed_headers.items()]
+    copies = [value for name, value in once if name == repeated] or ["k", "k"]
+    twice = [*once, *((repeated, value) for value in copies)]
+
+    _assert_repeated(_send(merchant, "/v1/payouts", content, twice), repeated)
+    assert _v1_transaction_ids(merchant) == []
+    assert balances(merchant) == (10_000, 10_000)
+    answer = _send(merchant, "/v1/payouts", content, once)
+    assert answer.status_code == 202, answer.text
+    assert _v1_transaction_ids(merchant) == [transaction_id]
+
+
+# --- the other signed POSTs -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignedPost:
+    """A signed POST of one route: its path, body and whether it needs an Idempotency-Key."""
+
+    path: str
+    body: Any
+    keyed: bool = True
+
+
+def _new_payment_id(merchant: MerchantClient) -> str:
+    answer = merchant.signed_post("/v3/payments", payment_body(merchant))
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
+
+
+def _settled_payment_id(merchant: MerchantClient) -> str:
+    payment_id = authorised_pay_in(merchant, 1_000, {"id": "payer"})
+    return str(settled_payment(merchant, payment_id)["id"])
+
+
+FLOW = {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}}
+DEPOSIT = {
+    "user_id": "u1",
+    "deposit": {"deposit_id": "d-repeat", "amount_in_minor": 1_000, "currency": "GBP"},
+    "auth_flow": {"type": "redirect", "return_uri": "https://shop.example/back"},
+}
+ROUTES: dict[str, Callable[[MerchantClient], SignedPost]] = {
+    "POST /v3/payments": lambda m: SignedPost("/v3/payments", payment_body(m)),
+    "POST /payments": lambda m: SignedPost("/payments", payment_body(m)),
+    "POST authorization-flow": lambda m: SignedPost(
+        f"/v3/payments/{_new_payment_id(m)}/authorization-flow", FLOW
+    ),
+    "POST actions/cancel": lambda m: SignedPost(
+        f"/v3/payments/{_new_payment_id(m)}/actions/cancel", None
+    ),
+    "POST /v1/users/deposits": lambda m: SignedPost("/v1/users/deposits", DEPOSIT, keyed=False),
+    "POST refunds": lambda m: SignedPost(
+        f"/v3/payments/{_settled_payment_id(m)}/refunds", {"amount_in_minor": 100, "reference": "r"}
+    ),
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("repeated", [IDEMPOTENCY, PURPOSE])
+def test_every_signed_post_refuses_a_repeated_header(
+    operator: Operator, route: str, repeated: str
+) -> None:
+    merchant = operator.new_merchant()
+    post = ROUTES[route](merchant)
+    content = b"" if post.body is None else json.dumps(post.body).encode()
+    signed = {PURPOSE: "signed"}
+    if post.keyed:
+        signed[IDEMPOTENCY] = str(uuid.uuid4())
+    signature = merchant.sign("POST", post.path, content, signed)
+    once = [("Svc-Signature", signature), *signed.items()]
+    extra = 1 if repeated in signed else 2  # legacy deposits take no Idempotency-Key
+    twice = [*once, *((repeated, str(uuid.uuid4())) for _ in range(extra))]
+
+    _assert_repeated(_send(merchant, post.path, content, twice), repeated)
+    answer = _send(merchant, post.path, content, once)
+    assert answer.status_code < 300, answer.text
+
+
+def test_sandbox_bank_transfer_refuses_a_repeated_idempotency_key(operator: Operator) -> None:
+    """Not signed, but answered once per Idempotency-Key: the key must have one value too."""
+    merchant = operator.new_merchant(currencies=("GBP",))
+    account = merchant.accounts["GBP"]
+    iban = next(i["iban"] for i in account["account_identifiers"] if i["type"] == "iban")
+    body = {
+        "iban": iban,
+        "amount_in_minor": 500,
+        "currency": "GBP",
+        "remitter_name": "R",
+        "reference": "r",
+    }
+    keys = [(IDEMPOTENCY, str(uuid.uuid4())), (IDEMPOTENCY, str(uuid.uuid4()))]
+
+    _assert_repeated(
+        operator.http.post("/sandbox/bank-transfers", json=body, headers=keys), IDEMPOTENCY
+    )
+    assert balances(merchant) == (0, 0)
+    assert (
+        operator.http.post("/sandbox/bank-transfers", json=body, headers=keys[:1]).status_code
+        == 201
+    )
+    assert balances(merchant) == (500, 500)

@@ -1,0 +1,169 @@
+"""Unit tests for the request deadline and the outage classification of
+bankrail.http.middleware.ServiceMiddleware: a request that runs past the request timeout is
+cancelled (so its work stops, and an open transaction rolls back) and answered 503
+problem+json with `Retry-After`; a database that cannot be reached is a 503 too; but an
+error that merely looks like a network error (an OSError raised outside asyncpg) is a bug and
+must be answered 500, never a retryable 503 that hides it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from bankrail.db.outage import is_database_outage
+from bankrail.http.middleware import ServiceMiddleware
+
+PUBLIC_URL = "http://bankrail.test"
+Handler = Callable[[], Awaitable[None]]
+
+
+def _app(handler: Handler) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """An ASGI app that runs `handler`, then answers 200 {}."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await handler()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    return app
+
+
+async def _call(handler: Handler, *, timeout: float = 5.0) -> httpx.Response:
+    middleware = ServiceMiddleware(
+        _app(handler), public_url=PUBLIC_URL, max_body_bytes=1024, request_timeout=timeout
+    )
+    transport = httpx.ASGITransport(app=middleware)
+    async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as client:
+        return await asyncio.wait_for(client.post("/v3/payouts", json={"a": 1}), 30)
+
+
+def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["trace_id"] == response.headers["svc-trace-id"]
+    assert body["type"].startswith(f"{PUBLIC_URL}/errors#")
+    return body
+
+
+async def test_a_request_past_the_timeout_is_cancelled_and_answered_503() -> None:
+    events: list[str] = []
+
+    async def slow() -> None:
+        events.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+        events.append("finished")
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    answer = await _call(slow, timeout=0.2)
+    elapsed = loop.time() - began
+    body = _problem(answer, 503)
+    assert answer.headers["retry-after"] == "1"
+    assert body["title"] == "Service Unavailable"
+    assert "did not complete within 0.2 s" in body["detail"]
+    assert "Idempotency-Key" in body["detail"]
+    assert events == ["started", "cancelled"]  # the work was stopped, not left running
+    assert 0.2 <= elapsed < 10
+
+
+async def test_a_request_within_the_timeout_is_answered_normally() -> None:
+    async def quick() -> None:
+        await asyncio.sleep(0.01)
+
+    answer = await _call(quick, timeout=5.0)
+    assert answer.status_code == 200
+    assert answer.json() == {}
+    assert answer.headers["svc-trace-id"]
+
+
+async def test_an_oserror_raised_outside_asyncpg_is_a_500() -> None:
+    async def buggy() -> None:
+        raise ConnectionRefusedError(111, "Connection refused")  # e.g. an outgoing HTTP call
+
+    answer = await _call(buggy)
+    body = _problem(answer, 500)
+    assert "retry-after" not in answer.headers
+    assert body["detail"] == "An unexpected error occurred."
+
+
+async def test_a_file_not_found_outside_asyncpg_is_a_500() -> None:
+    async def buggy() -> None:
+        open("/nonexistent/bankrail/template.html").close()
+
+    answer = await _call(buggy)
+    _problem(answer, 500)
+    assert "retry-after" not in answer.headers
+
+
+async def test_a_timeout_error_of_the_route_itself_is_a_500_not_a_deadline_503() -> None:
+    async def buggy() -> None:
+        raise TimeoutError("an outgoing call's own timeout")
+
+    answer = await _call(buggy, timeout=30.0)
+    _problem(answer, 500)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_an_unreachable_database_is_a_503_with_retry_after() -> None:
+    port = _closed_port()
+
+    async def needs_the_database() -> None:
+        await asyncpg.connect(f"postgresql://bankrail@127.0.0.1:{port}/bankrail", timeout=5)
+
+    answer = await _call(needs_the_database)
+    body = _problem(answer, 503)
+    assert answer.headers["retry-after"] == "1"
+    assert body["detail"] == "The database is unreachable; retry shortly."
+
+
+async def test_a_lost_database_connection_is_a_503() -> None:
+    async def connection_lost() -> None:
+        raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")
+
+    answer = await _call(connection_lost)
+    _problem(answer, 503)
+    assert answer.headers["retry-after"] == "1"
+
+
+def test_outage_classification_looks_at_where_a_socket_error_was_raised() -> None:
+    # The same exception counts as an outage only when it was raised inside asyncpg.
+    namespace: dict[str, Any] = {"__name__": "asyncpg.connect_utils"}
+    exec("def connect():\n    raise ConnectionRefusedError(111, 'refused')\n", namespace)  # noqa: S102
+    with pytest.raises(ConnectionRefusedError) as inside:
+        namespace["connect"]()
+    assert is_database_outage(inside.value)
+
+    def elsewhere() -> None:
+        raise ConnectionRefusedError(111, "refused")
+
+    with pytest.raises(ConnectionRefusedError) as outside:
+        elsewhere()
+    assert not is_database_outage(outside.value)
+    assert not is_database_outage(OSError("never raised"))
+    assert is_database_outage(asyncpg.exceptions.CannotConnectNowError("starting up"))
+    assert not is_database_outage(ValueError("bug"))

@@ -218,7 +218,7 @@ async def test_topup_event_and_skipped_delivery_without_payouts_uri(pool: asyncp
             "remitter_name": "Jane Payer",
             "remitter_iban": "GB33BUKB20201555555555",
             "reference": "invoice 42",
-            "received_at": "2026-03-01T12:00:00.250000Z",
+            "received_at": "2026-03-01T12:00:00.2500000Z",
         },
     }
     uuid.UUID(body["event_id"])

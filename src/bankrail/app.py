@@ -23,7 +23,7 @@ from bankrail.http.metrics import router as metrics_router
 from bankrail.http.middleware import ServiceMiddleware
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
-from bankrail.http.problems import install_problem_handlers
+from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.mandates.routes import router as mandates_router
 from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
@@ -85,7 +85,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 clock=process.clock,
                 tokens=TokenIssuer(access_key, resource_key),
                 admin_token_hash=admin_hash,
-                payout_batcher=payouts_service.PayoutBatcher(process.pool),
+                payout_acceptance=payouts_service.PayoutAcceptance(
+                    process.pool, lambda error: render_problem_bytes(error, settings.public_url)
+                ),
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

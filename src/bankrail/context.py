@@ -14,7 +14,7 @@ from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
-    from bankrail.payouts.service import PayoutBatcher
+    from bankrail.payouts.service import PayoutAcceptance
     from bankrail.security.verifier import VerifierProcesses
 
 
@@ -27,7 +27,7 @@ class AppContext:
     clock: ServiceClock
     tokens: TokenIssuer
     admin_token_hash: bytes | None
-    payout_batcher: PayoutBatcher
+    payout_acceptance: PayoutAcceptance
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))

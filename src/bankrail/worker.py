@@ -30,7 +30,7 @@ WORKER_CHANNELS = (JOBS_CHANNEL, WEBHOOK_CHANNEL)
 
 def register_jobs(queue: JobQueue) -> None:
     """Give the queue a handler for every kind of job the areas schedule."""
-    queue.register(payouts_service.ADVANCE_JOB, payouts_service.advance_payout)
+    queue.register(payouts_service.ADVANCE_JOB, payouts_jobs.advance_payout)
     queue.register_batch(payouts_service.ADVANCE_JOB, payouts_jobs.advance_due_payouts)
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)

@@ -38,7 +38,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ from hypothesis.stateful import (
 )
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import Conflict, InvalidParameters
+from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import create_pool
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
@@ -74,10 +74,12 @@ from bankrail.payments import service as payments
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.payouts import service as payouts
+from bankrail.payouts.jobs import advance_payout
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import EXTERNAL_SORT_CODE, sort_code_beneficiary
 from support.databases import drop_database, fresh_database
+from support.payouts import payout_request, render_problem
 
 pytestmark = pytest.mark.slow  # Hypothesis runs many step sequences
 
@@ -349,8 +351,12 @@ class DomainMachine(RuleBasedStateMachine):
                         sort_code=account.identifiers.sort_code,
                         account_number=account.identifiers.account_number,
                     )
-                    await payouts.open_loop_destination(conn, account, "GBP", beneficiary)
-                    return
+                    request = payout_request(account, self.env.clock.now(), beneficiary=beneficiary)
+                    (refused,) = await payouts.accept_payouts(
+                        conn, [replace(request, store_client_errors=False)], render_problem
+                    )
+                    assert isinstance(refused, ProblemError)
+                    raise refused
                 euros = mistake == "top_up_in_euros"
                 transfer = IncomingTransfer(
                     amount_in_minor=amount,
@@ -386,39 +392,31 @@ class DomainMachine(RuleBasedStateMachine):
                 assert fresh is not None
                 if refund_of is not None:
                     user_id, source_id = refund_of
-                    target = await payouts.closed_loop_destination(
-                        conn,
-                        fresh,
-                        {
-                            "type": "payment_source",
-                            "user_id": user_id,
-                            "payment_source_id": str(source_id),
-                            "reference": reference,
-                        },
+                    beneficiary = {
+                        "type": "payment_source",
+                        "user_id": user_id,
+                        "payment_source_id": str(source_id),
+                        "reference": reference,
+                    }
+                elif destination == "internal":
+                    assert other.identifiers.sort_code is not None
+                    assert other.identifiers.account_number is not None
+                    beneficiary = sort_code_beneficiary(
+                        reference,
+                        "Model Payee Ltd",
+                        sort_code=other.identifiers.sort_code,
+                        account_number=other.identifiers.account_number,
                     )
                 else:
-                    if destination == "internal":
-                        assert other.identifiers.sort_code is not None
-                        assert other.identifiers.account_number is not None
-                        beneficiary = sort_code_beneficiary(
-                            reference,
-                            "Model Payee Ltd",
-                            sort_code=other.identifiers.sort_code,
-                            account_number=other.identifiers.account_number,
-                        )
-                    else:
-                        name = SCREENED_NAME if destination == "screened" else "Jane Doe"
-                        beneficiary = sort_code_beneficiary(reference, name)
-                    target = await payouts.open_loop_destination(conn, fresh, "GBP", beneficiary)
-                return await payouts.accept_payout(
-                    conn,
-                    api="v3",
-                    account=fresh,
-                    amount=amount,
-                    destination=target,
-                    reference=reference,
-                    now=self.env.clock.now(),
+                    name = SCREENED_NAME if destination == "screened" else "Jane Doe"
+                    beneficiary = sort_code_beneficiary(reference, name)
+                request = payout_request(
+                    fresh, self.env.clock.now(), amount=amount, beneficiary=beneficiary
                 )
+                (outcome,) = await payouts.accept_payouts(conn, [request], render_problem)
+                assert not isinstance(outcome, ProblemError)
+                assert outcome[0] == 202, outcome
+                return uuid.UUID(orjson.loads(outcome[1])["id"])
 
         payout_id = self.env.run(accept())
         model = self.accounts[index]
@@ -851,7 +849,7 @@ def _open_env(loop: LoopThread, dsn: str) -> Env:
             await clock.refresh(conn)
             await replace_screening_list(conn, [SCREENED_NAME])
         queue = JobQueue(pool, clock)
-        queue.register(payouts.ADVANCE_JOB, payouts.advance_payout)
+        queue.register(payouts.ADVANCE_JOB, advance_payout)
         queue.register(payments.ADVANCE_JOB, payments.advance_payment)
         queue.register(payments.EXPIRE_JOB, payments.expire_payment)
         return Env(loop, pool, clock, queue)

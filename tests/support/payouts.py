@@ -4,26 +4,87 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from bankrail.core.clock import ServiceClock
+from bankrail.core.jsonbody import loads
+from bankrail.core.problems import ProblemError
+from bankrail.http.problems import render_problem_bytes
 from bankrail.jobs.queue import JobQueue
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.jobs import advance_due_payouts
+from bankrail.payouts.jobs import advance_due_payouts, advance_payout
+from bankrail.payouts.models import OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.service import (
     ADVANCE_JOB,
-    IdempotentRequest,
-    PayoutBatcher,
-    accept_payout,
-    accept_v3_payout_at_once,
-    advance_payout,
-    open_loop_destination,
+    Keyed,
+    PayoutAcceptance,
+    accept_payouts,
+    beneficiary_identifiers,
 )
 from bankrail.security.idempotency import fingerprint
 from support.accounts import sort_code_beneficiary
+
+TTL = timedelta(hours=6)
+
+
+def render_problem(error: ProblemError) -> bytes:
+    """Problem bodies as the service stores them."""
+    return render_problem_bytes(error, "http://bankrail.test")
+
+
+def payout_request(
+    account: MerchantAccount,
+    now: datetime,
+    *,
+    api: str = "v3",
+    transaction_id: uuid.UUID | None = None,
+    context_code: str | None = None,
+    key: str | None = None,
+    amount: int = 300,
+    beneficiary: dict[str, Any] | None = None,
+    currency: str | None = None,
+    merchant_id: uuid.UUID | None = None,
+    body: bytes = b"{}",
+) -> Keyed:
+    """An open-loop (or, with such a beneficiary, closed-loop) payout request from `account`
+    as the v3 route makes it (or, with `api`, as another API's would), under Idempotency-Key
+    `key` (a fresh one by default)."""
+    beneficiary = beneficiary or sort_code_beneficiary("rent")
+    field = OPEN_LOOP_FIELD
+    if beneficiary["type"] == "payment_source":
+        field = "beneficiary.payment_source_id"
+    request = PayoutRequest(
+        api=api,
+        merchant_id=merchant_id or account.merchant_id,
+        account_id=account.id,
+        currency=currency or account.currency,
+        amount=amount,
+        beneficiary=beneficiary,
+        identifiers=beneficiary_identifiers(beneficiary, field),
+        field=field,
+        reference=beneficiary["reference"],
+        metadata={"order": "42"} if api == "v3" else None,
+        transaction_id=transaction_id,
+        context_code=context_code,
+        now=now,
+    )
+    return Keyed(
+        request,
+        scope="v3:client",
+        key=key or str(uuid.uuid4()),
+        fingerprint=fingerprint("POST", "/v3/payouts", body),
+        ttl=TTL,
+    )
+
+
+async def accept_one(pool: asyncpg.Pool, keyed: Keyed) -> tuple[int, bytes] | ProblemError:
+    """The request accepted alone, in a transaction of its own; its outcome."""
+    async with pool.acquire() as conn, conn.transaction():
+        (outcome,) = await accept_payouts(conn, [keyed], render_problem)
+    return outcome
 
 
 async def accepted_payout(
@@ -35,21 +96,17 @@ async def accepted_payout(
 ) -> uuid.UUID:
     """An open-loop v3 payout from `account`, accepted in a transaction of its own (the
     funds held, or its failure noted); its id."""
-    async with pool.acquire() as conn, conn.transaction():
-        destination = await open_loop_destination(conn, account, "GBP", beneficiary)
-        return await accept_payout(
-            conn,
-            api="v3",
-            account=account,
-            amount=amount,
-            destination=destination,
-            reference=beneficiary["reference"],
-            now=now,
-        )
+    outcome = await accept_one(
+        pool, payout_request(account, now, amount=amount, beneficiary=beneficiary)
+    )
+    assert not isinstance(outcome, ProblemError), outcome
+    status, body = outcome
+    assert status == 202, body
+    return uuid.UUID(loads(body)["id"])
 
 
 async def accept_at_once(
-    batcher: PayoutBatcher,
+    acceptance: PayoutAcceptance,
     account: MerchantAccount,
     now: datetime,
     *,
@@ -58,20 +115,19 @@ async def accept_at_once(
     beneficiary: dict[str, Any] | None = None,
     currency: str = "GBP",
     merchant_id: uuid.UUID | None = None,
-) -> bytes | None:
-    """An open-loop v3 payout from `account` through the one-statement batch, as the fast
-    lane submits it under Idempotency-Key `key`; the 202 body, or None when it is not the
-    common case."""
-    return await accept_v3_payout_at_once(
-        batcher,
-        IdempotentRequest("v3:client", key, fingerprint("POST", "/v3/payouts", b"{}")),
-        merchant_id=merchant_id or account.merchant_id,
-        account_id=account.id,
-        currency=currency,
-        amount=amount,
-        beneficiary=beneficiary or sort_code_beneficiary("rent"),
-        metadata={"order": "42"},
-        now=now,
+) -> tuple[int, bytes]:
+    """An open-loop v3 payout from `account` through the group commit, as the route submits
+    it under Idempotency-Key `key`; its answer (raises the problems that are not stored)."""
+    return await acceptance.accept(
+        payout_request(
+            account,
+            now,
+            key=key,
+            amount=amount,
+            beneficiary=beneficiary,
+            currency=currency,
+            merchant_id=merchant_id,
+        )
     )
 
 

@@ -1,16 +1,25 @@
-"""Schema migrations: numbered SQL files applied once each, in order.
+"""Schema migrations and the database's functions, applied at start.
 
-`bankrail migrate` applies them, and so does every process as it starts (when there is
-nothing to apply, that costs a look at `schema_migrations`). Concurrent starters are
-serialised by a transaction-scoped advisory lock, taken in the one transaction that applies
-every pending file with its bookkeeping row: it holds no session state, so it works through a
-transaction pooler (PgBouncer `pool_mode = transaction`), and a starter that waited finds the
-files applied. A database that has a version this release does not ship (a newer release
-migrated it) is refused with `SchemaTooNew`: the process must not start on it.
+Migrations are numbered SQL files in `migrations/` (tables, indexes, data), applied once each,
+in order. Functions are the current text of every SQL function, one file per family in
+`functions/`, each statement a `CREATE OR REPLACE FUNCTION`; they are applied after the
+migrations whenever the files differ from the ones last applied (their SHA-256 is kept in
+`schema_functions`), so that a start on an existing database with unchanged files costs one
+query. A function whose arguments or result change, or that goes away, is dropped by a
+numbered migration (`CREATE OR REPLACE` would add an overload beside the old one).
+
+`bankrail migrate` applies both, and so does every process as it starts. Concurrent
+starters are serialised by a transaction-scoped advisory lock, taken in the one transaction
+that applies every pending file with its bookkeeping row and then the functions: it holds
+no session state, so it works through a transaction pooler (PgBouncer
+`pool_mode = transaction`), and a starter that waited finds everything applied. A database
+that has a version this release does not ship (a newer release migrated it) is refused with
+`SchemaTooNew`: the process must not start on it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 
 from bankrail.db.pool import Connection
@@ -42,7 +51,24 @@ class SchemaTooNew(Exception):
 
 def available_migrations() -> list[tuple[str, str]]:
     """(version, sql) for every migration shipped with the package, in order."""
-    folder = resources.files("bankrail.db") / "migrations"
+    return _sql_files("migrations")
+
+
+def available_functions() -> list[tuple[str, str]]:
+    """(name, sql) for every function file shipped with the package, in order."""
+    return _sql_files("functions")
+
+
+def functions_digest() -> str:
+    """The SHA-256 of the function files, names and text, as applied."""
+    digest = hashlib.sha256()
+    for name, sql in available_functions():
+        digest.update(name.encode() + b"\0" + sql.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _sql_files(folder_name: str) -> list[tuple[str, str]]:
+    folder = resources.files("bankrail.db") / folder_name
     found = [
         (entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
         for entry in folder.iterdir()
@@ -72,9 +98,9 @@ async def unknown_migrations(conn: Connection) -> list[str]:
 
 
 async def migrate(conn: Connection) -> list[str]:
-    """Apply every pending migration, in one transaction; returns the versions applied by
-    this call. Raises `SchemaTooNew`, applying nothing, on a database migrated by a newer
-    release."""
+    """Apply every pending migration and then the function files if they changed, in one
+    transaction; returns the versions of the migrations applied by this call. Raises
+    `SchemaTooNew`, applying nothing, on a database migrated by a newer release."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
         await conn.execute(
@@ -92,4 +118,22 @@ async def migrate(conn: Connection) -> list[str]:
             await conn.execute(sql)
             await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
             applied_now.append(version)
+        await apply_functions(conn)
     return applied_now
+
+
+async def apply_functions(conn: Connection) -> bool:
+    """Create or replace every function of `functions/` unless the files applied last are
+    these; True when they were applied. The caller holds the migrations' advisory lock."""
+    digest = functions_digest()
+    if await conn.fetchval("SELECT sha256 FROM schema_functions WHERE id = 1") == digest:
+        return False
+    async with conn.transaction():
+        for _, sql in available_functions():
+            await conn.execute(sql)
+        await conn.execute(
+            "INSERT INTO schema_functions (id, sha256) VALUES (1, $1)"
+            " ON CONFLICT (id) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()",
+            digest,
+        )
+    return True

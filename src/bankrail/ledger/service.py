@@ -21,8 +21,17 @@ from bankrail.ledger.models import (
 
 __all__ = ["check_ledger", "ensure_account", "post"]
 
-# Raised by bankrail_ledger_post: an unknown ledger account, or mixed currencies.
-_UNBALANCED_STATES = frozenset({"BRL01", "BRL02"})
+# Raised by bankrail_post_transactions (db/functions/ledger.sql): an unknown ledger account,
+# mixed currencies, postings that do not balance.
+_UNBALANCED_STATES = frozenset({"BRL01", "BRL02", "BRL03"})
+
+# The one posting primitive, for one transaction here; the batch writers of the payout path
+# call the same function from SQL.
+_POST = (
+    "SELECT bankrail_post_transactions(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::uuid],"
+    " ARRAY[$4::timestamptz], array_fill($1::uuid, ARRAY[cardinality($5::bigint[])]),"
+    " $5::bigint[], $6::bigint[])"
+)
 
 
 async def ensure_account(
@@ -62,19 +71,18 @@ async def post(
     """
     validate_postings(postings)
     transaction_id = new_id()
-    ordered = sorted(postings, key=lambda p: p.account_id)
-    # One round trip (migration 0005): the transaction row, the account locks taken in id
-    # order (so concurrent transactions over overlapping accounts never deadlock), the
-    # balance updates and the postings.
+    # One round trip: the transaction row, the account locks taken in id order (so
+    # concurrent transactions over overlapping accounts never deadlock), the balance updates
+    # and the postings.
     try:
         await conn.execute(
-            "SELECT bankrail_ledger_post($1, $2, $3, $4::bigint[], $5::bigint[], $6)",
+            _POST,
             transaction_id,
             kind,
             reference_id,
-            [p.account_id for p in ordered],
-            [p.amount for p in ordered],
             now,
+            [p.account_id for p in postings],
+            [p.amount for p in postings],
         )
     except asyncpg.CheckViolationError as exc:
         raise InsufficientFunds(str(exc)) from exc

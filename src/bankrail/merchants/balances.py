@@ -1,5 +1,6 @@
-"""Every movement of a merchant account's money, each one double-entry and each followed, in
-the same transaction, by the re-evaluation of the account's balance notification state."""
+"""A merchant account's balance as the merchant sees it: each movement of its money (the
+movements themselves are `ledger.holds`) followed, in the same transaction, by the
+re-evaluation of the account's balance notification state."""
 
 from __future__ import annotations
 
@@ -9,36 +10,16 @@ from datetime import datetime
 from bankrail.db.pool import Connection
 from bankrail.events import notifications
 from bankrail.events.outbox import record_event
-from bankrail.ledger.models import Posting, transfer
-from bankrail.ledger.service import ensure_account, post
+from bankrail.ledger import holds
 from bankrail.merchants.models import MerchantAccount
 
 __all__ = [
-    "clearing_account",
-    "clearing_code",
-    "consume_hold",
     "credit_from_clearing",
     "hold_funds",
+    "reevaluate_notifications",
     "release_hold",
     "transfer_between_accounts",
 ]
-
-
-def clearing_code(rail: str, currency: str, account_id: uuid.UUID) -> str:
-    """The code of the clearing ledger account of one merchant account on one rail."""
-    return f"clearing:{rail}:{currency}:{account_id}"
-
-
-async def clearing_account(conn: Connection, rail: str, account: MerchantAccount) -> int:
-    """The ledger account that stands for the outside world on one rail, for one merchant
-    account. (One per merchant account rather than one per rail: a single shared account
-    would sum every merchant's volume and could overflow 64 bits, failing everyone.)"""
-    return await ensure_account(
-        conn,
-        clearing_code(rail, account.currency, account.id),
-        account.currency,
-        allow_negative=True,
-    )
 
 
 async def credit_from_clearing(
@@ -52,13 +33,8 @@ async def credit_from_clearing(
     now: datetime,
 ) -> None:
     """Money arrives from outside (a top-up or a settled pay-in)."""
-    source = await clearing_account(conn, rail, account)
-    await post(
-        conn,
-        kind=kind,
-        reference_id=reference_id,
-        postings=transfer(source, account.available_ledger_id, amount),
-        now=now,
+    await holds.credit_from_clearing(
+        conn, account, rail=rail, amount=amount, kind=kind, reference_id=reference_id, now=now
     )
     await reevaluate_notifications(conn, account.id, now)
 
@@ -72,17 +48,10 @@ async def hold_funds(
     now: datetime,
     purpose: str = "payout",
 ) -> None:
-    """Set funds aside for a payout (or another outgoing `purpose`, such as a refund):
-    available falls, current does not.
-
-    Raises InsufficientFunds when the available balance is too low (nothing is written).
-    """
-    await post(
-        conn,
-        kind=f"{purpose}_hold",
-        reference_id=reference_id,
-        postings=transfer(account.available_ledger_id, account.held_ledger_id, amount),
-        now=now,
+    """Set funds aside for a payout (or another outgoing `purpose`, such as a refund); raises
+    InsufficientFunds, nothing written, when the available balance is too low."""
+    await holds.hold_funds(
+        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
     )
     await reevaluate_notifications(conn, account.id, now)
 
@@ -97,36 +66,10 @@ async def release_hold(
     purpose: str = "payout",
 ) -> None:
     """Give held funds back to the available balance (the payout or refund failed)."""
-    await post(
-        conn,
-        kind=f"{purpose}_release",
-        reference_id=reference_id,
-        postings=transfer(account.held_ledger_id, account.available_ledger_id, amount),
-        now=now,
+    await holds.release_hold(
+        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
     )
     await reevaluate_notifications(conn, account.id, now)
-
-
-async def consume_hold(
-    conn: Connection,
-    account: MerchantAccount,
-    *,
-    amount: int,
-    rail: str,
-    reference_id: uuid.UUID,
-    now: datetime,
-    purpose: str = "payout",
-) -> None:
-    """Held funds leave the service over a rail (the payout or refund executed): current
-    falls."""
-    destination = await clearing_account(conn, rail, account)
-    await post(
-        conn,
-        kind=f"{purpose}_execution",
-        reference_id=reference_id,
-        postings=transfer(account.held_ledger_id, destination, amount),
-        now=now,
-    )
 
 
 async def transfer_between_accounts(
@@ -138,16 +81,9 @@ async def transfer_between_accounts(
     reference_id: uuid.UUID,
     now: datetime,
 ) -> None:
-    """An internal transfer: held funds of `source` credit `destination` in one transaction."""
-    await post(
-        conn,
-        kind="internal_transfer",
-        reference_id=reference_id,
-        postings=[
-            Posting(source.held_ledger_id, -amount),
-            Posting(destination.available_ledger_id, amount),
-        ],
-        now=now,
+    """An internal transfer: held funds of `source` credit `destination`."""
+    await holds.transfer_between_accounts(
+        conn, source, destination, amount=amount, reference_id=reference_id, now=now
     )
     await reevaluate_notifications(conn, destination.id, now)
 

@@ -1,15 +1,19 @@
-"""Running the jobs of many payouts at once.
+"""Running payout jobs: the steps of a payout after its acceptance.
 
-Under load, most due payout jobs are alike: an open-loop payout whose money leaves over a
-scheme (or comes back on a failure) from an account without a balance threshold. This takes
-a batch of them with two statements, each its own transaction (migration 0008): one leases
-the jobs and reads their payouts, the Python state machine decides each payout's steps,
-exactly as `service.advance_payout` does for one, and one statement checks that the
-decisions still hold and writes every row (migration 0006), its commit included. The
-merchant's ledger rows are locked once per batch, at the end, and only while PostgreSQL
-writes and commits, never while this process's event loop is busy elsewhere. Every other
-payout job (an internal transfer, an account with a threshold to re-evaluate, a job without
-its payout) is left to `advance_payout`.
+Every payout's steps are decided by the state machine (`models.advance`, through `_Batch`)
+and written by one SQL function, `bankrail_advance_payouts`
+(db/functions/payout_advancement.sql), whether one payout moves or many:
+
+- `advance_due_payouts` takes a batch of due jobs with two statements, each its own
+  transaction: one leases the jobs and reads their payouts; after the decisions, one checks
+  that they still hold and writes every row, its commit included. The merchant's ledger rows
+  are locked once per batch, at the end, and only while PostgreSQL writes and commits, never
+  while this process's event loop is busy elsewhere. It takes the payouts whose steps need
+  nothing else: an open-loop payout of an account without a balance threshold.
+- `advance_payout` is the job handler for one payout, in the job's transaction: the same
+  decision and the same write for a batch of one, and then what the other payouts need
+  after their money moves: an internal transfer's credit to the payee (its top-up row and
+  event), and the balance notifications of the accounts whose available balance changed.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 from bankrail.core.ids import new_id
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
-from bankrail.merchants.balances import clearing_code
-from bankrail.payouts.models import Stage
+from bankrail.ledger.holds import clearing_code
+from bankrail.merchants.balances import reevaluate_notifications
+from bankrail.merchants.service import get_account
+from bankrail.payouts.models import Advance, Stage
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     STATE_COLUMNS,
@@ -33,8 +39,9 @@ from bankrail.payouts.service import (
     v1_event,
     v3_terminal_event,
 )
+from bankrail.rails.incoming import record_internal_credit
 
-__all__ = ["advance_due_payouts"]
+__all__ = ["advance_due_payouts", "advance_payout"]
 
 _COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.split(","))
 
@@ -44,7 +51,7 @@ _COLUMNS = ", ".join(f"(c.payout).{name.strip()}" for name in STATE_COLUMNS.spli
 # (another batch may have run its jobs) writes only what still holds.
 LEASE = timedelta(seconds=10)
 
-# Due payout jobs whose payout this batch can take, leased (migration 0008).
+# Due payout jobs whose payout this batch can take, leased.
 _LEASE = (
     f"SELECT c.job_id, {_COLUMNS}, c.held_ledger_id, c.available_ledger_id"
     " FROM bankrail_lease_payout_jobs($1, $2, $3, $4) c"
@@ -64,7 +71,8 @@ _GIVE_BACK = (
 
 @dataclass
 class _Batch:
-    """The rows one batch writes, as the parallel arrays migrations 0006 and 0008 take."""
+    """The rows one batch writes, as the parallel arrays `bankrail_advance_leased_payouts`
+    takes."""
 
     now: datetime
     job_ids: list[int] = field(default_factory=list)
@@ -79,12 +87,14 @@ class _Batch:
         default_factory=list
     )
 
-    def add(self, row: Any) -> None:
-        """Decide the payout's steps and queue everything they write."""
-        self.job_ids.append(row["job_id"])
+    def add(self, row: Any, job_id: int | None, payee_ledger_id: int | None = None) -> Advance:
+        """Decide the payout's steps and queue everything they write (its job, when given,
+        is deleted with them; an internal transfer credits `payee_ledger_id`)."""
+        if job_id is not None:
+            self.job_ids.append(job_id)
         plan = planned_advance(row, self.now)
         if not plan.steps:
-            return  # terminal: a duplicate job finds nothing to do
+            return plan  # terminal: a duplicate job finds nothing to do
         state = plan.state
         payout_id: uuid.UUID = row["id"]
         self.from_stages.append(row["stage"])
@@ -109,19 +119,23 @@ class _Batch:
         if plan.next_step_at is not None:
             self.next_steps.append((payout_id, plan.next_step_at))
         if not plan.moves_money:
-            return
+            return plan
         amount: int = row["amount_in_minor"]
         held: int = row["held_ledger_id"]
         to_id: int | None = None
         to_code: str | None = None
         if state.stage is Stage.FAILED:
             kind, to_id = "payout_release", row["available_ledger_id"]
+        elif row["destination_account_id"] is not None:
+            assert payee_ledger_id is not None
+            kind, to_id = "internal_transfer", payee_ledger_id
         else:
             kind = "payout_execution"
             to_code = clearing_code(row["scheme_id"], row["currency"], row["merchant_account_id"])
         self.moves.append(
             (new_id(), kind, payout_id, held, to_id, to_code, row["currency"], amount)
         )
+        return plan
 
     def _event(
         self,
@@ -187,7 +201,7 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
             batch.duplicate_job_ids.append(row["job_id"])
         else:
             seen.add(row["id"])
-            batch.add(row)
+            batch.add(row, row["job_id"])
     leased = [row["job_id"] for row in rows]
     try:
         written: bool = await conn.fetchval(_WRITE, *batch.arguments())
@@ -198,3 +212,59 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
     if given_back:
         await conn.execute(_GIVE_BACK, given_back)
     return len(batch.job_ids) if written else 0
+
+
+# One payout for `advance_payout`, locked, with the ledger rows of its account and, for an
+# internal transfer, the payee's available ledger row.
+_ONE = (
+    "SELECT {}, ma.held_ledger_id, ma.available_ledger_id,"
+    " d.available_ledger_id AS payee_ledger_id"
+    " FROM payouts p JOIN merchant_accounts ma ON ma.id = p.merchant_account_id"
+    " LEFT JOIN merchant_accounts d ON d.id = p.destination_account_id"
+    " WHERE p.id = $1 FOR UPDATE OF p"
+).format(", ".join(f"p.{name.strip()}" for name in STATE_COLUMNS.split(",")))
+
+_WRITE_ONE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 34)))
+
+
+async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+    """Take the payout's next steps (a job handler; runs in the job's transaction, which
+    deletes the job).
+
+    Steps that are due at once (authorisation, then submission, then execution when the
+    scheme answers without delay) are taken one after the other in this one transaction,
+    each with its own events, rather than as one job each: the payout goes through the same
+    states and emits the same events, with one commit instead of three. Each step is dated
+    a microsecond after the one before (`models.advance`), and its v1 event is delivered only
+    after the one before it (`v1_event`'s ordering).
+    """
+    row = await conn.fetchrow(_ONE, uuid.UUID(payload["payout_id"]))
+    if row is None:
+        return
+    batch = _Batch(now)
+    plan = batch.add(row, None, row["payee_ledger_id"])
+    if not plan.steps:
+        return  # terminal: a duplicate job finds nothing to do
+    await conn.execute(_WRITE_ONE, *batch.arguments()[1:])
+    if not plan.moves_money:
+        return
+    if plan.state.stage is Stage.FAILED:
+        await reevaluate_notifications(conn, row["merchant_account_id"], now)
+        return
+    if row["destination_account_id"] is None:
+        return
+    source = await get_account(conn, row["merchant_account_id"])
+    payee = await get_account(conn, row["destination_account_id"])
+    assert source is not None
+    assert payee is not None
+    await reevaluate_notifications(conn, payee.id, now)
+    await record_internal_credit(
+        conn,
+        payee,
+        transfer_id=row["id"],
+        amount=row["amount_in_minor"],
+        remitter_name=source.account_holder_name,
+        remitter_iban=source.identifiers.iban,
+        reference=row["reference"],
+        now=now,
+    )

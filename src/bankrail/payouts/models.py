@@ -18,9 +18,14 @@ transaction): a step is dated `now`, or one microsecond after the payout's previ
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
+
+from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
+from bankrail.merchants.models import AccountIdentifiers
 
 # The least gap between two steps of one payout: PostgreSQL keeps timestamps to the
 # microsecond, so steps apart by this much stay apart once stored.
@@ -215,3 +220,188 @@ def advance(
                 state = state.execute(now)
         steps.append(state)
     return Advance(state, tuple(steps), next_step_at, moves_money)
+
+
+# Acceptance: what a payout request becomes, decided from what one read found.
+
+OPEN_LOOP_FIELD = "beneficiary.account_identifier"
+CLOSED_LOOP_FIELD = "beneficiary.payment_source_id"
+
+
+def check_route(currency: str, identifiers: AccountIdentifiers, field: str) -> None:
+    """GBP pays a UK account (sort code or GB IBAN); EUR pays a non-GB IBAN (spec 2.4.1)."""
+    if identifiers.sort_code is not None:
+        if currency != "GBP":
+            raise invalid_field(field, "sort code and account number accounts are paid in GBP")
+        return
+    country = identifiers.iban[:2]
+    if currency == "GBP" and country != "GB":
+        raise invalid_field(field, "GBP payouts go to a UK account (sort code or GB IBAN)")
+    if currency == "EUR" and country == "GB":
+        raise invalid_field(field, "EUR payouts go to a non-GB IBAN")
+    if currency not in ("GBP", "EUR"):
+        raise invalid_field("currency", "payouts are made in GBP or EUR")
+
+
+def stored_open_loop(
+    beneficiary: dict[str, Any], identifiers: AccountIdentifiers
+) -> dict[str, Any]:
+    """The beneficiary as kept on an open-loop payout."""
+    stored = {k: v for k, v in beneficiary.items() if v is not None}
+    if stored["account_identifier"]["type"] == "iban":
+        stored["account_identifier"] = {"type": "iban", "iban": identifiers.iban}
+    stored["account_identifiers"] = identifiers.as_list()
+    return stored
+
+
+@dataclass(frozen=True)
+class PayoutRequest:
+    """A request to create a payout, parsed and authenticated, from either API.
+
+    `account_id` names the paying account (v3); without it the merchant's first account in
+    `currency` pays (v1). `identifiers` are the open-loop payee's, normalised, or the problem
+    that normalising them raised (decided in the rules' order); None for a closed-loop
+    `payment_source` beneficiary, which the source's own identifiers route.
+    """
+
+    api: str
+    merchant_id: uuid.UUID
+    account_id: uuid.UUID | None
+    currency: str
+    amount: int
+    beneficiary: dict[str, Any]
+    identifiers: AccountIdentifiers | ProblemError | None
+    field: str
+    reference: str
+    now: datetime
+    transaction_id: uuid.UUID | None = None
+    context_code: str | None = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def closed_loop(self) -> bool:
+        """A payout back to a payment source the user paid from."""
+        return bool(self.beneficiary["type"] == "payment_source")
+
+    @property
+    def payee_identifiers(self) -> AccountIdentifiers | None:
+        """The identifiers to look the payee up by (open loop, when valid)."""
+        return self.identifiers if isinstance(self.identifiers, AccountIdentifiers) else None
+
+
+@dataclass(frozen=True)
+class AccountFacts:
+    """The paying account as the acceptance read found it, its ledger rows locked."""
+
+    id: uuid.UUID
+    merchant_id: uuid.UUID
+    currency: str
+    available_ledger_id: int
+    held_ledger_id: int
+    balance_threshold: int | None
+    notification_state: str
+    available: int
+    held: int
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """A payment source the user paid into the account from (closed loop)."""
+
+    id: uuid.UUID
+    user_id: str
+    account_holder_name: str
+    identifiers: AccountIdentifiers
+
+
+@dataclass(frozen=True)
+class PayoutFacts:
+    """What the acceptance read found for one request, besides its idempotency key."""
+
+    account: AccountFacts | None
+    source: SourceFacts | None
+    # The account at Bankrail that the payee's identifiers name, and its currency.
+    payee: tuple[uuid.UUID, str] | None
+    screened: bool
+
+
+@dataclass(frozen=True)
+class NewPayout:
+    """An accepted payout, as it is to be written."""
+
+    id: uuid.UUID
+    account: AccountFacts
+    name: str
+    identifiers: AccountIdentifiers
+    beneficiary: dict[str, Any]
+    destination_account_id: uuid.UUID | None
+    pending_failure: FailureReason | None
+
+    @property
+    def holds_funds(self) -> bool:
+        """True when its funds are held at acceptance (it fails later otherwise)."""
+        return self.pending_failure is None
+
+
+def decide_payout(
+    request: PayoutRequest, facts: PayoutFacts, available: int, payout_id: uuid.UUID
+) -> NewPayout:
+    """The payout a request creates, given what the read found and the account's available
+    funds left by the requests accepted before it; raises ProblemError for a request that
+    creates nothing (in the order the rules are checked). Insufficient funds and a screened
+    beneficiary are not errors: the payout is accepted and fails asynchronously."""
+    account = facts.account
+    if account is None:
+        if request.account_id is not None:
+            raise NotFound(f"Merchant account {request.account_id} not found.")
+        raise invalid_field("currency", f"the merchant has no {request.currency} account")
+    if request.currency != account.currency:
+        raise invalid_field(
+            "currency", f"must be {account.currency}, the merchant account's currency"
+        )
+    if request.closed_loop:
+        source = facts.source
+        if source is None:
+            raise InvalidParameters(
+                "The payment source did not pay into this merchant account for this user.",
+                {
+                    CLOSED_LOOP_FIELD: [
+                        "no settled payment from this user and source into this merchant account"
+                    ]
+                },
+            )
+        identifiers = source.identifiers
+        name = source.account_holder_name
+        beneficiary: dict[str, Any] = {
+            "type": "payment_source",
+            "user_id": source.user_id,
+            "payment_source_id": str(source.id),
+            "reference": request.beneficiary["reference"],
+            "account_holder_name": name,
+            "account_identifiers": identifiers.as_list(),
+        }
+    else:
+        if isinstance(request.identifiers, ProblemError):
+            raise request.identifiers
+        assert request.identifiers is not None
+        identifiers = request.identifiers
+        name = request.beneficiary["account_holder_name"]
+        beneficiary = stored_open_loop(request.beneficiary, identifiers)
+    check_route(account.currency, identifiers, request.field)
+    payee = facts.payee if facts.payee and facts.payee[1] == account.currency else None
+    if payee is not None and payee[0] == account.id:
+        raise invalid_field(request.field, "a merchant account cannot pay itself")
+    pending_failure: FailureReason | None = None
+    if facts.screened:
+        pending_failure = FailureReason.BLOCKED
+    elif available < request.amount:
+        pending_failure = FailureReason.INSUFFICIENT_FUNDS
+    return NewPayout(
+        id=payout_id,
+        account=account,
+        name=name,
+        identifiers=identifiers,
+        beneficiary=beneficiary,
+        destination_account_id=payee[0] if payee else None,
+        pending_failure=pending_failure,
+    )

@@ -10,20 +10,19 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.context import AppContext
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE
 from bankrail.core.pagination import decode_cursor, encode_cursor
-from bankrail.core.problems import CONFLICT, invalid_field
+from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
-from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody, signed_body
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.idempotent import idempotency_key
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
-from bankrail.merchants.service import account_in_currency, require_account
+from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts import service
+from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
     PayoutCreated,
@@ -35,7 +34,6 @@ from bankrail.payouts.schemas import (
     V3PayoutRequest,
 )
 from bankrail.security.idempotency import fingerprint
-from bankrail.security.tokens import AccessClaims
 
 router = APIRouter()
 
@@ -87,73 +85,36 @@ async def create_v3_payout(
 
     Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
     """
-    answer = await accept_common_case(
-        context, merchant, body, request.url.path, raw, idempotency_key
-    )
-    if answer is not None:
-        return Response(answer, status_code=202, media_type=JSON_MEDIA_TYPE)
-
     beneficiary = body.beneficiary.model_dump()
-
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        now = context.clock.now()
-        account = await require_account(
-            conn, uuid.UUID(body.merchant_account_id), merchant.merchant_id
-        )
-        if body.currency != account.currency:
-            raise invalid_field(
-                "currency", f"must be {account.currency}, the merchant account's currency"
-            )
-        if beneficiary["type"] == "payment_source":
-            destination = await service.closed_loop_destination(conn, account, beneficiary)
-        else:
-            destination = await service.open_loop_destination(
-                conn, account, body.currency, beneficiary
-            )
-        payout_id = await service.accept_payout(
-            conn,
-            api="v3",
-            account=account,
-            amount=body.amount_in_minor,
-            destination=destination,
-            reference=beneficiary["reference"],
-            metadata=body.metadata,
-            now=now,
-        )
-        return 202, {"id": str(payout_id)}
-
-    return await respond_once(
-        context,
-        request,
-        scope=f"v3:{merchant.client_id}",
-        key=idempotency_key,
-        body=raw,
-        effect=effect,
-    )
-
-
-async def accept_common_case(
-    context: AppContext,
-    merchant: AccessClaims,
-    body: V3PayoutRequest,
-    path: str,
-    raw: bytes,
-    idempotency_key: str,
-) -> bytes | None:
-    """The 202 body of a verified `POST /v3/payouts` when it is the common case, committed
-    (service.accept_v3_payout_at_once); None when it is not, with nothing written."""
-    scope = f"v3:{merchant.client_id}"
-    return await service.accept_v3_payout_at_once(
-        context.payout_batcher,
-        service.IdempotentRequest(scope, idempotency_key, fingerprint("POST", path, raw)),
+    field = CLOSED_LOOP_FIELD if beneficiary["type"] == "payment_source" else OPEN_LOOP_FIELD
+    payout = PayoutRequest(
+        api="v3",
         merchant_id=merchant.merchant_id,
         account_id=uuid.UUID(body.merchant_account_id),
         currency=body.currency,
         amount=body.amount_in_minor,
-        beneficiary=body.beneficiary.model_dump(),
+        beneficiary=beneficiary,
+        identifiers=service.beneficiary_identifiers(beneficiary, field),
+        field=field,
+        reference=beneficiary["reference"],
         metadata=body.metadata,
         now=context.clock.now(),
     )
+    status, answer = await context.payout_acceptance.accept(
+        service.Keyed(
+            payout,
+            scope=f"v3:{merchant.client_id}",
+            key=idempotency_key,
+            fingerprint=fingerprint(request.method, request.url.path, raw),
+            ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+        )
+    )
+    return _answer(status, answer)
+
+
+def _answer(status: int, body: bytes) -> Response:
+    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
+    return Response(body, status_code=status, media_type=media_type)
 
 
 @router.get(
@@ -218,54 +179,49 @@ async def create_v1_payout(
     accepted and then rejected by a `payout_rejected` event.
     """
     del raw  # verified by the dependency
-
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        now = context.clock.now()
-        account = await account_in_currency(conn, merchant.merchant_id, body.currency, "currency")
-        identifiers = service.iban_identifiers(body.beneficiary_iban, "beneficiary_iban")
-        internal = await service.resolve_account(
-            conn, account, body.currency, identifiers, "beneficiary_iban"
+    field = "beneficiary_iban"
+    try:
+        identifiers: AccountIdentifiers | ProblemError = service.iban_identifiers(
+            body.beneficiary_iban, field
         )
-        destination = service.Destination(
-            name=body.beneficiary_name,
-            identifiers=identifiers,
-            beneficiary={
-                "type": "external_account",
-                "account_holder_name": body.beneficiary_name,
-                "reference": body.beneficiary_reference,
-                "account_identifier": {"type": "iban", "iban": identifiers.iban},
-                "account_identifiers": identifiers.as_list(),
-            },
-            internal_account=internal,
-        )
-        await service.accept_payout(
-            conn,
-            api="v1",
-            account=account,
-            amount=body.amount_in_minor,
-            destination=destination,
-            reference=body.beneficiary_reference,
-            transaction_id=uuid.UUID(body.transaction_id),
-            context_code=body.context_code,
-            now=now,
-        )
-        return 202, {"transaction_id": body.transaction_id}
-
+    except ProblemError as problem:
+        identifiers = problem
+    payout = PayoutRequest(
+        api="v1",
+        merchant_id=merchant.merchant_id,
+        account_id=None,
+        currency=body.currency,
+        amount=body.amount_in_minor,
+        beneficiary={
+            "type": "external_account",
+            "account_holder_name": body.beneficiary_name,
+            "reference": body.beneficiary_reference,
+            "account_identifier": {"type": "iban", "iban": body.beneficiary_iban},
+        },
+        identifiers=identifiers,
+        field=field,
+        reference=body.beneficiary_reference,
+        transaction_id=uuid.UUID(body.transaction_id),
+        context_code=body.context_code,
+        now=context.clock.now(),
+    )
     fields = {**body.model_dump(), "transaction_id": body.transaction_id.lower()}
     canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
-    return await respond_once(
-        context,
-        request,
-        scope=f"v1:{merchant.merchant_id}",
-        key=body.transaction_id.lower(),
-        body=canonical,
-        effect=effect,
-        reuse_problem=CONFLICT,
-        ttl=V1_IDEMPOTENCY_TTL,
-        # A transaction_id is taken only by a payout that was created: a request refused
-        # with 400 may be corrected and sent again under the same id.
-        store_client_errors=False,
+    status, answer = await context.payout_acceptance.accept(
+        service.Keyed(
+            payout,
+            scope=f"v1:{merchant.merchant_id}",
+            key=body.transaction_id.lower(),
+            fingerprint=fingerprint(request.method, request.url.path, canonical),
+            ttl=V1_IDEMPOTENCY_TTL,
+            answer={"transaction_id": body.transaction_id},
+            reuse_problem=CONFLICT,
+            # A transaction_id is taken only by a payout that was created: a request refused
+            # with 400 may be corrected and sent again under the same id.
+            store_client_errors=False,
+        )
     )
+    return _answer(status, answer)
 
 
 def _v1_record(row: Any) -> dict[str, Any]:

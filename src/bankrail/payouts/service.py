@@ -1,7 +1,8 @@
 """Accepting payouts and moving them through the simulated rails, in PostgreSQL.
 
-Acceptance (in the request's transaction) screens the beneficiary and holds the funds, so
-`available_balance_in_minor` falls at once and concurrent payouts can never overdraw. Each
+Acceptance (`accept_payouts`, the one path of every payout created) screens the beneficiary
+and holds the funds in the transaction that stores the answer, so `available_balance_in_minor`
+falls at once and concurrent payouts can never overdraw. Each
 later step runs as a durable job in the transaction that also records its ledger postings and
 its events: a crash between steps resumes after restart, and no step happens twice.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,84 +21,38 @@ import asyncpg
 from bankrail.core.iban import normalise_iban
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
-from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
+from bankrail.core.problems import (
+    IDEMPOTENCY_CONCURRENCY,
+    IDEMPOTENCY_REUSE,
+    NotFound,
+    ProblemError,
+    ProblemType,
+)
 from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection, Pool
-from bankrail.events.outbox import Ordering, record_event
-from bankrail.jobs.queue import enqueue
-from bankrail.ledger.models import InsufficientFunds
-from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import (
-    consume_hold,
-    hold_funds,
-    release_hold,
-    transfer_between_accounts,
-)
-from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
-from bankrail.merchants.service import find_account_by_identifier, get_account
-from bankrail.payments.sources import payable_source
+from bankrail.events import notifications
+from bankrail.events.outbox import NewEvent, Ordering, new_event
+from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts.models import (
     REJECTIONS,
+    AccountFacts,
     Advance,
     FailureReason,
+    NewPayout,
+    PayoutFacts,
+    PayoutRequest,
     PayoutState,
+    SourceFacts,
     Stage,
     advance,
+    decide_payout,
     v1_reason,
 )
-from bankrail.rails.incoming import record_internal_credit
 from bankrail.rails.schemes import sandbox_outcome, scheme_for
-from bankrail.rails.screening import is_screened_out, normalise_name
-from bankrail.security.idempotency import lock_key
+from bankrail.rails.screening import normalise_name
+from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
 
 ADVANCE_JOB = "payout.advance"
-
-
-@dataclass(frozen=True)
-class Destination:
-    """Where a payout goes, resolved and validated."""
-
-    name: str
-    identifiers: AccountIdentifiers
-    beneficiary: dict[str, Any]
-    internal_account: MerchantAccount | None
-
-
-def _check_route(currency: str, identifiers: AccountIdentifiers, field: str) -> None:
-    """GBP pays a UK account (sort code or GB IBAN); EUR pays a non-GB IBAN (spec 2.4.1)."""
-    if identifiers.sort_code is not None:
-        if currency != "GBP":
-            raise invalid_field(field, "sort code and account number accounts are paid in GBP")
-        return
-    country = identifiers.iban[:2]
-    if currency == "GBP" and country != "GB":
-        raise invalid_field(field, "GBP payouts go to a UK account (sort code or GB IBAN)")
-    if currency == "EUR" and country == "GB":
-        raise invalid_field(field, "EUR payouts go to a non-GB IBAN")
-    if currency not in ("GBP", "EUR"):
-        raise invalid_field("currency", "payouts are made in GBP or EUR")
-
-
-async def resolve_account(
-    conn: Connection,
-    source: MerchantAccount,
-    currency: str,
-    identifiers: AccountIdentifiers,
-    field: str,
-) -> MerchantAccount | None:
-    """Validate the route and find the payee's Bankrail account, if it holds one."""
-    _check_route(currency, identifiers, field)
-    payee = await find_account_by_identifier(
-        conn,
-        iban=identifiers.iban or None,
-        sort_code=identifiers.sort_code,
-        account_number=identifiers.account_number,
-    )
-    if payee is None or payee.currency != currency:
-        return None
-    if payee.id == source.id:
-        raise invalid_field(field, "a merchant account cannot pay itself")
-    return payee
 
 
 def external_identifiers(raw: dict[str, Any], field: str) -> AccountIdentifiers:
@@ -111,268 +67,344 @@ def iban_identifiers(raw_iban: str, field: str) -> AccountIdentifiers:
     return AccountIdentifiers(normalise_iban(raw_iban, field), None, None)
 
 
-async def closed_loop_destination(
-    conn: Connection, account: MerchantAccount, beneficiary: dict[str, Any]
-) -> Destination:
-    """A payment source the user paid into this account from; otherwise 400."""
-    source = await payable_source(
-        conn,
-        merchant_account_id=account.id,
-        user_id=beneficiary["user_id"],
-        payment_source_id=uuid.UUID(beneficiary["payment_source_id"]),
-    )
-    if source is None:
-        raise InvalidParameters(
-            "The payment source did not pay into this merchant account for this user.",
-            {
-                "beneficiary.payment_source_id": [
-                    "no settled payment from this user and source into this merchant account"
-                ]
-            },
-        )
-    identifiers = source.identifiers
-    internal = await resolve_account(
-        conn, account, account.currency, identifiers, "beneficiary.payment_source_id"
-    )
-    return Destination(
-        name=source.account_holder_name,
-        identifiers=identifiers,
-        beneficiary={
-            "type": "payment_source",
-            "user_id": source.user_id,
-            "payment_source_id": str(source.id),
-            "reference": beneficiary["reference"],
-            "account_holder_name": source.account_holder_name,
-            "account_identifiers": identifiers.as_list(),
-        },
-        internal_account=internal,
-    )
-
-
-async def open_loop_destination(
-    conn: Connection, account: MerchantAccount, currency: str, beneficiary: dict[str, Any]
-) -> Destination:
-    """Any external account in the payout's currency and country rules."""
-    field = "beneficiary.account_identifier"
-    identifiers = external_identifiers(beneficiary["account_identifier"], field)
-    internal = await resolve_account(conn, account, currency, identifiers, field)
-    stored = _stored_open_loop(beneficiary, identifiers)
-    return Destination(beneficiary["account_holder_name"], identifiers, stored, internal)
-
-
-def _stored_open_loop(
-    beneficiary: dict[str, Any], identifiers: AccountIdentifiers
-) -> dict[str, Any]:
-    """The beneficiary as kept on an open-loop payout."""
-    stored = {k: v for k, v in beneficiary.items() if v is not None}
-    if stored["account_identifier"]["type"] == "iban":
-        stored["account_identifier"] = {"type": "iban", "iban": identifiers.iban}
-    stored["account_identifiers"] = identifiers.as_list()
-    return stored
+def beneficiary_identifiers(
+    beneficiary: dict[str, Any], field: str
+) -> AccountIdentifiers | ProblemError | None:
+    """An open-loop beneficiary's identifiers, normalised, or the problem that normalising
+    them raises (reported in the rules' order, `models.decide_payout`); None for a
+    closed-loop one."""
+    if beneficiary["type"] == "payment_source":
+        return None
+    try:
+        return external_identifiers(beneficiary["account_identifier"], field)
+    except ProblemError as problem:
+        return problem
 
 
 @dataclass(frozen=True)
-class IdempotentRequest:
-    """What identifies a keyed request for `accept_v3_payout_at_once`."""
+class Keyed:
+    """A payout request under its idempotency key: what identifies it, how long its answer
+    stays valid, what a reuse is answered, and whether 4xx answers are stored (v1 does not
+    take a transaction_id for a request it refused)."""
 
+    request: PayoutRequest
     scope: str
     key: str
     fingerprint: bytes
+    ttl: timedelta
+    answer: dict[str, Any] | None = None  # the 202 body; None: {"id": <payout id>}
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE
+    store_client_errors: bool = True
 
 
-class PayoutBatcher:
-    """Group commit of common-case v3 payouts within one process.
+# An answer to send (status, body) or a problem to raise, unstored.
+Outcome = tuple[int, bytes] | ProblemError
+RenderProblem = Callable[[ProblemError], bytes]
+
+
+def _read_item(keyed: Keyed) -> dict[str, Any]:
+    request = keyed.request
+    payee = request.payee_identifiers
+    item: dict[str, Any] = {
+        "lock_key": lock_key(keyed.scope, keyed.key),
+        "scope": keyed.scope,
+        "key": keyed.key,
+        "merchant_id": str(request.merchant_id),
+        "account_id": str(request.account_id) if request.account_id else None,
+        "currency": request.currency,
+    }
+    if request.closed_loop:
+        item["source_id"] = request.beneficiary["payment_source_id"]
+        item["user_id"] = request.beneficiary["user_id"]
+    elif payee is not None:
+        item["iban"] = payee.iban or None
+        item["sort_code"] = payee.sort_code
+        item["account_number"] = payee.account_number
+        item["normalised_name"] = normalise_name(request.beneficiary["account_holder_name"])
+    return item
+
+
+def _facts(row: Any) -> PayoutFacts:
+    account = None
+    if row["account_id"] is not None:
+        account = AccountFacts(
+            id=row["account_id"],
+            merchant_id=row["account_merchant_id"],
+            currency=row["account_currency"],
+            available_ledger_id=row["available_ledger_id"],
+            held_ledger_id=row["held_ledger_id"],
+            balance_threshold=row["balance_threshold"],
+            notification_state=row["notification_state"],
+            available=row["available"],
+            held=row["held"],
+        )
+    source = None
+    screened = bool(row["screened"])
+    if row["source_id"] is not None:
+        identifiers = AccountIdentifiers(
+            row["source_iban"] or "", row["source_sort_code"], row["source_account_number"]
+        )
+        source = SourceFacts(
+            row["source_id"], row["source_user_id"], row["source_name"], identifiers
+        )
+        screened = normalise_name(row["source_name"]) in (row["screening_names"] or ())
+    payee = (row["payee_id"], row["payee_currency"]) if row["payee_id"] is not None else None
+    return PayoutFacts(account=account, source=source, payee=payee, screened=screened)
+
+
+@dataclass
+class _Write:
+    """The rows of one batch's write (`bankrail_write_payout_acceptances`)."""
+
+    payouts: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    holds: list[tuple[uuid.UUID, uuid.UUID, int, int, int, datetime]] = field(default_factory=list)
+    states: dict[uuid.UUID, str] = field(default_factory=dict)
+    events: list[tuple[NewEvent, datetime]] = field(default_factory=list)
+
+    def arguments(self) -> list[Any]:
+        answers = list(zip(*self.answers, strict=True)) or [()] * 6
+        holds = list(zip(*self.holds, strict=True)) or [()] * 6
+        events = [e for e, _ in self.events]
+        return [
+            self.payouts,
+            ADVANCE_JOB,
+            *(list(column) for column in answers),
+            *(list(column) for column in holds),
+            list(self.states),
+            list(self.states.values()),
+            [e.id for e in events],
+            [e.delivery_id for e in events],
+            [e.merchant_id for e in events],
+            [e.family for e in events],
+            [e.event_type for e in events],
+            [e.payload for e in events],
+            [at for _, at in self.events],
+        ]
+
+
+_READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
+_WRITE = "SELECT bankrail_write_payout_acceptances({})".format(
+    ", ".join(f"${i}" for i in range(1, 24))
+)
+
+
+async def accept_payouts(
+    conn: Connection, batch: Sequence[Keyed], render_problem: RenderProblem
+) -> list[Outcome]:
+    """Accept payout requests, in the caller's transaction: the one path of every payout
+    created, whatever its API; a batch of one is the general case.
+
+    One statement reads what every rule needs (the keys' locks and stored answers, the paying
+    accounts with their ledger rows locked and their balances, payment sources, payees at
+    Bankrail, screening hits); the rules decide each request in order (`models.decide_payout`,
+    each request seeing the holds of those before it); one statement writes the payouts,
+    their first jobs, the answers stored under their keys, the holds, and the balance
+    notifications the holds cause. Returns each request's outcome, in order: the answer
+    (stored under its key: a 202, or a 4xx problem), or a problem not stored (the key in
+    flight, reused with another request, or a v1 client error).
+    """
+    rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
+    write = _Write()
+    outcomes: list[Outcome] = []
+    left: dict[uuid.UUID, tuple[int, int, str]] = {}  # available, held, notification state
+    for keyed, row in zip(batch, rows, strict=True):
+        outcomes.append(_decide(keyed, row, write, left, render_problem))
+    await conn.execute(_WRITE, *write.arguments())
+    return outcomes
+
+
+def _decide(
+    keyed: Keyed,
+    row: Any,
+    write: _Write,
+    left: dict[uuid.UUID, tuple[int, int, str]],
+    render_problem: RenderProblem,
+) -> Outcome:
+    request = keyed.request
+    now = request.now
+    if not row["locked"]:
+        return ProblemError(
+            IDEMPOTENCY_CONCURRENCY,
+            "A request with this Idempotency-Key is still in flight; retry when it completes.",
+        )
+    stored = None
+    if row["stored_fingerprint"] is not None:
+        stored = StoredAnswer(
+            row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
+        )
+    decision = decide(stored, keyed.fingerprint, now, keyed.ttl)
+    if decision is Decision.REPLAY:
+        assert stored is not None
+        return stored.status_code, stored.body
+    if decision is Decision.REUSE:
+        return ProblemError(
+            keyed.reuse_problem,
+            "This key was already used with a different request; use a new key.",
+        )
+    facts = _facts(row)
+    account = facts.account
+    if account is not None and account.id not in left:
+        left[account.id] = (account.available, account.held, account.notification_state)
+    available = left[account.id][0] if account is not None else 0
+    try:
+        payout = decide_payout(request, facts, available, new_id())
+    except ProblemError as problem:
+        if problem.problem.status >= 500 or not keyed.store_client_errors:
+            return problem
+        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+    else:
+        answer = (202, dumps(keyed.answer or {"id": str(payout.id)}))
+        _add_payout(write, keyed, payout, left)
+    write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
+    return answer
+
+
+def _add_payout(
+    write: _Write,
+    keyed: Keyed,
+    payout: NewPayout,
+    left: dict[uuid.UUID, tuple[int, int, str]],
+) -> None:
+    request = keyed.request
+    account = payout.account
+    now = request.now
+    scheme = scheme_for(account.currency, payout.destination_account_id is not None)
+    iban = payout.identifiers.iban or None
+    write.payouts.append(
+        {
+            "id": str(payout.id),
+            "api": request.api,
+            "merchant_id": str(account.merchant_id),
+            "account_id": str(account.id),
+            "transaction_id": str(request.transaction_id) if request.transaction_id else None,
+            "amount": request.amount,
+            "currency": account.currency,
+            "beneficiary": payout.beneficiary,
+            "name": payout.name,
+            "iban": iban,
+            "sort_code": payout.identifiers.sort_code,
+            "account_number": payout.identifiers.account_number,
+            "reference": request.reference,
+            "context_code": request.context_code,
+            "metadata": request.metadata,
+            "scheme": scheme,
+            "destination_account_id": (
+                str(payout.destination_account_id) if payout.destination_account_id else None
+            ),
+            "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
+            "details": {
+                "api": request.api,
+                "transaction_id": str(request.transaction_id or payout.id),
+                "beneficiary_name": payout.name,
+                "beneficiary_iban": iban,
+                "reference": request.reference,
+                "context_code": request.context_code,
+                "scheme_id": scheme,
+            },
+            "now": now,
+        }
+    )
+    if not payout.holds_funds:
+        return
+    available, held, state = left[account.id]
+    available, held = available - request.amount, held + request.amount
+    write.holds.append(
+        (
+            new_id(),
+            payout.id,
+            account.available_ledger_id,
+            account.held_ledger_id,
+            request.amount,
+            now,
+        )
+    )
+    if account.balance_threshold is not None:
+        step = notifications.next_state(state, account.balance_threshold, available)
+        if step.state != state:
+            write.states[account.id] = step.state
+        state = step.state
+        if step.notify is not None:
+            event = new_event(
+                merchant_id=account.merchant_id,
+                family="payments",
+                event_type="balance_notification",
+                body={
+                    "merchant_account_id": str(account.id),
+                    "status": step.notify,
+                    "threshold_in_minor": account.balance_threshold,
+                    "current_balance_in_minor": available + held,
+                    "available_balance_in_minor": available,
+                },
+            )
+            write.events.append((event, now))
+    left[account.id] = (available, held, state)
+
+
+class PayoutAcceptance:
+    """Group commit of payout requests within one process: the way `accept_payouts` is run.
 
     Requests that arrive while a batch is being committed wait for the next one, so under
     load each commit (one WAL flush, one lock of the merchant's ledger rows) carries many
-    payouts, and with no load a payout is committed at once, alone. Every request still gets
-    its 202 only after the transaction that holds its payout has committed.
+    payouts, and with no load a request is committed at once, alone. Every answer is sent
+    only after the transaction that holds it has committed. A batch that storage refuses
+    (a data error, a constraint) is run again one request at a time, so that a request's
+    failure is its own; any other failure (the database unreachable) is every request's.
     """
 
-    def __init__(self, pool: Pool, max_batch: int = 64) -> None:
+    def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
         self._pool = pool
+        self._render_problem = render_problem
         self._max_batch = max_batch
-        self._pending: list[tuple[dict[str, Any], asyncio.Future[bool]]] = []
+        self._pending: list[tuple[Keyed, asyncio.Future[Outcome]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def submit(self, item: dict[str, Any]) -> bool:
-        """Commit `item` with the next batch; True when it was taken (see migration 0006)."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, future))
+    async def accept(self, keyed: Keyed) -> tuple[int, bytes]:
+        """The request's answer, once committed; raises the problems that are not stored."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._pending.append((keyed, future))
         if self._flusher is None or self._flusher.done():
             # A task of its own: a request that goes away does not cancel the others' commit.
             self._flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(future)
+        outcome = await asyncio.shield(future)
+        if isinstance(outcome, ProblemError):
+            raise outcome
+        return outcome
 
     async def _flush(self) -> None:
         while self._pending:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
             try:
-                taken = await self._pool.fetchval(
-                    "SELECT bankrail_accept_v3_payouts($1::jsonb, $2)",
-                    [item for item, _ in batch],
-                    ADVANCE_JOB,
-                )
-            except asyncpg.PostgresError:
-                # Rolled back whole (a balance at the edge of the 64-bit range, or an
-                # available balance that fell below the batch's holds meanwhile): the general
-                # path decides each answer.
-                taken = [False] * len(batch)
+                await self._commit(batch)
+            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+                # A row of one request that storage refuses (a balance at the edge of the
+                # 64-bit range): each request alone, so that the failure is its own.
+                if len(batch) == 1:
+                    _fail(batch, exc)
+                    continue
+                for one in batch:
+                    try:
+                        await self._commit([one])
+                    except Exception as alone:
+                        _fail([one], alone)
             except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future), done in zip(batch, taken, strict=True):
-                if not future.done():
-                    future.set_result(bool(done))
+                _fail(batch, exc)
+
+    async def _commit(self, batch: list[tuple[Keyed, asyncio.Future[Outcome]]]) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            outcomes = await accept_payouts(
+                conn, [keyed for keyed, _ in batch], self._render_problem
+            )
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
 
 
-async def accept_v3_payout_at_once(
-    batcher: PayoutBatcher,
-    request: IdempotentRequest,
-    *,
-    merchant_id: uuid.UUID,
-    account_id: uuid.UUID,
-    currency: str,
-    amount: int,
-    beneficiary: dict[str, Any],
-    metadata: dict[str, str] | None,
-    now: datetime,
-) -> bytes | None:
-    """The common open-loop `POST /v3/payouts`, committed with the other requests of the
-    moment in one statement (`bankrail_accept_v3_payouts`, migration 0006); returns the
-    202 body once committed.
-
-    None means "not the common case" and that nothing was written: the caller then takes the
-    general path (`accept_payout` under `respond_once`), which applies every rule, stores
-    client errors under the key, and replays or refuses a key already used.
-    """
-    if beneficiary["type"] != "external_account":
-        return None
-    field = "beneficiary.account_identifier"
-    try:
-        identifiers = external_identifiers(beneficiary["account_identifier"], field)
-        _check_route(currency, identifiers, field)
-    except ProblemError:
-        return None
-    payout_id = new_id()
-    answer = dumps({"id": str(payout_id)})
-    name: str = beneficiary["account_holder_name"]
-    reference: str = beneficiary["reference"]
-    scheme = scheme_for(currency, False)
-    iban = identifiers.iban or None
-    item = {
-        "lock_key": lock_key(request.scope, request.key),
-        "scope": request.scope,
-        "key": request.key,
-        "fingerprint": request.fingerprint.hex(),
-        "answer": answer.decode(),
-        "merchant_id": str(merchant_id),
-        "account_id": str(account_id),
-        "currency": currency,
-        "amount": amount,
-        "payout_id": str(payout_id),
-        "ledger_transaction_id": str(new_id()),
-        "beneficiary": _stored_open_loop(beneficiary, identifiers),
-        "name": name,
-        "normalised_name": normalise_name(name),
-        "iban": iban,
-        "sort_code": identifiers.sort_code,
-        "account_number": identifiers.account_number,
-        "reference": reference,
-        "metadata": metadata,
-        "scheme": scheme,
-        "details": {
-            "api": "v3",
-            "transaction_id": str(payout_id),
-            "beneficiary_name": name,
-            "beneficiary_iban": iban,
-            "reference": reference,
-            "context_code": None,
-            "scheme_id": scheme,
-        },
-        "now": now,
-    }
-    return answer if await batcher.submit(item) else None
-
-
-async def accept_payout(
-    conn: Connection,
-    *,
-    api: str,
-    account: MerchantAccount,
-    amount: int,
-    destination: Destination,
-    reference: str,
-    now: datetime,
-    transaction_id: uuid.UUID | None = None,
-    context_code: str | None = None,
-    metadata: dict[str, str] | None = None,
-) -> uuid.UUID:
-    """Record an accepted payout: screen the beneficiary and hold the funds now, and schedule
-    its first step. Insufficient funds and AML hits are not errors here: the payout fails
-    asynchronously, as the spec requires."""
-    payout_id = new_id()
-    pending_failure: FailureReason | None = None
-    if await is_screened_out(conn, destination.name):
-        pending_failure = FailureReason.BLOCKED
-    else:
-        try:
-            async with conn.transaction():
-                await hold_funds(conn, account, amount=amount, reference_id=payout_id, now=now)
-        except InsufficientFunds:
-            pending_failure = FailureReason.INSUFFICIENT_FUNDS
-    scheme = scheme_for(account.currency, destination.internal_account is not None)
-    await conn.execute(
-        "INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,"
-        " amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,"
-        " beneficiary_sort_code, beneficiary_account_number, reference, context_code, metadata,"
-        " scheme_id, destination_account_id, stage, pending_failure, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,"
-        " 'pending', $18, $19)",
-        payout_id,
-        api,
-        account.merchant_id,
-        account.id,
-        transaction_id,
-        amount,
-        account.currency,
-        destination.beneficiary,
-        destination.name,
-        destination.identifiers.iban or None,
-        destination.identifiers.sort_code,
-        destination.identifiers.account_number,
-        reference,
-        context_code,
-        metadata,
-        scheme,
-        destination.internal_account.id if destination.internal_account else None,
-        pending_failure.value if pending_failure else None,
-        now,
-    )
-    await record_activity(
-        conn,
-        item_id=payout_id,
-        merchant_account_id=account.id,
-        type_="payout",
-        amount=amount,
-        currency=account.currency,
-        status=Stage.PENDING.value,
-        now=now,
-        details={
-            "api": api,
-            "transaction_id": str(transaction_id or payout_id),
-            "beneficiary_name": destination.name,
-            "beneficiary_iban": destination.identifiers.iban or None,
-            "reference": reference,
-            "context_code": context_code,
-            "scheme_id": scheme,
-        },
-    )
-    await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, now)
-    return payout_id
+def _fail(batch: list[tuple[Keyed, asyncio.Future[Outcome]]], exc: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
 
 
 # The payouts columns that `state_of`, `render_v3` and the job need.
@@ -408,109 +440,6 @@ def planned_advance(row: Any, now: datetime) -> Advance:
         pending_failure=FailureReason(pending_failure) if pending_failure else None,
         scheme_failure=outcome.failure,
         execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
-
-
-async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
-    """Take the payout's next steps (a job handler; runs in the job's transaction).
-
-    Steps that are due at once (authorisation, then submission, then execution when the
-    scheme answers without delay) are taken one after the other in this one transaction,
-    each with its own events, rather than as one job each: the payout goes through the same
-    states and emits the same events, with one commit instead of three. Each step is dated
-    a microsecond after the one before (`models.advance`), and its v1 event is delivered only
-    after the one before it (`v1_event`'s ordering). `payouts.jobs` does the same for many
-    payouts at a time, from the same `planned_advance` and `v1_event`.
-    """
-    row = await conn.fetchrow(
-        f"SELECT {STATE_COLUMNS} FROM payouts WHERE id = $1 FOR UPDATE",
-        uuid.UUID(payload["payout_id"]),
-    )
-    if row is None:
-        return
-    plan = planned_advance(row, now)
-    if not plan.steps:
-        return  # terminal: a duplicate job finds nothing to do
-    account = await get_account(conn, row["merchant_account_id"])
-    assert account is not None
-    payout_id: uuid.UUID = row["id"]
-    state = plan.state
-    if row["api"] == "v1":
-        for step in plan.steps:
-            event_type, body, ordering = v1_event(row, step)
-            await record_event(
-                conn,
-                merchant_id=row["merchant_id"],
-                family="payouts",
-                event_type=event_type,
-                body=body,
-                now=now,
-                ordering=ordering,
-            )
-    await conn.execute(
-        "UPDATE payouts SET stage = $2, authorized_at = $3, submitted_at = $4,"
-        " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
-        payout_id,
-        *lifecycle_columns(state),
-    )
-    await record_activity(
-        conn,
-        item_id=payout_id,
-        merchant_account_id=account.id,
-        type_="payout",
-        amount=row["amount_in_minor"],
-        currency=row["currency"],
-        status=state.v3_status,
-        now=now,
-        details=activity_details(state),
-    )
-    terminal = v3_terminal_event(row, state)
-    if terminal is not None:
-        await record_event(
-            conn,
-            merchant_id=row["merchant_id"],
-            family="payments",
-            event_type=terminal[0],
-            body=terminal[1],
-            now=now,
-        )
-    if plan.next_step_at is not None:
-        await enqueue(conn, ADVANCE_JOB, {"payout_id": str(payout_id)}, plan.next_step_at)
-    # The money moves last in the transaction: the merchant's ledger rows, which every new
-    # payout of the account also locks, are then held only until the commit.
-    if plan.moves_money and state.stage is Stage.FAILED:
-        await release_hold(
-            conn, account, amount=row["amount_in_minor"], reference_id=payout_id, now=now
-        )
-    elif plan.moves_money:
-        await _pay(conn, row, account, now)
-
-
-async def _pay(conn: Connection, row: Any, account: MerchantAccount, now: datetime) -> None:
-    if row["destination_account_id"] is None:
-        await consume_hold(
-            conn,
-            account,
-            amount=row["amount_in_minor"],
-            rail=row["scheme_id"],
-            reference_id=row["id"],
-            now=now,
-        )
-        return
-    payee = await get_account(conn, row["destination_account_id"])
-    assert payee is not None
-    await transfer_between_accounts(
-        conn, account, payee, amount=row["amount_in_minor"], reference_id=row["id"], now=now
-    )
-    await record_internal_credit(
-        conn,
-        payee,
-        transfer_id=row["id"],
-        amount=row["amount_in_minor"],
-        remitter_name=account.account_holder_name,
-        remitter_iban=account.identifiers.iban,
-        reference=row["reference"],
-        now=now,
     )
 
 

@@ -19,9 +19,10 @@ from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
+from bankrail.ledger.holds import consume_hold
 from bankrail.ledger.models import InsufficientFunds
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import consume_hold, hold_funds, release_hold
+from bankrail.merchants.balances import hold_funds, release_hold
 from bankrail.merchants.service import get_account
 from bankrail.payouts.models import FailureReason, PayoutState, Stage, advance
 from bankrail.payouts.service import state_of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -11,7 +12,10 @@ import pytest_asyncio
 
 from bankrail.db.migrations import (
     SchemaTooNew,
+    apply_functions,
+    available_functions,
     available_migrations,
+    functions_digest,
     migrate,
     pending_migrations,
     unknown_migrations,
@@ -101,5 +105,46 @@ async def test_a_database_migrated_by_a_newer_release_is_refused(empty_dsn: str)
         with pytest.raises(SchemaTooNew, match="9999_future"):
             await migrate(conn)
         assert await unknown_migrations(conn) == ["9999_future"]
+    finally:
+        await conn.close()
+
+
+async def _function_names(conn: asyncpg.Connection) -> list[str]:
+    """The name of every Bankrail function of the database, once per definition (an
+    overload left beside its replacement appears twice)."""
+    rows = await conn.fetch(
+        "SELECT proname FROM pg_proc WHERE proname LIKE 'bankrail\\_%'"
+        " AND pronamespace = 'public'::regnamespace ORDER BY proname"
+    )
+    return [r["proname"] for r in rows]
+
+
+async def test_functions_are_the_current_files_applied_once(empty_dsn: str) -> None:
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await migrate(conn)
+        defined = {
+            name
+            for _, sql in available_functions()
+            for name in re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", sql)
+        }
+        assert defined
+        # Every function of the database is one of the files', defined once (no overload
+        # with an older argument list is left), and the old posting function is gone.
+        assert await _function_names(conn) == sorted(defined)
+        assert (
+            await conn.fetchval("SELECT sha256 FROM schema_functions WHERE id = 1")
+            == functions_digest()
+        )
+        # Unchanged files are not applied again; changed ones are.
+        assert await apply_functions(conn) is False
+        await conn.execute("UPDATE schema_functions SET sha256 = 'older files'")
+        await conn.execute("ALTER FUNCTION bankrail_post_transactions RESET ALL")
+        assert await apply_functions(conn) is True
+        config = await conn.fetchval(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'bankrail_post_transactions'"
+        )
+        assert "plan_cache_mode=force_generic_plan" in config
+        assert "enable_seqscan=off" in config
     finally:
         await conn.close()

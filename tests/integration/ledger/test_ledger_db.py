@@ -353,3 +353,96 @@ async def test_concurrent_posts_over_overlapping_accounts_never_deadlock(
         assert await conn.fetchval("SELECT count(*) FROM ledger_transactions") == 100
         assert await conn.fetchval("SELECT sum(balance) FROM ledger_accounts") == 0
         assert await check_ledger(conn) == []
+
+
+_POST_MANY = (
+    "SELECT bankrail_post_transactions($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[],"
+    " $5::uuid[], $6::bigint[], $7::bigint[])"
+)
+
+
+async def test_the_posting_primitive_writes_a_batch_of_transactions(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        world = await ensure_account(conn, "clearing:test:GBP", "GBP", allow_negative=True)
+        alice = await ensure_account(conn, "test:alice", "GBP", allow_negative=False)
+        bob = await ensure_account(conn, "test:bob", "GBP", allow_negative=False)
+        first, second = uuid.uuid4(), uuid.uuid4()
+        later = datetime(2026, 3, 1, 12, 5, tzinfo=UTC)
+        async with conn.transaction():
+            await conn.execute(
+                _POST_MANY,
+                [first, second],
+                ["topup", "split"],
+                [None, None],
+                [NOW, later],
+                [first, first, second, second, second],
+                [world, alice, alice, bob, world],
+                [-700, 700, -300, 200, 100],
+            )
+        assert await _balance(conn, alice) == 400
+        assert await _balance(conn, bob) == 200
+        assert await _balance(conn, world) == -600
+        times = await conn.fetch(
+            "SELECT DISTINCT transaction_id, created_at FROM ledger_postings ORDER BY created_at"
+        )
+        assert [(r["transaction_id"], r["created_at"]) for r in times] == [
+            (first, NOW),
+            (second, later),
+        ]
+        assert await check_ledger(conn) == []
+
+
+@pytest.mark.parametrize(
+    ("amounts", "sqlstate"),
+    [
+        ([-700, 700, -300, 200], "BRL03"),  # the second transaction does not sum to zero
+        ([-700, 700, -300, 300], None),
+    ],
+)
+async def test_the_posting_primitive_refuses_a_batch_with_one_unbalanced_transaction(
+    pool: asyncpg.Pool, amounts: list[int], sqlstate: str | None
+) -> None:
+    async with pool.acquire() as conn:
+        world = await ensure_account(conn, "clearing:test:GBP", "GBP", allow_negative=True)
+        alice = await ensure_account(conn, "test:alice", "GBP", allow_negative=False)
+        first, second = uuid.uuid4(), uuid.uuid4()
+        arguments = (
+            [first, second],
+            ["topup", "split"],
+            [None, None],
+            [NOW, NOW],
+            [first, first, second, second],
+            [world, alice, alice, world],
+            amounts,
+        )
+        if sqlstate is None:
+            await conn.execute(_POST_MANY, *arguments)
+            assert await _counts(conn) == (2, 4)
+            return
+        with pytest.raises(asyncpg.PostgresError) as raised:
+            await conn.execute(_POST_MANY, *arguments)
+        assert raised.value.sqlstate == sqlstate
+        assert await _counts(conn) == (0, 0)
+        assert await _balance(conn, alice) == 0
+
+
+async def test_the_posting_primitive_refuses_a_transaction_without_postings(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as conn:
+        world = await ensure_account(conn, "clearing:test:GBP", "GBP", allow_negative=True)
+        alice = await ensure_account(conn, "test:alice", "GBP", allow_negative=False)
+        first, empty = uuid.uuid4(), uuid.uuid4()
+        with pytest.raises(asyncpg.PostgresError) as raised:
+            await conn.execute(
+                _POST_MANY,
+                [first, empty],
+                ["topup", "topup"],
+                [None, None],
+                [NOW, NOW],
+                [first, first],
+                [world, alice],
+                [-100, 100],
+            )
+        assert raised.value.sqlstate == "BRL03"
+        assert await _counts(conn) == (0, 0)

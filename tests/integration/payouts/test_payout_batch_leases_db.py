@@ -23,8 +23,8 @@ import pytest
 from bankrail.core.clock import ServiceClock
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.jobs import LEASE
-from bankrail.payouts.service import ADVANCE_JOB, advance_payout
+from bankrail.payouts.jobs import LEASE, advance_payout
+from bankrail.payouts.service import ADVANCE_JOB
 from support.accounts import funded_account, sort_code_beneficiary
 from support.payouts import (
     accepted_payout,

@@ -1,6 +1,6 @@
 """The payout batches look rows up by key, whatever the planner knows of the tables.
 
-Promise (migration 0007): accepting and executing a batch of payouts costs the same on a
+Promise: accepting and executing a batch of payouts costs the same on a
 young database as on a grown one; no batch statement reads a whole table that grows with
 traffic. On a young database (few rows, no statistics yet) the planner otherwise hashed the
 whole of idempotency_keys on every acceptance and the whole of payouts on every claim.
@@ -16,9 +16,9 @@ import asyncpg
 from bankrail.core.clock import ServiceClock
 from bankrail.db.pool import create_pool
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payouts.service import PayoutBatcher
+from bankrail.payouts.service import PayoutAcceptance
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accept_at_once, run_payout_batch
+from support.payouts import accept_at_once, render_problem, run_payout_batch
 
 # The tables a payout writes to, which grow with traffic.
 _GROWING = (
@@ -44,12 +44,12 @@ async def _whole_table_reads(conn: asyncpg.Connection) -> dict[str, int]:
 
 
 async def _accept(
-    batcher: PayoutBatcher, account: MerchantAccount, now: datetime, count: int, round_: int
+    acceptance: PayoutAcceptance, account: MerchantAccount, now: datetime, count: int, round_: int
 ) -> None:
     answers = await asyncio.gather(
         *(
             accept_at_once(
-                batcher,
+                acceptance,
                 account,
                 now,
                 key=f"{round_}-{n}",
@@ -59,7 +59,7 @@ async def _accept(
             for n in range(count)
         )
     )
-    assert all(answer is not None for answer in answers)  # every one took the batch path
+    assert all(status == 202 for status, _ in answers)
 
 
 async def test_accepting_and_executing_batches_reads_no_whole_table(database: str) -> None:
@@ -70,15 +70,15 @@ async def test_accepting_and_executing_batches_reads_no_whole_table(database: st
     one = await create_pool(database, min_size=1, max_size=1)
     try:
         account = await funded_account(setup, now, credit=1_000_000)
-        batcher = PayoutBatcher(one)
-        await _accept(batcher, account, now, 50, 0)  # rows to scan, and plans cached
+        acceptance = PayoutAcceptance(one, render_problem)
+        await _accept(acceptance, account, now, 50, 0)  # rows to scan, and plans cached
         assert await run_payout_batch(one, clock.now()) == 50
         async with setup.acquire() as conn:
             await _whole_table_reads(conn)  # the set-up's own reads are counted by now
         async with one.acquire() as conn:
             before = await _whole_table_reads(conn)
 
-        await _accept(batcher, account, now, 50, 1)
+        await _accept(acceptance, account, now, 50, 1)
         assert await run_payout_batch(one, clock.now()) == 50
         async with one.acquire() as conn:
             after = await _whole_table_reads(conn)

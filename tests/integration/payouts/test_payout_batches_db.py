@@ -17,18 +17,24 @@ import asyncpg
 import orjson
 
 from bankrail.core.clock import ServiceClock
+from bankrail.core.jsonbody import loads
+from bankrail.core.problems import ProblemError
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
+from bankrail.payouts.jobs import advance_payout
 from bankrail.payouts.service import (
     ADVANCE_JOB,
-    accept_payout,
-    advance_payout,
-    open_loop_destination,
 )
 from bankrail.rails.screening import replace_screening_list
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accepted_payout, payout_queue, run_payout_batch
+from support.payouts import (
+    accept_one,
+    accepted_payout,
+    payout_queue,
+    payout_request,
+    run_payout_batch,
+)
 
 HOOK = "https://merchant.example/hooks"
 SCREENED = "Sanctioned Person"
@@ -75,23 +81,18 @@ async def _accept_all(
 ) -> list[uuid.UUID]:
     ids = []
     for i, (api, reference, name, amount) in enumerate(SCENARIOS):
-        async with pool.acquire() as conn, conn.transaction():
-            destination = await open_loop_destination(
-                conn, account, "GBP", sort_code_beneficiary(reference, name)
-            )
-            ids.append(
-                await accept_payout(
-                    conn,
-                    api=api,
-                    account=account,
-                    amount=amount,
-                    destination=destination,
-                    reference=reference,
-                    now=now,
-                    transaction_id=uuid.UUID(int=i + 1) if api == "v1" else None,
-                    context_code="withdrawal" if api == "v1" else None,
-                )
-            )
+        request = payout_request(
+            account,
+            now,
+            api=api,
+            amount=amount,
+            beneficiary=sort_code_beneficiary(reference, name),
+            transaction_id=uuid.UUID(int=i + 1) if api == "v1" else None,
+            context_code="withdrawal" if api == "v1" else None,
+        )
+        outcome = await accept_one(pool, request)
+        assert not isinstance(outcome, ProblemError)
+        ids.append(uuid.UUID(loads(outcome[1])["id"]))
     return ids
 
 

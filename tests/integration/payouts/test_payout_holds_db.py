@@ -1,7 +1,7 @@
 """Payout holds, execution and recovery on real PostgreSQL (docs/architecture.md, docs/api.md).
 
-Payouts are accepted with `payouts.service.accept_payout` (each in its own connection and
-transaction, as the route does) and moved on by a `JobQueue` running `advance_payout`.
+Payouts are accepted with `payouts.service.accept_payouts` (each alone, in its own connection
+and transaction) and moved on by a `JobQueue` running `advance_payout`.
 """
 
 from __future__ import annotations
@@ -14,20 +14,17 @@ import asyncpg
 import pytest
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import InvalidParameters
+from bankrail.core.jsonbody import loads
+from bankrail.core.problems import ProblemError
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.payments.sources import record_payment_source
-from bankrail.payouts.service import (
-    ADVANCE_JOB,
-    accept_payout,
-    advance_payout,
-    closed_loop_destination,
-)
+from bankrail.payouts.jobs import advance_payout
+from bankrail.payouts.service import ADVANCE_JOB
 from support.accounts import funded_account, sort_code_beneficiary
-from support.payouts import accepted_payout
+from support.payouts import accept_one, accepted_payout, payout_request
 
 
 async def _clock(pool: asyncpg.Pool) -> ServiceClock:
@@ -370,20 +367,15 @@ async def test_closed_loop_payout_to_a_recorded_payment_source(pool: asyncpg.Poo
             "reference": "refund 1",
         }
 
-    async with pool.acquire() as conn, conn.transaction():
-        destination = await closed_loop_destination(conn, account, beneficiary())
-        payout_id = await accept_payout(
-            conn,
-            api="v3",
-            account=account,
-            amount=600,
-            destination=destination,
-            reference="refund 1",
-            now=clock.now(),
-        )
-    assert destination.name == "Ann Payer"
-    assert destination.internal_account is None
-    assert destination.beneficiary == {
+    outcome = await accept_one(
+        pool, payout_request(account, clock.now(), amount=600, beneficiary=beneficiary())
+    )
+    assert not isinstance(outcome, ProblemError)
+    payout_id = uuid.UUID(loads(outcome[1])["id"])
+    accepted = await _payout(pool, payout_id)
+    assert accepted["beneficiary_name"] == "Ann Payer"
+    assert accepted["destination_account_id"] is None
+    assert accepted["beneficiary"] == {
         "type": "payment_source",
         "user_id": "user-1",
         "payment_source_id": str(source.id),
@@ -398,16 +390,17 @@ async def test_closed_loop_payout_to_a_recorded_payment_source(pool: asyncpg.Poo
         ],
     }
 
-    # Another user, another account, or an unknown source: 400 naming the source.
+    # Another user, another account, or an unknown source: 400 naming the source (stored
+    # under the key like every client error of v3).
     for account_used, ben in (
         (account, beneficiary(user_id="user-2")),
         (other, beneficiary()),
         (account, beneficiary(source_id=uuid.uuid4())),
     ):
-        async with pool.acquire() as conn:
-            with pytest.raises(InvalidParameters) as caught:
-                await closed_loop_destination(conn, account_used, ben)
-        assert "beneficiary.payment_source_id" in (caught.value.errors or {})
+        refused = await accept_one(pool, payout_request(account_used, clock.now(), beneficiary=ben))
+        assert not isinstance(refused, ProblemError)
+        assert refused[0] == 400
+        assert "beneficiary.payment_source_id" in loads(refused[1])["errors"]
 
     await _drain(_queue(pool, clock), pool)
     row = await _payout(pool, payout_id)

@@ -1,0 +1,212 @@
+-- The acceptance of payout requests (payouts/service.py `accept_payouts`), for a batch of
+-- requests at a time (one request is a batch of one): one statement reads everything the
+-- rules need, Python decides every request (payouts/models.py `decide_payout`), and one
+-- statement writes what was decided. Both run in one transaction, committed once for the
+-- batch. Neither decides a business rule.
+--
+-- Both probe indexes whatever the statistics say, with their generic plan from the first
+-- call (see ledger.sql).
+
+-- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
+-- scope, key, merchant_id, account_id or (without it) currency, the payee's iban, sort_code
+-- and account_number, the beneficiary's normalised_name, or a closed loop's source_id and
+-- user_id), one row per item in item order (n from 1):
+--   locked: the key's advisory lock, taken for the transaction (false when another
+--     transaction holds it, or for a key's second use in the batch: the key is in flight);
+--   the answer stored under the key, read after the lock (a key committed by whoever held
+--     it before is seen);
+--   the paying account (v3: the one named, if the merchant's; v1: the merchant's first in
+--     the currency), with its balances, read after its ledger rows are locked FOR NO KEY
+--     UPDATE, in id order, until the commit: every acceptance of the account waits for the
+--     previous one's commit and sees its holds, in every process;
+--   a closed loop's payment source, if the user paid from it into the account;
+--   the account at Bankrail the payee's identifiers (or the source's) name;
+--   whether the beneficiary's name is on the screening list (open loop), or the list's
+--     names for the caller to compare a source's name against (closed loop).
+CREATE OR REPLACE FUNCTION bankrail_read_payout_requests(p_items jsonb)
+RETURNS TABLE (
+    locked boolean,
+    stored_fingerprint bytea,
+    stored_status integer,
+    stored_body bytea,
+    stored_at timestamptz,
+    account_id uuid,
+    account_merchant_id uuid,
+    account_currency text,
+    available_ledger_id bigint,
+    held_ledger_id bigint,
+    balance_threshold bigint,
+    notification_state text,
+    available bigint,
+    held bigint,
+    source_id uuid,
+    source_user_id text,
+    source_name text,
+    source_iban text,
+    source_sort_code text,
+    source_account_number text,
+    payee_id uuid,
+    payee_currency text,
+    screened boolean,
+    screening_names text[]
+) LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked boolean[];
+    v_accounts uuid[];
+BEGIN
+    -- 1. The key's lock, for the first use of each key in the batch.
+    SELECT array_agg(x.first_use AND pg_try_advisory_xact_lock(x.lock_key) ORDER BY x.n)
+        INTO v_locked
+        FROM (SELECT i.lock_key, e.n,
+                     row_number() OVER (PARTITION BY i.lock_key ORDER BY e.n) = 1 AS first_use
+              FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n),
+                   jsonb_to_record(e.v) AS i (lock_key bigint)) x;
+    -- 2. The paying accounts of the requests that hold their key, and their ledger rows
+    -- locked in id order.
+    SELECT array_agg(CASE WHEN v_locked[e.n] THEN coalesce(
+               (SELECT ma.id FROM merchant_accounts ma
+                WHERE ma.id = i.account_id AND ma.merchant_id = i.merchant_id),
+               (SELECT ma.id FROM merchant_accounts ma
+                WHERE i.account_id IS NULL AND ma.merchant_id = i.merchant_id
+                  AND ma.currency = i.currency
+                ORDER BY ma.created_at LIMIT 1)) END ORDER BY e.n)
+        INTO v_accounts
+        FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+        CROSS JOIN LATERAL jsonb_to_record(e.v)
+            AS i (merchant_id uuid, account_id uuid, currency text);
+    PERFORM 1 FROM ledger_accounts
+        WHERE id IN (SELECT ma.available_ledger_id FROM merchant_accounts ma
+                     WHERE ma.id = ANY (v_accounts)
+                     UNION ALL
+                     SELECT ma.held_ledger_id FROM merchant_accounts ma
+                     WHERE ma.id = ANY (v_accounts))
+        ORDER BY id FOR NO KEY UPDATE;
+    -- 3. Everything else, with a fresh snapshot (taken after the locks).
+    RETURN QUERY
+    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+           ma.id, ma.merchant_id, ma.currency::text, ma.available_ledger_id, ma.held_ledger_id,
+           ma.balance_threshold, ma.notification_state, av.balance, hd.balance,
+           src.id, src.user_id, src.account_holder_name, src.iban, src.sort_code,
+           src.account_number, payee.id, payee.currency::text,
+           i.normalised_name IS NOT NULL AND EXISTS (
+               SELECT 1 FROM screening_list s WHERE s.normalised_name = i.normalised_name),
+           CASE WHEN src.id IS NOT NULL THEN
+               ARRAY(SELECT s.normalised_name FROM screening_list s) END
+    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+    CROSS JOIN LATERAL jsonb_to_record(e.v)
+        AS i (scope text, key text, iban text, sort_code text, account_number text,
+              normalised_name text, source_id uuid, user_id text)
+    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+    LEFT JOIN merchant_accounts ma ON ma.id = v_accounts[e.n]
+    LEFT JOIN ledger_accounts av ON av.id = ma.available_ledger_id
+    LEFT JOIN ledger_accounts hd ON hd.id = ma.held_ledger_id
+    LEFT JOIN LATERAL (
+        SELECT s.id, s.user_id, s.account_holder_name, s.iban, s.sort_code, s.account_number
+        FROM payment_sources s
+        JOIN payment_source_accounts psa ON psa.payment_source_id = s.id
+        WHERE i.source_id IS NOT NULL AND s.id = i.source_id AND s.user_id = i.user_id
+          AND psa.merchant_account_id = ma.id) src ON true
+    LEFT JOIN LATERAL (
+        SELECT p.id, p.currency FROM merchant_accounts p
+        WHERE ma.id IS NOT NULL
+          AND ((coalesce(i.iban, nullif(src.iban, '')) IS NOT NULL
+                AND p.iban = coalesce(i.iban, nullif(src.iban, '')))
+               OR (coalesce(i.sort_code, src.sort_code) IS NOT NULL
+                   AND p.sort_code = coalesce(i.sort_code, src.sort_code)
+                   AND p.account_number = coalesce(i.account_number, src.account_number)))
+        LIMIT 1) payee ON true
+    ORDER BY e.n;
+END
+$$;
+
+-- The rows of the decided requests of a batch, nothing else:
+--   p_payouts:  a jsonb array, one object per accepted payout (the payouts row and its
+--               activity row's details), each with its first job;
+--   answers:    the answers to store under their keys (p_answer_*), replacing an expired one;
+--   holds:      one ledger transaction per payout whose funds are held, available to held,
+--               through bankrail_post_transactions (the CHECK on ledger_accounts still
+--               refuses an overdraft);
+--   notification states of accounts with a balance threshold, and events
+--               (bankrail_record_events).
+CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
+    p_payouts jsonb,
+    p_job_kind text,
+    p_answer_scopes text[],
+    p_answer_keys text[],
+    p_answer_fingerprints bytea[],
+    p_answer_statuses integer[],
+    p_answer_bodies bytea[],
+    p_answer_at timestamptz[],
+    p_hold_ids uuid[],
+    p_hold_payouts uuid[],
+    p_hold_from bigint[],
+    p_hold_to bigint[],
+    p_hold_amounts bigint[],
+    p_hold_at timestamptz[],
+    p_state_accounts uuid[],
+    p_states text[],
+    p_event_ids uuid[],
+    p_delivery_ids uuid[],
+    p_event_merchants uuid[],
+    p_event_families text[],
+    p_event_types text[],
+    p_event_payloads bytea[],
+    p_event_at timestamptz[]
+) RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    IF jsonb_array_length(p_payouts) > 0 THEN
+        WITH x AS (
+            SELECT * FROM jsonb_to_recordset(p_payouts) AS r (id uuid, api text,
+                merchant_id uuid, account_id uuid, transaction_id uuid, amount bigint,
+                currency text, beneficiary jsonb, name text, iban text, sort_code text,
+                account_number text, reference text, context_code text, metadata jsonb,
+                scheme text, destination_account_id uuid, pending_failure text,
+                details jsonb, now timestamptz)),
+        p AS (
+            INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,
+                amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,
+                beneficiary_sort_code, beneficiary_account_number, reference, context_code,
+                metadata, scheme_id, destination_account_id, stage, pending_failure,
+                created_at)
+            SELECT x.id, x.api, x.merchant_id, x.account_id, x.transaction_id, x.amount,
+                x.currency, x.beneficiary, x.name, x.iban, x.sort_code, x.account_number,
+                x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb), x.scheme,
+                x.destination_account_id, 'pending', x.pending_failure, x.now
+            FROM x),
+        a AS (
+            INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor,
+                currency, status, created_at, updated_at, details)
+            SELECT x.id, x.account_id, 'payout', x.amount, x.currency, 'pending', x.now,
+                x.now, x.details
+            FROM x)
+        INSERT INTO jobs (kind, payload, run_at)
+            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x;
+        PERFORM pg_notify('bankrail_jobs', '');
+    END IF;
+    INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
+        SELECT * FROM unnest(p_answer_scopes, p_answer_keys, p_answer_fingerprints,
+                             p_answer_statuses, p_answer_bodies, p_answer_at)
+        ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+            status_code = EXCLUDED.status_code, body = EXCLUDED.body,
+            created_at = EXCLUDED.created_at;
+    PERFORM bankrail_post_transactions(
+        p_hold_ids, array_fill('payout_hold'::text, ARRAY[cardinality(p_hold_ids)]),
+        p_hold_payouts, p_hold_at, p_hold_ids || p_hold_ids, p_hold_from || p_hold_to,
+        ARRAY(SELECT -h FROM unnest(p_hold_amounts) WITH ORDINALITY AS a (h, n) ORDER BY n)
+            || p_hold_amounts);
+    UPDATE merchant_accounts ma SET notification_state = x.state
+        FROM unnest(p_state_accounts, p_states) AS x (id, state)
+        WHERE ma.id = x.id;
+    -- Balance notifications: delivered in no particular order.
+    PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
+        p_event_families, p_event_types, p_event_payloads, p_event_at,
+        array_fill(NULL::uuid, ARRAY[cardinality(p_event_ids)]),
+        array_fill(NULL::integer, ARRAY[cardinality(p_event_ids)]));
+END
+$$;

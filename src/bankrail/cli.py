@@ -118,8 +118,6 @@ def _survive_reraised_signals() -> None:
 def _run_http(settings: Settings, dsn: str, workers: int) -> None:
     import uvicorn
 
-    from bankrail.web.http_protocol import OneWriteHttpToolsProtocol
-
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -128,7 +126,11 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "log_config": None,  # uvicorn's loggers go through configure_logging's handler
         "timeout_graceful_shutdown": 30,
         "server_header": False,
-        "http": OneWriteHttpToolsProtocol,
+        "http": "httptools",
+        "ws": "none",
+        # uvloop, whose servers put web/connection_guard.py's guard in front of each
+        # connection: limits on request heads and open connections, which uvicorn lacks.
+        "loop": "bankrail.web.connection_guard:guarded_event_loop",
     }
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +33,13 @@ TRACE_HEADER = b"svc-trace-id"
 # the application already started it (the served fast lane, for a request it hands on), so
 # that a request has one deadline, not one per layer that tried it.
 DEADLINE_AT = "bankrail.deadline_at"
+
+request_finished_var: ContextVar[Callable[[], None] | None] = ContextVar(
+    "request_finished", default=None
+)
+"""Set by the connection guard (web/connection_guard.py) for the requests of a connection it
+watches: called once a request has been answered, so that the guard knows when it may write
+on the connection itself."""
 
 
 class RequestTimedOut(Exception):
@@ -130,6 +139,9 @@ class ServiceMiddleware:
             if self.access_log:
                 log_access(scope, status, began)
             trace_id_var.reset(token)
+            finished = request_finished_var.get()
+            if finished is not None:
+                finished()
 
     def _too_large(self) -> str:
         return f"The request body exceeds {self.max_body_bytes} bytes."

@@ -13,8 +13,11 @@ callbacks, so it keeps nothing of them) to know where each request's head begins
 and hands them on unchanged. It answers itself, with problem+json and `Connection: close`:
 
 - 431 when a head passes `max_head_bytes` (the request line and headers, up to and including
-  the blank line after them), as soon as it does: the rest of it is read and dropped;
-- 408 when a head began but is not complete `head_timeout` seconds later;
+  the blank line after them), as soon as it does: the rest of it is read and dropped (a head
+  that begins in the same read as the end of an earlier request is counted from the next
+  read on, so it may pass the limit by up to one read);
+- 408 when a head began but is not complete `head_timeout` seconds later (or after the
+  answer to the requests before it on the connection, if that came later);
 - 503 with `Retry-After` when the connection would be one more than `max_connections`: it
   never reaches the application.
 

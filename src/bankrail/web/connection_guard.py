@@ -259,7 +259,12 @@ class ConnectionGuard(asyncio.Protocol):
         """Act on whichever deadline of the connection has passed at `now`."""
         state, waited = self._state, now - self._since
         limits = self._limits
-        idle = self._answered == self._handed_on
+        # Whether no request handed on is still being answered; one that the service
+        # middleware never reported (a bug) is taken as answered once it surely would be.
+        idle = (
+            self._answered == self._handed_on
+            or waited > limits.request_timeout + limits.head_timeout
+        )
         if state == _HEAD:
             # Counted from when the requests before it were answered: until then the
             # protocol may not be reading it.
@@ -274,7 +279,7 @@ class ConnectionGuard(asyncio.Protocol):
                 self._close()  # answered already, and the rest of the body is overdue
         elif self._answer is not None:
             if waited > limits.request_timeout + limits.head_timeout:
-                self._close()  # a request handed on was never answered
+                self._close()  # a request handed on was never reported answered
         elif waited > (LINGER_SECONDS if state == _ANSWERED else limits.head_timeout):
             self._close()
 

@@ -187,6 +187,10 @@ def _run_http(settings: Settings, dsn: str, workers: int) -> None:
         "timeout_graceful_shutdown": 30,
         "server_header": False,
         "http": "httptools",
+        "ws": "none",
+        # uvloop, whose servers put http/connection_guard.py's guard in front of each
+        # connection: limits on request heads and open connections, which uvicorn lacks.
+        "loop": "bankrail.http.connection_guard:guarded_event_loop",
     }
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.

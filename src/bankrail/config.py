@@ -50,6 +50,20 @@ def _env_float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+def _env_positive_int(name: str, default: int) -> int:
+    value = _env_int(name, default)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive whole number, not {value}")
+    return value
+
+
+def _env_positive_float(name: str, default: float) -> float:
+    value = _env_float(name, default)
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a Bankrail process needs to know about its surroundings."""
@@ -89,6 +103,14 @@ class Settings:
     token_rate_limit_per_second: float = 50.0
     token_rate_limit_burst: int = 200
     request_timeout_seconds: float = 30.0
+    # The request line and headers of a request, up to and including the blank line after
+    # them: a longer head is answered 431 (http/connection_guard.py).
+    max_head_bytes: int = 16 * 1024
+    # The time a client has to send a request's head once it began it (or its first request,
+    # once connected): past it the request is answered 408 and the connection closed.
+    head_timeout_seconds: float = 10.0
+    # Open connections per API process; the next one is answered 503.
+    max_connections: int = 1000
     opentelemetry: bool = False
     # Which host this process runs on, in every log line and as the `host` label of every
     # metric (BANKRAIL_HOST_ID; the machine's name by default).
@@ -166,6 +188,9 @@ def settings_from_env() -> Settings:
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),
         token_rate_limit_burst=_env_int("BANKRAIL_TOKEN_RATE_LIMIT_BURST", 200),
         request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
+        max_head_bytes=_env_positive_int("BANKRAIL_MAX_HEAD_BYTES", 16 * 1024),
+        head_timeout_seconds=_env_positive_float("BANKRAIL_HEAD_TIMEOUT_SECONDS", 10.0),
+        max_connections=_env_positive_int("BANKRAIL_MAX_CONNECTIONS", 1000),
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,

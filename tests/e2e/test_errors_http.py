@@ -23,9 +23,11 @@ DOCUMENTED_ANCHORS = (
     "method-not-allowed",
     "conflict",
     "idempotency-key-concurrency-conflict",
+    "request-timeout",
     "payload-too-large",
     "idempotency-key-reuse",
     "rate-limit-exceeded",
+    "request-header-fields-too-large",
     "unknown-error",
 )
 

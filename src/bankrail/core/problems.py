@@ -77,6 +77,14 @@ PAYLOAD_TOO_LARGE = ProblemType(
     "Payload Too Large",
     "The request body exceeds the size limit (1 MiB by default).",
 )
+REQUEST_TIMEOUT = ProblemType(
+    "request-timeout",
+    408,
+    "Request Timeout",
+    "The request's head or body did not arrive in time (the head within the head timeout, "
+    "10 s by default; the body within the request timeout, 30 s by default). Nothing was "
+    "done and the connection is closed; the request may be sent again.",
+)
 UNSUPPORTED_MEDIA_TYPE = ProblemType(
     "unsupported-media-type",
     415,
@@ -96,6 +104,13 @@ RATE_LIMITED = ProblemType(
     "Rate Limit Exceeded",
     "Too many requests from this client. Wait for the number of seconds in `Retry-After`.",
 )
+HEADERS_TOO_LARGE = ProblemType(
+    "request-header-fields-too-large",
+    431,
+    "Request Header Fields Too Large",
+    "The request line and headers exceed the size limit (16 KiB by default). Nothing was "
+    "done and the connection is closed; send smaller headers.",
+)
 UNKNOWN_ERROR = ProblemType(
     "unknown-error",
     500,
@@ -107,9 +122,9 @@ SERVICE_UNAVAILABLE = ProblemType(
     "service-unavailable",
     503,
     "Service Unavailable",
-    "The service cannot reach its database right now, or the request ran past the request "
-    "timeout and was abandoned with nothing stored. Retry after `Retry-After` seconds, with "
-    "the same Idempotency-Key.",
+    "The service cannot reach its database right now, the request ran past the request "
+    "timeout and was abandoned with nothing stored, or the service has as many connections "
+    "open as it accepts. Retry after `Retry-After` seconds, with the same Idempotency-Key.",
 )
 
 CATALOGUE: tuple[ProblemType, ...] = (
@@ -120,10 +135,12 @@ CATALOGUE: tuple[ProblemType, ...] = (
     METHOD_NOT_ALLOWED,
     CONFLICT,
     IDEMPOTENCY_CONCURRENCY,
+    REQUEST_TIMEOUT,
     PAYLOAD_TOO_LARGE,
     UNSUPPORTED_MEDIA_TYPE,
     IDEMPOTENCY_REUSE,
     RATE_LIMITED,
+    HEADERS_TOO_LARGE,
     UNKNOWN_ERROR,
     SERVICE_UNAVAILABLE,
 )

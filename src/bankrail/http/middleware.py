@@ -1,4 +1,5 @@
-"""ASGI middleware: trace ids, body-size limit, and the last-resort error answer."""
+"""ASGI middleware: trace ids, body-size limit, request deadline, and the last-resort error
+answer."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
 from bankrail.core.problems import (
     PAYLOAD_TOO_LARGE,
+    REQUEST_TIMEOUT,
     SERVICE_UNAVAILABLE,
     UNKNOWN_ERROR,
     ProblemType,
@@ -25,9 +29,20 @@ access_log = logging.getLogger("bankrail.access")
 
 TRACE_HEADER = b"svc-trace-id"
 
+request_finished_var: ContextVar[Callable[[], None] | None] = ContextVar(
+    "request_finished", default=None
+)
+"""Set by the connection guard (http/connection_guard.py) for the requests of a connection it
+watches: called once a request has been answered, so that the guard knows when it may write
+on the connection itself."""
+
 
 class RequestTimedOut(Exception):
     """The request's deadline passed and it was cancelled."""
+
+
+class RequestBodyTimedOut(Exception):
+    """The request's deadline passed while its body was still being received."""
 
 
 class _BodyTooLarge(Exception):
@@ -78,22 +93,29 @@ class ServiceMiddleware:
             if declared is not None and declared > self.max_body_bytes:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                 return
-            if declared is None and _has_chunked_body(scope):
-                # Without a length, read the body here: an error raised from receive() inside
-                # the framework would be turned into a 400, not the 413 it is.
-                buffered = await self._read_body(receive)
-                if buffered is None:
-                    await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
-                    return
-                whole: Message = {"type": "http.request", "body": buffered, "more_body": False}
-                receive = replay([whole], receive)
             deadline = asyncio.timeout(self.request_timeout)
+            body = _Body(receive, self.max_body_bytes)
             try:
+                # The deadline covers receiving the body as well: a client that sends it
+                # too slowly does not hold the request (nor its connection) past it.
                 async with deadline:
-                    await self.app(scope, self._limited(receive), send_with_trace)
+                    receive = body.receive
+                    if declared is None and _has_chunked_body(scope):
+                        # Without a length, read the body here: an error raised from
+                        # receive() inside the framework would be turned into a 400, not the
+                        # 413 it is.
+                        whole: Message = {
+                            "type": "http.request",
+                            "body": await _read_body(body.receive),
+                            "more_body": False,
+                        }
+                        receive = replay([whole], body.receive)
+                    await self.app(scope, receive, send_with_trace)
             except TimeoutError as exc:
                 if not deadline.expired():
                     raise  # the route's own TimeoutError: a bug or an outage, not the deadline
+                if body.waited_out:
+                    raise RequestBodyTimedOut from exc
                 # The deadline cancelled the request: an open transaction was rolled back,
                 # so nothing is half-done; a retry with the same Idempotency-Key is safe.
                 raise RequestTimedOut from exc
@@ -108,41 +130,12 @@ class ServiceMiddleware:
             if self.access_log:
                 log_access(scope, status, began)
             trace_id_var.reset(token)
+            finished = request_finished_var.get()
+            if finished is not None:
+                finished()
 
     def _too_large(self) -> str:
         return f"The request body exceeds {self.max_body_bytes} bytes."
-
-    async def _read_body(self, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it passes the limit."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
-
-    def _limited(self, receive: Receive) -> Receive:
-        seen = 0
-        limit = self.max_body_bytes
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _BodyTooLarge
-            return message
-
-        return limited_receive
 
     async def _problem(
         self,
@@ -156,6 +149,48 @@ class ServiceMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
+class _Body:
+    """A request's receive(): raises _BodyTooLarge as soon as the body passes `limit`, and
+    notes whether the request was cancelled while it waited for more of the body."""
+
+    __slots__ = ("_complete", "_limit", "_receive", "_seen", "waited_out")
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self._receive = receive
+        self._limit = limit
+        self._seen = 0
+        self._complete = False
+        self.waited_out = False
+
+    async def receive(self) -> Message:
+        """The next message of the request."""
+        try:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            # A wait for the end of the body, not for a disconnect after it.
+            self.waited_out = not self._complete
+            raise
+        if message["type"] == "http.request":
+            self._seen += len(message.get("body", b""))
+            if self._seen > self._limit:
+                raise _BodyTooLarge
+            self._complete = not message.get("more_body", False)
+        return message
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The whole body (`receive` raises _BodyTooLarge as soon as it passes the limit)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
 def new_trace_id() -> str:
     """A fresh trace id: 32 hex digits, unique per request."""
     return secrets.token_hex(16)
@@ -165,9 +200,16 @@ def failure_problem(
     exc: Exception, scope: Scope, request_timeout: float
 ) -> tuple[ProblemType, str, dict[str, str]]:
     """The problem a request is answered with when handling it raised `exc` (logged here):
-    503 with Retry-After when the deadline passed or the database is unreachable (nothing
-    half-done: a retry with the same Idempotency-Key is safe), else 500."""
+    408 when the deadline passed while the body was still arriving, 503 with Retry-After when
+    it passed otherwise or the database is unreachable (nothing half-done: a retry with the
+    same Idempotency-Key is safe), else 500."""
     method, path = scope["method"], scope["path"]
+    if isinstance(exc, RequestBodyTimedOut):
+        # Nothing was done: the request was still waiting for its body. The connection is
+        # closed after the answer, since the rest of the body may still be on its way.
+        log.warning("request body not received in time: %s %s", method, path)
+        detail = f"The request body did not arrive within {request_timeout:g} s."
+        return REQUEST_TIMEOUT, detail, {"connection": "close"}
     if isinstance(exc, RequestTimedOut):
         log.warning("request timed out: %s %s", method, path)
         detail = (

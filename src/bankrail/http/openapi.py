@@ -50,7 +50,9 @@ ERRORS_ADMIN: Responses = {**_400, **_401, **_404, **_409, **_413}
 ERRORS_ADMIN_IDEMPOTENT: Responses = {**ERRORS_ADMIN, **_422}
 
 _EVERY_ROUTE = (
+    ("408", "Request Timeout (the head or body did not arrive in time)"),
     ("429", "Rate Limit Exceeded"),
+    ("431", "Request Header Fields Too Large"),
     ("503", "Service Unavailable (retry after Retry-After)"),
 )
 
@@ -312,7 +314,8 @@ def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
                 responses = operation.get("responses", {})
                 if responses.get("422", {}).get("description") == "Validation Error":
                     del responses["422"]
-                # Any route may be rate limited or meet a database outage.
+                # Any route may be rate limited, meet a database outage, or get a request
+                # too slow or too large (http/connection_guard.py, http/middleware.py).
                 for code, title in _EVERY_ROUTE:
                     responses.setdefault(code, {"description": title, "content": problem})
                 if path == "/connect/token":

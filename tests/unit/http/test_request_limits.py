@@ -9,6 +9,7 @@ must be answered 500, never a retryable 503 that hides it.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -167,3 +168,77 @@ def test_outage_classification_looks_at_where_a_socket_error_was_raised() -> Non
     assert not is_database_outage(OSError("never raised"))
     assert is_database_outage(asyncpg.exceptions.CannotConnectNowError("starting up"))
     assert not is_database_outage(ValueError("bug"))
+
+
+async def _call_raw(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    messages: list[dict[str, Any]],
+    headers: list[tuple[bytes, bytes]],
+    *,
+    timeout: float,
+) -> tuple[int, dict[bytes, bytes], dict[str, Any]]:
+    """Run ServiceMiddleware around `app` for a POST whose body is `messages`, after which
+    receive() waits for good, as for a client that stops sending; (status, headers, body)."""
+    middleware = ServiceMiddleware(
+        app, public_url=PUBLIC_URL, max_body_bytes=1024, request_timeout=timeout
+    )
+    pending = list(messages)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v3/payouts", "headers": headers}
+    await asyncio.wait_for(middleware(scope, receive, send), 30)  # type: ignore[arg-type]
+    start, body = sent[0], sent[1]
+    return start["status"], dict(start["headers"]), json.loads(body["body"])
+
+
+async def _reads_body(scope: Scope, receive: Receive, send: Send) -> None:
+    """An application that reads the whole body, then answers 200 {}."""
+    while True:
+        message = await receive()
+        if not message.get("more_body", False):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def test_a_chunked_body_that_stops_arriving_is_408_within_the_deadline() -> None:
+    first = {"type": "http.request", "body": b'{"a":', "more_body": True}
+    chunked = [(b"transfer-encoding", b"chunked")]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    status, headers, body = await _call_raw(_reads_body, [first], chunked, timeout=0.2)
+    assert status == 408
+    assert headers[b"connection"] == b"close"  # the rest of the body may still be coming
+    assert body["title"] == "Request Timeout"
+    assert body["detail"] == "The request body did not arrive within 0.2 s."
+    assert loop.time() - began < 10
+
+
+async def test_a_body_of_declared_length_that_stops_arriving_is_408() -> None:
+    first = {"type": "http.request", "body": b'{"a":', "more_body": True}
+    declared = [(b"content-length", b"100")]
+    status, _, body = await _call_raw(_reads_body, [first], declared, timeout=0.2)
+    assert status == 408
+    assert body["title"] == "Request Timeout"
+
+
+async def test_a_wait_after_the_whole_body_past_the_deadline_is_503_not_408() -> None:
+    async def waits_for_disconnect(scope: Scope, receive: Receive, send: Send) -> None:
+        assert (await receive())["more_body"] is False
+        await receive()  # as a route that watches for the client going away
+
+    whole = {"type": "http.request", "body": b"{}", "more_body": False}
+    status, _, body = await _call_raw(
+        waits_for_disconnect, [whole], [(b"content-length", b"2")], timeout=0.2
+    )
+    assert status == 503
+    assert body["title"] == "Service Unavailable"

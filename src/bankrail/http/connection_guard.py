@@ -1,0 +1,383 @@
+"""Limits on what a client may hold of a serving process before its request reaches the
+application: the size of a request's head, the time to send it, and the number of open
+connections.
+
+uvicorn bounds none of these with the httptools parser: a head may grow without limit (llhttp
+has none, and httptools gathers a header's pieces in memory), a connection that trickles its
+head, or that sends nothing, is kept open for good, and `limit_concurrency` answers 503 in
+plain text. So `bankrail serve` runs uvicorn on an event loop (uvicorn's documented `loop`
+option, `guarded_event_loop`) whose servers put a `ConnectionGuard` in front of each
+connection's HTTP protocol. The guard is an `asyncio.Protocol` that sees the bytes before the
+protocol does: it runs them through a parser of its own (httptools, with no per-header
+callbacks, so it keeps nothing of them) to know where each request's head begins and ends,
+and hands them on unchanged. It answers itself, with problem+json and `Connection: close`:
+
+- 431 when a head passes `max_head_bytes` (the request line and headers, up to and including
+  the blank line after them), as soon as it does: the rest of it is read and dropped (a head
+  that begins in the same read as the end of an earlier request is counted from the next
+  read on, so it may pass the limit by up to one read);
+- 408 when a head began but is not complete `head_timeout` seconds later (or after the
+  answer to the requests before it on the connection, if that came later);
+- 503 with `Retry-After` when the connection would be one more than `max_connections`: it
+  never reaches the application.
+
+It closes, without an answer, a connection that sends nothing for `head_timeout` seconds
+while no request of it is being answered (uvicorn's keep-alive timeout, shorter by default,
+usually does it first), and one whose body is still arriving after the application answered
+and the request timeout passed. The time to send a body is otherwise the application's to
+bound: http/middleware.py answers 408 when the request's deadline passes while the body is
+still arriving.
+
+The guard writes an answer only when every request it handed on has been answered (the
+service middleware tells it, through `request_finished_var`), so an answer never lands inside
+another on a connection that pipelines; after it, it stops writing, reads and drops what the
+client still sends for up to `LINGER_SECONDS` (a client that is still sending would otherwise
+get a reset instead of the answer), then closes. Deadlines are checked by one timer per
+process every `SWEEP_FRACTION` of the shortest one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, cast
+
+import httptools
+import uvloop
+
+from bankrail.config import Settings, settings_from_env
+from bankrail.core.problems import (
+    HEADERS_TOO_LARGE,
+    REQUEST_TIMEOUT,
+    SERVICE_UNAVAILABLE,
+    ProblemType,
+)
+from bankrail.core.tracing import trace_id_var
+from bankrail.http.middleware import (
+    TRACE_HEADER,
+    new_trace_id,
+    problem_answer,
+    request_finished_var,
+)
+
+__all__ = ["ConnectionGuard", "GuardedLoop", "Limits", "guarded_event_loop"]
+
+log = logging.getLogger(__name__)
+
+# How long a connection that was answered by the guard is read (and what arrives dropped)
+# before it is closed, when the client does not close it first.
+LINGER_SECONDS = 2.0
+# The deadlines are checked this often, as a fraction of the shortest of them.
+SWEEP_FRACTION = 0.1
+
+_END_OF_HEAD = b"\r\n\r\n"
+
+# What a connection is waiting for.
+_IDLE = 0  # the start of a request (none begun since the last one ended)
+_HEAD = 1  # the rest of a request's head
+_BODY = 2  # the rest of a request's body
+_ANSWERED = 3  # nothing: the guard answered, or is about to, and the connection will close
+_BROKEN = 4  # nothing: the bytes are not HTTP; the protocol answers 400 and closes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one serving process allows each connection, and how many of them."""
+
+    max_head_bytes: int
+    head_timeout: float
+    request_timeout: float
+    max_connections: int
+    public_url: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        """The limits `settings` set."""
+        return cls(
+            max_head_bytes=settings.max_head_bytes,
+            head_timeout=settings.head_timeout_seconds,
+            request_timeout=settings.request_timeout_seconds,
+            max_connections=settings.max_connections,
+            public_url=settings.public_url,
+        )
+
+
+class _Connections:
+    """The guarded connections of one event loop, and the timer that checks their
+    deadlines (running while there is any)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
+        self.loop = loop
+        self.limits = limits
+        self.open: set[ConnectionGuard] = set()
+        self._interval = SWEEP_FRACTION * min(limits.head_timeout, limits.request_timeout)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, guard: ConnectionGuard) -> bool:
+        """Count `guard`'s connection; False when that makes one too many."""
+        self.open.add(guard)
+        if self._timer is None:
+            self._timer = self.loop.call_later(self._interval, self._sweep)
+        return len(self.open) <= self.limits.max_connections
+
+    def discard(self, guard: ConnectionGuard) -> None:
+        """Stop counting `guard`'s connection."""
+        self.open.discard(guard)
+        if not self.open and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        for guard in list(self.open):
+            guard.check(now)
+        self._timer = self.loop.call_later(self._interval, self._sweep) if self.open else None
+
+
+class ConnectionGuard(asyncio.Protocol):
+    """Stands in front of one connection's HTTP protocol (made by `make_protocol`), enforcing
+    `Limits` on it; see the module's description."""
+
+    def __init__(
+        self, make_protocol: Callable[[], asyncio.BaseProtocol], connections: _Connections
+    ):
+        self._make_protocol = make_protocol
+        self._connections = connections
+        self._limits = connections.limits
+        self._loop = connections.loop
+        self._protocol: Any = None  # the HTTP protocol, None for a connection refused
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        # As uvicorn's protocol does, so that both parsers read the same bytes alike.
+        self._parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self._context = contextvars.copy_context()
+        self._state = _IDLE
+        self._since = 0.0  # when the wait for what `_state` names began
+        self._now = 0.0  # the time the bytes being parsed arrived
+        self._head_bytes = 0  # bytes received of the head being read, where known
+        self._tail = b""  # the last bytes received of the head being read
+        self._begun = 0  # requests begun in the bytes being parsed
+        self._heads = 0  # heads completed in the bytes being parsed
+        self._handed_on = 0  # requests handed to the protocol
+        self._answered = 0  # of those, answered by the application
+        self._answer: bytes | None = None  # the guard's own answer, until written
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass of it
+        self._since = self._loop.time()
+        if self._connections.add(self):
+            self._context.run(request_finished_var.set, self._request_finished)
+            self._protocol = self._make_protocol()
+            self._context.run(self._protocol.connection_made, transport)
+
+    def data_received(self, data: bytes) -> None:
+        state = self._state
+        if state >= _ANSWERED:
+            return  # dropped: the connection is closing
+        self._now = now = self._loop.time()
+        carried = self._head_bytes if state == _HEAD else -1
+        self._begun = self._heads = 0
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # uvicorn's protocol drops the rest of these bytes too
+        except httptools.HttpParserError:
+            self._state, self._since = _BROKEN, now
+            if self._protocol is None:
+                self._close()
+            else:
+                self._hand_on(data)  # the protocol answers 400 and closes
+            return
+        limit = self._limits.max_head_bytes
+        if (
+            self._heads
+            and (carried >= 0 or len(data) > limit)  # else no head in `data` can be too long
+            and self._first_head_size(data, carried, state == _IDLE) > limit
+        ):
+            self._too_large()
+            return
+        if self._state == _HEAD:
+            if not self._begun:
+                self._head_bytes = carried + len(data)
+            elif self._begun == 1 and state == _IDLE:
+                self._head_bytes = len(data)
+            else:
+                self._head_bytes = 0  # began after a body in these bytes: counted from the next
+            if self._head_bytes > limit:
+                self._too_large()
+                return
+            self._tail = data[-3:]
+        if self._protocol is None:
+            if self._heads:
+                self._refuse()
+            return
+        self._handed_on += self._heads
+        self._hand_on(data)
+
+    def eof_received(self) -> bool | None:
+        if self._protocol is None or self._state == _ANSWERED:
+            return None  # close
+        result: bool | None = self._protocol.eof_received()
+        return result
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.discard(self)
+        self._state = _ANSWERED
+        if self._protocol is not None:
+            self._protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._protocol is not None:
+            self._protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._protocol is not None:
+            self._protocol.resume_writing()
+
+    # httptools callbacks (no per-header ones: the guard keeps nothing of a head)
+
+    def on_message_begin(self) -> None:
+        self._state, self._since = _HEAD, self._now
+        self._begun += 1
+
+    def on_headers_complete(self) -> None:
+        self._state, self._since = _BODY, self._now
+        self._heads += 1
+
+    def on_message_complete(self) -> None:
+        self._state, self._since = _IDLE, self._now
+
+    # The deadlines
+
+    def check(self, now: float) -> None:
+        """Act on whichever deadline of the connection has passed at `now`."""
+        state, waited = self._state, now - self._since
+        limits = self._limits
+        # Whether no request handed on is still being answered; one that the service
+        # middleware never reported (a bug) is taken as answered once it surely would be.
+        idle = (
+            self._answered == self._handed_on
+            or waited > limits.request_timeout + limits.head_timeout
+        )
+        if state == _HEAD:
+            # Counted from when the requests before it were answered: until then the
+            # protocol may not be reading it.
+            if idle and waited > limits.head_timeout:
+                detail = f"The request head did not arrive within {limits.head_timeout:g} s."
+                self._answer_with(REQUEST_TIMEOUT, detail, {})
+        elif state == _IDLE:
+            if idle and waited > limits.head_timeout:
+                self._close()
+        elif state == _BODY:
+            if idle and waited > limits.request_timeout:
+                self._close()  # answered already, and the rest of the body is overdue
+        elif self._answer is not None:
+            if waited > limits.request_timeout + limits.head_timeout:
+                self._close()  # a request handed on was never reported answered
+        elif waited > (LINGER_SECONDS if state == _ANSWERED else limits.head_timeout):
+            self._close()
+
+    # Helpers
+
+    def _first_head_size(self, data: bytes, carried: int, began_idle: bool) -> int:
+        """The size of the first head completed in `data`, where it can be known: one that
+        began in earlier bytes, or at the start of `data`; 0 otherwise."""
+        if carried >= 0:
+            edge = (self._tail + data[:3]).find(_END_OF_HEAD)
+            if edge >= 0:
+                return carried + edge + len(_END_OF_HEAD) - len(self._tail)
+            return carried + data.find(_END_OF_HEAD) + len(_END_OF_HEAD)
+        if began_idle:
+            return data.find(_END_OF_HEAD) + len(_END_OF_HEAD)
+        return 0
+
+    def _hand_on(self, data: bytes) -> None:
+        # In the guard's context, so that the requests the protocol starts report back.
+        self._context.run(self._protocol.data_received, data)
+
+    def _request_finished(self) -> None:
+        self._answered += 1
+        if self._answered == self._handed_on:
+            if self._answer is not None:
+                self._write_answer()
+            elif self._state in (_IDLE, _HEAD):
+                self._since = self._loop.time()  # the wait for the next request starts now
+
+    def _too_large(self) -> None:
+        detail = f"The request line and headers exceed {self._limits.max_head_bytes} bytes."
+        self._answer_with(HEADERS_TOO_LARGE, detail, {})
+
+    def _refuse(self) -> None:
+        detail = (
+            f"The service has {self._limits.max_connections} connections open, as many as it "
+            "accepts; retry shortly."
+        )
+        self._answer_with(SERVICE_UNAVAILABLE, detail, {"retry-after": "1"})
+
+    def _answer_with(self, problem: ProblemType, detail: str, extra: dict[str, str]) -> None:
+        """Answer with `problem` as soon as no request handed on is still being answered;
+        then close the connection."""
+        self._state, self._since = _ANSWERED, self._loop.time()
+        trace_id = new_trace_id()
+        token = trace_id_var.set(trace_id)
+        try:
+            headers, body = problem_answer(problem, detail, self._limits.public_url, extra)
+        finally:
+            trace_id_var.reset(token)
+        headers += [(TRACE_HEADER, trace_id.encode()), (b"connection", b"close")]
+        status = HTTPStatus(problem.status)
+        lines = [f"HTTP/1.1 {status.value} {status.phrase}".encode()]
+        lines += [name + b": " + value for name, value in headers]
+        self._answer = b"\r\n".join(lines) + b"\r\n\r\n" + body
+        log.warning("%d answered by the connection guard: %s", problem.status, detail)
+        if self._answered == self._handed_on:
+            self._write_answer()
+
+    def _write_answer(self) -> None:
+        transport, answer = self._transport, self._answer
+        self._answer = None
+        self._since = self._loop.time()  # lingers from now on
+        if transport is None or answer is None or transport.is_closing():
+            return
+        transport.write(answer)
+        if transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
+
+    def _close(self) -> None:
+        self._state = _ANSWERED
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+
+def guarded_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop whose servers guard each connection with the limits of the
+    process's settings (`BANKRAIL_*`): uvicorn's `loop` option takes it by name."""
+    return GuardedLoop(Limits.from_settings(settings_from_env()))
+
+
+class GuardedLoop(uvloop.Loop):
+    """uvloop's event loop (what uvicorn runs on by default), but `create_server` puts a
+    `ConnectionGuard` in front of each connection's protocol."""
+
+    def __init__(self, limits: Limits) -> None:
+        super().__init__()
+        self._guarded = _Connections(self, limits)
+
+    async def create_server(
+        self, protocol_factory: Callable[[], asyncio.BaseProtocol], *args: Any, **kwargs: Any
+    ) -> asyncio.Server:
+        connections = self._guarded
+
+        def guarded() -> ConnectionGuard:
+            return ConnectionGuard(protocol_factory, connections)
+
+        # uvloop's stubs say AbstractServer, asyncio's Server: uvicorn needs only the former.
+        return cast(asyncio.Server, await super().create_server(guarded, *args, **kwargs))

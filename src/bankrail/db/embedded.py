@@ -285,7 +285,7 @@ class EmbeddedPostgres:
             # waits: 12 ms on an idle machine here, 40-60 ms under load, once every ~2,000
             # payouts until checkpoints recycle old segments. Not zeroing leaves each commit
             # as durable (fdatasync still flushes the blocks it allocates); see
-            # docs/performance.md, "Session 16: WAL segments".
+            # docs/performance.md, "Settings measured here".
             "-c",
             "wal_init_zero=off",
             "-c",

@@ -4,9 +4,9 @@ Verifying a P-521 signature costs about 0.4 ms of arithmetic, which `cryptograph
 without the GIL. On threads (core.threadlane) each verification still needs the GIL before
 and after it, behind the event loop thread, and every answer waits for the loop: with one
 API process under load a verification took 1.75 ms on its thread instead of 0.4, and a
-request waited 11 ms for a free thread (docs/performance.md, session 9). A worker process has
-its own interpreter, so nothing there waits for this process's GIL; this process only writes
-the request's inputs to a socket and reads one answer.
+request waited 11 ms for a free thread (docs/performance.md, "Settings measured here"). A
+worker process has its own interpreter, so nothing there waits for this process's GIL; this
+process only writes the request's inputs to a socket and reads one answer.
 
 The request's signing inputs are built here (security.signing.verification_inputs); a worker
 gets the public key (DER), the signature (DER) and the inputs, and answers whether any input

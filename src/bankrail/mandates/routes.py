@@ -24,7 +24,13 @@ from bankrail.http.auth import (
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.listing import ListWindow
-from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.openapi import (
+    ERRORS_AUTH,
+    ERRORS_AUTH_NOT_FOUND,
+    ERRORS_SIGNED_POST,
+    Needs,
+    documents,
+)
 from bankrail.http.responses import json_response
 from bankrail.mandates import service
 from bankrail.mandates.schemas import (
@@ -86,6 +92,7 @@ async def _on_mandate(
     response_model=MandateCreated,
     responses=ERRORS_SIGNED_POST,
 )
+@documents(Needs(signature="Svc-Signature", idempotency_key="required"))
 async def create_mandate(
     body: MandateRequest, request: Request, context: Context, claims: MandateClient
 ) -> Response:
@@ -140,6 +147,7 @@ async def get_mandate(mandate_id: uuid.UUID, context: Context, claims: MandateCl
     response_model=AuthorizationFlowAnswer,
     responses=ERRORS_SIGNED_POST,
 )
+@documents(Needs(signature="Svc-Signature", idempotency_key="required"))
 async def start_mandate_authorization(
     mandate_id: uuid.UUID,
     body: MandateFlowRequest,
@@ -169,6 +177,7 @@ async def start_mandate_authorization(
     response_model=AuthorizationFlowAnswer,
     responses=ERRORS_SIGNED_POST,
 )
+@documents(Needs(signature="Svc-Signature", idempotency_key="required"))
 async def submit_mandate_provider(
     mandate_id: uuid.UUID,
     body: MandateProviderSubmit,
@@ -192,6 +201,7 @@ async def submit_mandate_provider(
     response_class=Response,
     responses=ERRORS_SIGNED_POST,
 )
+@documents(Needs(signature="Svc-Signature", idempotency_key="required"))
 async def revoke_mandate(
     mandate_id: uuid.UUID, request: Request, context: Context, claims: MandateClient
 ) -> Response:
@@ -242,6 +252,7 @@ async def mandate_constraints(
     response_model=RedirectAnswer,
     responses=ERRORS_READ_CONFLICT,
 )
+@documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_consent_action(
     mandate_id: uuid.UUID, body: ConsentAction, request: Request, context: Context
 ) -> Response:

@@ -228,22 +228,51 @@ async def authenticate(
     404 page for an unknown payment. The token is checked before the database is asked, so
     only the holder of a valid token learns whether another payment id exists.
     """
+    return await authenticate_bound(
+        conn,
+        context,
+        raw_payment_id,
+        token,
+        kind=kind,
+        load=lambda c, payment_id: service.get_payment_row(c, payment_id, None),
+        noun="payment",
+        not_found=_not_found,
+        unauthenticated=_unauthenticated,
+    )
+
+
+async def authenticate_bound(
+    conn: Connection,
+    context: AppContext,
+    raw_id: str | None,
+    token: str | None,
+    *,
+    kind: str,
+    load: Callable[[Connection, uuid.UUID], Awaitable[Any]],
+    noun: str,
+    not_found: Callable[[], PageError],
+    unauthenticated: Callable[[str], PageError],
+) -> Any:
+    """The row `load` finds for `raw_id`, when `token` is a valid token of `kind` bound to that
+    id: `unauthenticated` page for a missing, forged, expired or foreign token, `not_found`
+    page for an id that is malformed or names nothing (`load` raising NotFound). The token is
+    checked before the database is asked."""
     try:
-        payment_id = uuid.UUID(raw_payment_id or "")
+        object_id = uuid.UUID(raw_id or "")
     except ValueError:
-        raise _not_found() from None
+        raise not_found() from None
     if not token:
-        raise _unauthenticated("No token came with the link.")
+        raise unauthenticated("No token came with the link.")
     try:
         claims = context.tokens.read_resource_token(token, context.clock.now(), kind=kind)
     except TokenError as exc:
-        raise _unauthenticated(f"{str(exc).capitalize()}.") from exc
+        raise unauthenticated(f"{str(exc).capitalize()}.") from exc
     try:
-        row = await service.get_payment_row(conn, payment_id, None)
+        row = await load(conn, object_id)
     except NotFound:
-        raise _not_found() from None
-    if claims.payment_id != payment_id:
-        raise _unauthenticated("The token was issued for another payment.")
+        raise not_found() from None
+    if claims.payment_id != object_id:
+        raise unauthenticated(f"The token was issued for another {noun}.")
     return row
 
 

@@ -10,7 +10,6 @@ The helpers that show a mandate are shared with the mock bank's consent page.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -18,7 +17,6 @@ from fastapi.responses import HTMLResponse
 
 from bankrail.context import AppContext
 from bankrail.core.money import format_amount
-from bankrail.core.problems import NotFound
 from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.http.deps import Context
@@ -28,6 +26,7 @@ from bankrail.mandates.schemas import PERIODS
 from bankrail.pages.hpp import (
     PageError,
     allowed_return_uri,
+    authenticate_bound,
     check_csrf,
     csrf_value,
     form_value,
@@ -38,7 +37,6 @@ from bankrail.pages.hpp import (
     render_page,
 )
 from bankrail.payments.providers import Provider, find_provider
-from bankrail.security.tokens import TokenError
 
 router = APIRouter(include_in_schema=False)
 
@@ -67,23 +65,17 @@ async def authenticate_mandate(
     """The mandate this mandate-bound token (the `resource_token`, or the bank's) grants
     access to: 401 page for a missing, forged, expired or foreign token, 404 page for an unknown
     mandate. The token is checked before the database is asked."""
-    try:
-        mandate_id = uuid.UUID(raw_id or "")
-    except ValueError:
-        raise _not_found() from None
-    if not token:
-        raise _unauthenticated("No token came with the link.")
-    try:
-        claims = context.tokens.read_resource_token(token, context.clock.now(), kind=kind)
-    except TokenError as exc:
-        raise _unauthenticated(f"{str(exc).capitalize()}.") from exc
-    try:
-        row = await mandates.get_mandate_row(conn, mandate_id, None)
-    except NotFound:
-        raise _not_found() from None
-    if claims.payment_id != mandate_id:
-        raise _unauthenticated("The token was issued for another mandate.")
-    return row
+    return await authenticate_bound(
+        conn,
+        context,
+        raw_id,
+        token,
+        kind=kind,
+        load=lambda c, mandate_id: mandates.get_mandate_row(c, mandate_id, None),
+        noun="mandate",
+        not_found=_not_found,
+        unauthenticated=_unauthenticated,
+    )
 
 
 def _unauthenticated(reason: str) -> PageError:

@@ -3,6 +3,7 @@ process lifespan. Background work runs in another process (worker.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from bankrail.config import Settings
 from bankrail.context import AppContext
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
+from bankrail.http.connection_guard import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware
 from bankrail.http.metrics import router as metrics_router
@@ -101,6 +103,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
             app.state.context = context
             try:
                 yield
+                await _drain_connections(settings)
             finally:
                 if context.verifier is not None:
                     await context.verifier.close()
@@ -162,3 +165,17 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
     return app
+
+
+async def _drain_connections(settings: Settings) -> None:
+    """At shutdown, before the pool closes: answer the requests of the connections that the
+    server accepted but had not handed to the application when it stopped (see
+    http/connection_guard.py). Under `bankrail serve` only; other servers do their own."""
+    loop = asyncio.get_running_loop()
+    if isinstance(loop, GuardedLoop):
+        timeout = settings.request_timeout_seconds + settings.head_timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                await loop.drain()
+        except TimeoutError:
+            log.warning("stopped with requests still arriving after %g s", timeout)

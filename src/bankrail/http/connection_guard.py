@@ -28,6 +28,15 @@ and the request timeout passed. The time to send a body is otherwise the applica
 bound: http/middleware.py answers 408 when the request's deadline passes while the body is
 still arriving.
 
+The guard makes the connection's HTTP protocol only when the connection's first request head
+is complete, and hands it the bytes so far then. So a server that stops (SIGTERM) closes only
+connections that are idle between requests, never one whose first request is still arriving:
+uvicorn's graceful shutdown closes every connection with no request under way, and would
+otherwise reset a client whose request it had accepted but not yet read. The guarded loop's
+servers also take, when they are closed, the connections still waiting in the listening
+socket's backlog (closing a listening socket resets those), and `GuardedLoop.drain` lets the
+application's shutdown wait until those connections' requests are answered.
+
 The guard writes an answer only when every request it handed on has been answered (the
 service middleware tells it, through `request_finished_var`), so an answer never lands inside
 another on a connection that pipelines; after it, it stops writing, reads and drops what the
@@ -41,6 +50,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -73,6 +84,11 @@ log = logging.getLogger(__name__)
 LINGER_SECONDS = 2.0
 # The deadlines are checked this often, as a fraction of the shortest of them.
 SWEEP_FRACTION = 0.1
+# While a server drains, how long a connection it accepted may take to begin its first request
+# before the drain stops waiting for it.
+FIRST_REQUEST_GRACE = 1.0
+# How often a drain looks again at the connections it waits for.
+DRAIN_POLL_SECONDS = 0.01
 
 _END_OF_HEAD = b"\r\n\r\n"
 
@@ -149,7 +165,9 @@ class ConnectionGuard(asyncio.Protocol):
         self._connections = connections
         self._limits = connections.limits
         self._loop = connections.loop
-        self._protocol: Any = None  # the HTTP protocol, None for a connection refused
+        self._protocol: Any = None  # the HTTP protocol, made when the first head is complete
+        self._admitted = False  # False for a connection one over `max_connections`
+        self._early: list[bytes] = []  # what arrived before the protocol was made
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         # As uvicorn's protocol does, so that both parsers read the same bytes alike.
@@ -171,10 +189,7 @@ class ConnectionGuard(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass of it
         self._since = self._loop.time()
-        if self._connections.add(self):
-            self._context.run(request_finished_var.set, self._request_finished)
-            self._protocol = self._make_protocol()
-            self._context.run(self._protocol.connection_made, transport)
+        self._admitted = self._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         state = self._state
@@ -189,10 +204,10 @@ class ConnectionGuard(asyncio.Protocol):
             pass  # uvicorn's protocol drops the rest of these bytes too
         except httptools.HttpParserError:
             self._state, self._since = _BROKEN, now
-            if self._protocol is None:
-                self._close()
-            else:
+            if self._admitted:
                 self._hand_on(data)  # the protocol answers 400 and closes
+            else:
+                self._close()
             return
         limit = self._limits.max_head_bytes
         if (
@@ -213,16 +228,19 @@ class ConnectionGuard(asyncio.Protocol):
                 self._too_large()
                 return
             self._tail = data[-3:]
-        if self._protocol is None:
+        if not self._admitted:
             if self._heads:
                 self._refuse()
             return
         self._handed_on += self._heads
+        if self._protocol is None and not self._heads:
+            self._early.append(data)  # the first head is still arriving
+            return
         self._hand_on(data)
 
     def eof_received(self) -> bool | None:
         if self._protocol is None or self._state == _ANSWERED:
-            return None  # close
+            return None  # close: no request was begun, or the guard answered
         result: bool | None = self._protocol.eof_received()
         return result
 
@@ -299,7 +317,24 @@ class ConnectionGuard(asyncio.Protocol):
 
     def _hand_on(self, data: bytes) -> None:
         # In the guard's context, so that the requests the protocol starts report back.
+        if self._protocol is None:
+            self._context.run(request_finished_var.set, self._request_finished)
+            self._protocol = self._make_protocol()
+            self._context.run(self._protocol.connection_made, self._transport)
+            if self._early:
+                data = b"".join((*self._early, data))
+                self._early.clear()
         self._context.run(self._protocol.data_received, data)
+
+    def busy(self, now: float) -> bool:
+        """Whether the connection has a request that is still arriving or not yet answered
+        (or the guard's own answer not yet written) at `now`; one that has sent nothing yet
+        counts as busy for `FIRST_REQUEST_GRACE` seconds after it was accepted."""
+        if self._state == _ANSWERED:
+            return self._answer is not None
+        if self._state != _IDLE or self._answered < self._handed_on:
+            return True
+        return self._protocol is None and now - self._since < FIRST_REQUEST_GRACE
 
     def _request_finished(self) -> None:
         self._answered += 1
@@ -365,7 +400,8 @@ def guarded_event_loop() -> asyncio.AbstractEventLoop:
 
 class GuardedLoop(uvloop.Loop):
     """uvloop's event loop (what uvicorn runs on by default), but `create_server` puts a
-    `ConnectionGuard` in front of each connection's protocol."""
+    `ConnectionGuard` in front of each connection's protocol, and its servers take the
+    connections waiting in their backlog when they are closed."""
 
     def __init__(self, limits: Limits) -> None:
         super().__init__()
@@ -379,5 +415,59 @@ class GuardedLoop(uvloop.Loop):
         def guarded() -> ConnectionGuard:
             return ConnectionGuard(protocol_factory, connections)
 
+        server = await super().create_server(guarded, *args, **kwargs)
         # uvloop's stubs say AbstractServer, asyncio's Server: uvicorn needs only the former.
-        return cast(asyncio.Server, await super().create_server(guarded, *args, **kwargs))
+        return cast(asyncio.Server, _DrainingServer(self, server, guarded))
+
+    async def drain(self) -> None:
+        """Return once no guarded connection has a request arriving or being answered (see
+        `ConnectionGuard.busy`)."""
+        # Polled: a connection stops counting as busy also by time passing (its grace).
+        while any(guard.busy(self.time()) for guard in self._guarded.open):  # noqa: ASYNC110
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+
+
+class _DrainingServer:
+    """A server of `GuardedLoop`: uvloop's, except that `close` first accepts the connections
+    that completed their handshake but were not yet accepted, which closing the listening
+    socket would reset, and serves them like the others."""
+
+    def __init__(
+        self,
+        loop: GuardedLoop,
+        server: asyncio.AbstractServer,
+        guarded: Callable[[], ConnectionGuard],
+    ) -> None:
+        self._loop = loop
+        self._server = server
+        self._guarded = guarded
+        self._taken: set[asyncio.Task[Any]] = set()
+
+    def close(self) -> None:
+        for listening in getattr(self._server, "sockets", None) or ():
+            self._take_backlog(listening.fileno())
+        self._server.close()
+
+    def _take_backlog(self, fd: int) -> None:
+        listener = socket.socket(fileno=os.dup(fd))
+        try:
+            listener.setblocking(False)
+            while True:
+                try:
+                    connection, _address = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    log.warning("while taking the backlog of a closing server: %s", exc)
+                    return
+                connection.setblocking(False)
+                task = self._loop.create_task(
+                    self._loop.connect_accepted_socket(self._guarded, connection)
+                )
+                self._taken.add(task)
+                task.add_done_callback(self._taken.discard)
+        finally:
+            listener.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)

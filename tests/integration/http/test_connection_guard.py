@@ -1,7 +1,9 @@
 """The connection guard (`http/connection_guard.py`) on a real uvicorn server and socket: an
 answer of its own never lands inside the answer to an earlier request of the connection (one
-that pipelines), and the time to send a head counts from when the requests before it were
-answered. (Its limits as `bankrail serve` applies them: tests/e2e/test_slow_requests_http.py.)
+that pipelines), the time to send a head counts from when the requests before it were
+answered, and a server that stops answers the requests of every connection it had accepted
+or had waiting in its backlog. (Its limits as `bankrail serve` applies them:
+tests/e2e/test_slow_requests_http.py; rolling restarts: tests/e2e/test_rolling_restart.py.)
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import uvicorn
@@ -29,18 +31,26 @@ BOUND = 20.0
 
 
 class SlowApp:
-    """Answers 200; `/slow` only once released (from the test's thread)."""
+    """Answers 200; `/slow` only once released (from the test's thread); `/stall` holds the
+    whole event loop until `unstall` is set."""
 
     def __init__(self) -> None:
         self.started = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.release = asyncio.Event()
+        self.stalled = threading.Event()
+        self.unstall = threading.Event()
+        self.after_stall: Callable[[], None] = lambda: None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["path"] == "/slow":
             self.loop = asyncio.get_running_loop()
             self.started.set()
             await self.release.wait()
+        if scope["path"] == "/stall":
+            self.stalled.set()
+            self.unstall.wait(BOUND)  # blocks the loop: nothing is accepted or read meanwhile
+            self.after_stall()
         headers = [(b"content-type", b"text/plain"), (b"content-length", b"2")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"ok"})
@@ -55,6 +65,14 @@ class SlowApp:
 def serving(app: SlowApp) -> Iterator[int]:
     """uvicorn serving `app` behind the service middleware, on a guarded event loop in a
     thread of its own; yields the port."""
+    with server_for(app) as (_server, port):
+        yield port
+
+
+@contextlib.contextmanager
+def server_for(app: SlowApp) -> Iterator[tuple[uvicorn.Server, int]]:
+    """As `serving`, yielding the server too; once it has stopped, the loop drains as the
+    application's shutdown does (app.py)."""
     port = free_port()
     limits = Limits(
         max_head_bytes=MAX_HEAD,
@@ -77,15 +95,21 @@ def serving(app: SlowApp) -> Iterator[int]:
     )
     server = uvicorn.Server(config)
 
+    async def serve_then_drain() -> None:
+        await server.serve()
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, GuardedLoop)
+        await loop.drain()
+
     def run() -> None:
         with asyncio.Runner(loop_factory=lambda: GuardedLoop(limits)) as runner:
-            runner.run(server.serve())
+            runner.run(serve_then_drain())
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, timeout=BOUND, what="the server to start")
     try:
-        yield port
+        yield server, port
     finally:
         server.should_exit = True
         thread.join(BOUND)
@@ -161,3 +185,51 @@ def test_the_head_timeout_counts_from_the_answer_to_the_request_before() -> None
         status, body = read_answer(stream)
         assert status == 408, body
         assert time.monotonic() - answered >= HEAD_TIMEOUT * 0.9
+
+
+def refused(port: int) -> bool:
+    """Whether a connection to `port` is refused (the server has closed its socket)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=BOUND).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_a_request_that_arrives_after_the_server_began_to_stop_is_answered() -> None:
+    # uvicorn's graceful shutdown closes every connection with no request under way; one
+    # accepted whose request had not arrived yet would be reset.
+    app = SlowApp()
+    with server_for(app) as (server, port), connection(port) as (sock, stream):
+        sock.sendall(SLOW)  # a request in flight keeps the server from finishing at once
+        assert app.started.wait(BOUND)
+        with connection(port) as (late, late_stream):
+            wait_for(lambda: len(server.server_state.connections) == 1, timeout=BOUND)
+            server.should_exit = True
+            wait_for(lambda: refused(port), timeout=BOUND, what="the server to stop listening")
+            late.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(late_stream) == (200, b"ok")
+        app.finish()
+        assert read_answer(stream) == (200, b"ok")
+
+
+def test_a_connection_waiting_in_the_backlog_when_the_server_stops_is_answered() -> None:
+    # Closing a listening socket resets the connections in its backlog.
+    app = SlowApp()
+    with server_for(app) as (server, port), connection(port) as (sock, stream):
+
+        def stop() -> None:
+            # What uvicorn's shutdown does first, before the loop can accept anything more.
+            for listening in server.servers:
+                listening.close()
+            server.should_exit = True
+
+        app.after_stall = stop
+        sock.sendall(b"GET /stall HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert app.stalled.wait(BOUND)
+        # The loop is held: this connection completes its handshake in the kernel only.
+        with connection(port) as (waiting, waiting_stream):
+            waiting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            app.unstall.set()
+            assert read_answer(stream) == (200, b"ok")
+            assert read_answer(waiting_stream) == (200, b"ok")

@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
-from bankrail.http.deps import Context
+from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
 from bankrail.security.headers import RequestHeaders, request_headers
 from bankrail.security.signing import (
@@ -88,16 +88,21 @@ def require_payments_audience(claims: AccessClaims) -> AccessClaims:
     return claims
 
 
+# Each of these is one flat dependency (it takes only the request): FastAPI's cost grows with
+# every level of nested dependencies, and these run on every merchant request.
+
+
 @documents(Needs(schemes=("merchantToken",)))
-async def _access_claims(request: Request, context: Context) -> AccessClaims:
-    return await read_access_claims(request, context)
+async def _access_claims(request: Request) -> AccessClaims:
+    return await read_access_claims(request, get_context(request))
 
 
 AuthenticatedClient = Annotated[AccessClaims, Depends(_access_claims)]
 
 
-async def _payments_client(claims: AuthenticatedClient) -> AccessClaims:
-    return require_payments_audience(claims)
+@documents(Needs(schemes=("merchantToken",)))
+async def _payments_client(request: Request) -> AccessClaims:
+    return require_payments_audience(await read_access_claims(request, get_context(request)))
 
 
 Merchant = Annotated[AccessClaims, Depends(_payments_client)]
@@ -124,7 +129,9 @@ def require_mandate_scope(claims: AccessClaims, mandate_type: str) -> None:
         )
 
 
-async def _mandates_client(claims: AuthenticatedClient) -> AccessClaims:
+@documents(Needs(schemes=("merchantToken",)))
+async def _mandates_client(request: Request) -> AccessClaims:
+    claims = await read_access_claims(request, get_context(request))
     if not any(may_use_mandates(claims, kind) for kind in MANDATE_SCOPES):
         raise Forbidden(
             "InvalidAudience: the access token's audience does not include this API; request "
@@ -150,8 +157,8 @@ async def require_operator(request: Request, context: AppContext) -> None:
 
 
 @documents(Needs(schemes=("operatorToken",)))
-async def _admin(request: Request, context: Context) -> None:
-    await require_operator(request, context)
+async def _admin(request: Request) -> None:
+    await require_operator(request, get_context(request))
 
 
 Admin = Annotated[None, Depends(_admin)]
@@ -258,10 +265,10 @@ def signed_body(
     @documents(
         Needs(signature=header, idempotency_key="required" if require_idempotency_key else None)
     )
-    async def dependency(request: Request, context: Context, claims: Merchant) -> bytes:
+    async def dependency(request: Request, claims: Merchant) -> bytes:
         return await verify_signature(
             request,
-            context,
+            get_context(request),
             claims,
             names=names,
             require_idempotency_key=require_idempotency_key,

@@ -10,7 +10,9 @@ option, `guarded_event_loop`) whose servers put a `ConnectionGuard` in front of 
 connection's HTTP protocol. The guard is an `asyncio.Protocol` that sees the bytes before the
 protocol does: it runs them through a parser of its own (httptools, with no per-header
 callbacks, so it keeps nothing of them) to know where each request's head begins and ends,
-and hands them on unchanged. It answers itself, with problem+json and `Connection: close`:
+and hands them on unchanged; what the protocol writes goes through `JoinedWrites`
+(http/joined_writes.py), one write per iteration of the loop. It answers itself, with
+problem+json and `Connection: close`:
 
 - 431 when a head passes `max_head_bytes` (the request line and headers, up to and including
   the blank line after them), as soon as it does: the rest of it is read and dropped (a head
@@ -68,6 +70,7 @@ from bankrail.core.problems import (
     ProblemType,
 )
 from bankrail.core.tracing import trace_id_var
+from bankrail.http.joined_writes import JoinedWrites
 from bankrail.http.middleware import (
     TRACE_HEADER,
     new_trace_id,
@@ -168,7 +171,7 @@ class ConnectionGuard(asyncio.Protocol):
         self._protocol: Any = None  # the HTTP protocol, made when the first head is complete
         self._admitted = False  # False for a connection one over `max_connections`
         self._early: list[bytes] = []  # what arrived before the protocol was made
-        self._transport: asyncio.Transport | None = None
+        self._transport: JoinedWrites | None = None  # what the guard and protocol write to
         self._parser = httptools.HttpRequestParser(self)
         # As uvicorn's protocol does, so that both parsers read the same bytes alike.
         self._parser.set_dangerous_leniencies(lenient_data_after_close=True)
@@ -187,7 +190,8 @@ class ConnectionGuard(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass of it
+        # uvloop's transport is no subclass of asyncio.Transport, but has its methods.
+        self._transport = JoinedWrites(cast(asyncio.Transport, transport), self._loop)
         self._since = self._loop.time()
         self._admitted = self._connections.add(self)
 

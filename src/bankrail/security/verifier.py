@@ -110,6 +110,21 @@ class _Worker:
     writer: asyncio.StreamWriter
     reader_task: asyncio.Task[None] | None = None
     pending: dict[int, _Work] = field(default_factory=dict)
+    outgoing: list[bytes] = field(default_factory=list)  # frames not yet written
+
+    def send(self, frame: bytes) -> None:
+        """Write `frame` at the end of this iteration of the loop, with the others sent in it:
+        one write (and one wake-up of the worker) for all the requests that arrived together.
+        """
+        if not self.outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.outgoing += (_LENGTH.pack(len(frame)), frame)
+
+    def _flush(self) -> None:
+        data = b"".join(self.outgoing)
+        self.outgoing.clear()
+        if not self.writer.is_closing():
+            self.writer.write(data)
 
 
 class VerifierProcesses:
@@ -145,8 +160,7 @@ class VerifierProcesses:
         self._futures[ident] = future
         worker = min(self._workers, key=lambda w: len(w.pending))
         worker.pending[ident] = work
-        frame = _request_frame(ident, work)
-        worker.writer.write(_LENGTH.pack(len(frame)) + frame)
+        worker.send(_request_frame(ident, work))
         try:
             return await asyncio.shield(future)
         finally:

@@ -17,12 +17,7 @@ from bankrail.merchants.balances import credit_from_clearing
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.payments._store import PAYMENT_COLUMNS, save, state_of
-from bankrail.payments.models import (
-    EXPIRABLE,
-    FailureReason,
-    PaymentState,
-    PaymentStatus,
-)
+from bankrail.payments.models import EXPIRABLE, FailureReason, PaymentState, PaymentStatus
 from bankrail.payments.sources import record_payment_source
 from bankrail.rails.mock_bank import remitter_for
 

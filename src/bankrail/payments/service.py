@@ -45,12 +45,7 @@ from bankrail.payments.authorization import (
     start_authorization,
 )
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
-from bankrail.payments.models import (
-    CANCELLABLE,
-    FailureReason,
-    PaymentState,
-    PaymentStatus,
-)
+from bankrail.payments.models import CANCELLABLE, FailureReason, PaymentState, PaymentStatus
 from bankrail.payments.providers import find_provider, search
 from bankrail.payments.schemas import PaymentRequest
 

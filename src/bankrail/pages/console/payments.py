@@ -41,12 +41,7 @@ from bankrail.pages.console.data import (
     list_payments,
     list_payouts,
 )
-from bankrail.pages.console.forms import (
-    parse_amount,
-    parse_choice,
-    parse_day_or_time,
-    parse_text,
-)
+from bankrail.pages.console.forms import parse_amount, parse_choice, parse_day_or_time, parse_text
 from bankrail.payments.models import PaymentStatus
 from bankrail.refunds import service as refunds_service
 from bankrail.security.idempotency import fingerprint, run_idempotent

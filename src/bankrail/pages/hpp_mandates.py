@@ -23,7 +23,7 @@ from bankrail.http.deps import Context
 from bankrail.mandates import service as mandates
 from bankrail.mandates.models import MandateStatus
 from bankrail.mandates.schemas import PERIODS
-from bankrail.pages.hpp import (
+from bankrail.pages._hosted import (
     PageError,
     allowed_return_uri,
     authenticate_bound,

@@ -26,7 +26,7 @@ from starlette.datastructures import FormData
 from bankrail.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.mandates import service as mandates
-from bankrail.pages.hpp import (
+from bankrail.pages._hosted import (
     PageError,
     authenticate,
     check_csrf,

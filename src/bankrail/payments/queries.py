@@ -9,7 +9,7 @@ from typing import Any
 
 from bankrail.core.pagination import Window, newest_first_page
 from bankrail.db.pool import Connection
-from bankrail.payments.service import PAYMENT_COLUMNS, render_row
+from bankrail.payments._store import PAYMENT_COLUMNS, render_row
 from bankrail.payments.sources import payment_sources_by_id
 
 __all__ = ["list_payments", "payment_rows"]

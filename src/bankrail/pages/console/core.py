@@ -1,5 +1,5 @@
-"""What every console page shares: templates, the signed-in viewer, CSRF checks, error pages
-and flash messages.
+"""What every console page shares: templates, the signed-in viewer, CSRF checks, error pages,
+flash messages, and the ids and filters that pages read from their links.
 
 Console routes answer HTML, never problem+json: `ConsoleRoute` turns the domain's
 `ProblemError`s (404, 409, 400...) and the console's own `PageError`s into an error page with
@@ -97,6 +97,14 @@ class Redirect(Exception):
 def not_found(what: str) -> PageError:
     """The 404 page; another merchant's object is reported the same way as a missing one."""
     return PageError(404, f"There is no {what} with this identifier that you can see.")
+
+
+def object_id(raw: str, what: str) -> uuid.UUID:
+    """The id of a `what` in a page's path; the 404 page when it is not a UUID."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError as exc:
+        raise not_found(what) from exc
 
 
 def forbidden_form() -> PageError:
@@ -282,6 +290,11 @@ def attempt(errors: Errors, fn: Callable[P, T], *args: P.args, **kwargs: P.kwarg
     except FieldError as error:
         errors.setdefault(error.field, []).append(error.message)
         return None
+
+
+def link_filters(values: dict[str, str]) -> dict[str, str]:
+    """The list's filters as link parameters (without the page cursor)."""
+    return {k: v for k, v in values.items() if k != "cursor" and v}
 
 
 def render(request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:

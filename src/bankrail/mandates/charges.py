@@ -1,0 +1,186 @@
+"""What a mandate lets payments take: the funds check, the constraints with what each current
+period has left, the charge a payment on a mandate makes against them (decided with the
+mandate row locked), and the console's overview of mandates with their limits and payments.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bankrail.core.problems import Conflict, invalid_field
+from bankrail.core.timefmt import iso_utc
+from bankrail.db.pool import Connection
+from bankrail.mandates._store import MANDATE_COLUMNS, constraints_of, render
+from bankrail.mandates.models import MandateStatus, Period, remaining
+from bankrail.mandates.schemas import PERIODS
+
+__all__ = [
+    "COUNTED",
+    "MandateCharge",
+    "charge",
+    "confirm_funds",
+    "current_constraints",
+    "overview",
+    "taken_in_periods",
+]
+
+# The payments that count against a mandate's limits: not failed, and not about to fail.
+COUNTED = "status <> 'payment_failed' AND pending_failure IS NULL"
+
+
+def confirm_funds(row: Any, amount: int, currency: str, now: datetime) -> dict[str, Any]:
+    """Whether the payer's account holds `amount` now; 409 unless the mandate is authorised."""
+    if row["status"] != MandateStatus.AUTHORIZED:
+        raise Conflict(
+            f"The mandate is {row['status']}; funds can be confirmed only once authorised."
+        )
+    if currency != row["currency"]:
+        raise invalid_field("currency", f"must be {row['currency']}, the mandate's currency")
+    return {
+        "confirmed": amount <= row["remitter_balance_in_minor"],
+        "confirmed_at": iso_utc(now),
+    }
+
+
+async def taken_in_periods(
+    conn: Connection, row: Any, periods: dict[Period, tuple[datetime, datetime]]
+) -> dict[Period, int]:
+    """What the mandate's counted payments took in each period."""
+    if not periods:
+        return {}
+    names = list(periods)
+    sums = ", ".join(
+        f"COALESCE(SUM(amount_in_minor) FILTER (WHERE created_at >= ${2 * i + 2}"
+        f" AND created_at < ${2 * i + 3}), 0)"
+        for i in range(len(names))
+    )
+    bounds = [moment for name in names for moment in periods[name]]
+    record = await conn.fetchrow(
+        f"SELECT {sums} FROM payments WHERE mandate_id = $1 AND {COUNTED}", row["id"], *bounds
+    )
+    assert record is not None
+    return {name: int(record[i]) for i, name in enumerate(names)}
+
+
+async def current_constraints(conn: Connection, row: Any, now: datetime) -> dict[str, Any]:
+    """The constraints with each limit's current period and what it has left."""
+    constraints = constraints_of(row)
+    periods = constraints.current_periods(row["authorized_at"], now)
+    taken = await taken_in_periods(conn, row, periods)
+    answer: dict[str, Any] = {
+        "maximum_individual_amount": constraints.maximum_individual_amount,
+        "current_period_limits": {
+            period.value: {
+                "start_date": iso_utc(start),
+                "end_date": iso_utc(end),
+                "maximum_available_amount": remaining(
+                    constraints.periodic_limits[period], taken[period]
+                ),
+            }
+            for period, (start, end) in periods.items()
+        },
+    }
+    for name in ("valid_from", "valid_to"):
+        if row["constraints"].get(name):
+            answer[name] = row["constraints"][name]
+    return answer
+
+
+@dataclass(frozen=True)
+class MandateCharge:
+    """What a payment on a mandate takes from it: where the money goes, who pays, and the
+    failure decided at acceptance (None when the payment keeps within every constraint)."""
+
+    mandate_id: uuid.UUID
+    merchant_account_id: uuid.UUID
+    user_id: str
+    user_details: dict[str, Any]
+    provider_id: str | None
+    pending_failure: str | None
+
+
+async def charge(
+    conn: Connection,
+    merchant_id: uuid.UUID,
+    mandate_id: uuid.UUID,
+    amount: int,
+    currency: str,
+    now: datetime,
+) -> MandateCharge:
+    """Decide a payment on the merchant's mandate, with the mandate row locked until the
+    payment is recorded in the same transaction. 400 (on `payment_method.mandate_id`) for a
+    mandate that is unknown, another merchant's, or not authorised; a payment outside the
+    constraints is accepted with pending failure `constraint_violation`, one over the payer's
+    balance with `insufficient_funds`."""
+    field = "payment_method.mandate_id"
+    row = await conn.fetchrow(
+        f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = $1 AND merchant_id = $2 FOR UPDATE",
+        mandate_id,
+        merchant_id,
+    )
+    if row is None:
+        raise invalid_field(field, "no such mandate")
+    if row["status"] != MandateStatus.AUTHORIZED:
+        raise invalid_field(field, f"the mandate is {row['status']}, not authorized")
+    if currency != row["currency"]:
+        raise invalid_field("currency", f"must be {row['currency']}, the mandate's currency")
+    constraints = constraints_of(row)
+    periods = constraints.current_periods(row["authorized_at"], now)
+    taken = await taken_in_periods(conn, row, periods)
+    failure: str | None = None
+    if not constraints.allows(amount, now, taken):
+        failure = "constraint_violation"
+    elif amount > row["remitter_balance_in_minor"]:
+        failure = "insufficient_funds"
+    return MandateCharge(
+        mandate_id=row["id"],
+        merchant_account_id=row["merchant_account_id"],
+        user_id=row["user_id"],
+        user_details=row["user_details"],
+        provider_id=row["provider_id"],
+        pending_failure=failure,
+    )
+
+
+async def overview(
+    conn: Connection, merchant_id: uuid.UUID | None, now: datetime, *, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The newest mandates (of one merchant, or of every merchant for None) for the console:
+    each with its limits and what their current periods have left, and its newest payments."""
+    rows = await conn.fetch(
+        f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE ($1::uuid IS NULL OR merchant_id = $1)"
+        " ORDER BY created_at DESC, id DESC LIMIT $2",
+        merchant_id,
+        limit,
+    )
+    found: list[dict[str, Any]] = []
+    for row in rows:
+        current = await current_constraints(conn, row, now)
+        payments = await conn.fetch(
+            "SELECT id, amount_in_minor, currency, status, failure_reason, created_at"
+            " FROM payments WHERE mandate_id = $1 ORDER BY created_at DESC, id DESC LIMIT 10",
+            row["id"],
+        )
+        limits = row["constraints"]["periodic_limits"]
+        found.append(
+            {
+                **render(row),
+                "limits": [
+                    {
+                        "period": period,
+                        "maximum_amount": limits[period]["maximum_amount"],
+                        "alignment": limits[period]["period_alignment"],
+                        "remaining": current["current_period_limits"][period][
+                            "maximum_available_amount"
+                        ],
+                    }
+                    for period in PERIODS
+                    if period in limits
+                ],
+                "payments": [dict(payment) for payment in payments],
+            }
+        )
+    return found

@@ -1,0 +1,23 @@
+"""The console's mandates page: each mandate with its limits, what each period has left, and
+the payments taken on it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from bankrail.mandates import service as mandates_service
+from bankrail.pages.console.core import ConsoleRoute, app_context, render, resolve_viewer
+
+router = APIRouter(route_class=ConsoleRoute)
+
+
+@router.get("/mandates", response_class=HTMLResponse)
+async def mandates_list(request: Request) -> Response:
+    """Mandates, newest first, with their limits, what each period has left, and the payments
+    taken on each."""
+    viewer = await resolve_viewer(request)
+    context = app_context(request)
+    async with context.pool.acquire() as conn:
+        items = await mandates_service.overview(conn, viewer.merchant_id, context.clock.now())
+    return render(request, "mandates.html", title="Mandates", section="mandates", items=items)

@@ -1,0 +1,238 @@
+"""The payments row: its columns, reading and locking it, its lifecycle state, saving a new
+state (with its status history and webhook event), and the payment resource rendered from it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bankrail.core.problems import Conflict, NotFound
+from bankrail.core.timefmt import iso_utc
+from bankrail.db.pool import Connection
+from bankrail.events.outbox import record_event
+from bankrail.payments.models import (
+    ANNOUNCED,
+    FailureReason,
+    InvalidTransition,
+    PaymentState,
+    PaymentStatus,
+)
+from bankrail.payments.sources import get_payment_source
+
+__all__ = [
+    "PAYMENT_COLUMNS",
+    "get_payment_row",
+    "lock_payment",
+    "render",
+    "render_row",
+    "save",
+    "state_of",
+    "transition_conflict",
+]
+
+PAYMENT_COLUMNS = (
+    "id, merchant_id, merchant_account_id, amount_in_minor, currency, user_id, user_details,"
+    " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
+    " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
+    " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
+    " mandate_reference, pending_failure"
+)
+
+
+async def lock_payment(
+    conn: Connection, payment_id: uuid.UUID, merchant_id: uuid.UUID | None = None
+) -> Any:
+    """The payment row, locked for the transaction; 404 when absent or another merchant's."""
+    row = await conn.fetchrow(
+        f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"
+        " AND ($2::uuid IS NULL OR merchant_id = $2) FOR UPDATE",
+        payment_id,
+        merchant_id,
+    )
+    if row is None:
+        raise NotFound(f"Payment {payment_id} not found.")
+    return row
+
+
+async def get_payment_row(
+    conn: Connection, payment_id: uuid.UUID, merchant_id: uuid.UUID | None
+) -> Any:
+    """The payment row without locking; 404 when absent or another merchant's."""
+    row = await conn.fetchrow(
+        f"SELECT {PAYMENT_COLUMNS} FROM payments"
+        " WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)",
+        payment_id,
+        merchant_id,
+    )
+    if row is None:
+        raise NotFound(f"Payment {payment_id} not found.")
+    return row
+
+
+def state_of(row: Any) -> PaymentState:
+    """The lifecycle state of a payments row."""
+    return PaymentState(
+        status=PaymentStatus(row["status"]),
+        created_at=row["created_at"],
+        authorized_at=row["authorized_at"],
+        executed_at=row["executed_at"],
+        settled_at=row["settled_at"],
+        failed_at=row["failed_at"],
+        failure_stage=PaymentStatus(row["failure_stage"]) if row["failure_stage"] else None,
+        failure_reason=FailureReason(row["failure_reason"]) if row["failure_reason"] else None,
+    )
+
+
+def transition_conflict(exc: InvalidTransition) -> Conflict:
+    """The 409 for an action the payment's state machine does not allow now."""
+    return Conflict(f"This action is not possible now: {exc}.")
+
+
+async def save(
+    conn: Connection,
+    row: Any,
+    state: PaymentState,
+    now: datetime,
+    **extra: Any,
+) -> Any:
+    """Persist a new state (and extra columns), append history, announce it if due."""
+    columns = {
+        "status": state.status.value,
+        "authorized_at": state.authorized_at,
+        "executed_at": state.executed_at,
+        "settled_at": state.settled_at,
+        "failed_at": state.failed_at,
+        "failure_stage": state.failure_stage.value if state.failure_stage else None,
+        "failure_reason": state.failure_reason.value if state.failure_reason else None,
+        **extra,
+    }
+    names = list(columns)
+    assignments = ", ".join(f"{name} = ${i + 2}" for i, name in enumerate(names))
+    changed = state.status.value != row["status"]
+    history_sql = (
+        f", history = history || jsonb_build_array(jsonb_build_object('status', "
+        f"${len(names) + 2}::text, 'at', ${len(names) + 3}::text))"
+        if changed
+        else ""
+    )
+    args: list[Any] = [row["id"], *columns.values()]
+    if changed:
+        args += [state.status.value, iso_utc(now)]
+    updated = await conn.fetchrow(
+        f"UPDATE payments SET {assignments}{history_sql} WHERE id = $1 RETURNING {PAYMENT_COLUMNS}",
+        *args,
+    )
+    if changed and state.status in ANNOUNCED:
+        await _announce(conn, updated, state)
+    return updated
+
+
+def _payment_method(row: Any) -> dict[str, Any]:
+    if row["mandate_id"] is not None:
+        return _mandate_method(row)
+    method: dict[str, Any] = {"type": "bank_transfer"}
+    if row["provider_id"]:
+        method["provider_id"] = row["provider_id"]
+    if row["scheme_id"]:
+        method["scheme_id"] = row["scheme_id"]
+    return method
+
+
+def _mandate_method(row: Any) -> dict[str, Any]:
+    method: dict[str, Any] = {"type": "mandate", "mandate_id": str(row["mandate_id"])}
+    if row["mandate_reference"]:
+        method["reference"] = row["mandate_reference"]
+    return method
+
+
+async def _announce(conn: Connection, row: Any, state: PaymentState) -> None:
+    body: dict[str, Any] = {
+        "payment_id": str(row["id"]),
+        "payment_method": _payment_method(row),
+        "metadata": row["metadata"] or {},
+    }
+    if state.status is PaymentStatus.EXECUTED:
+        assert state.executed_at is not None
+        body["executed_at"] = iso_utc(state.executed_at)
+    elif state.status is PaymentStatus.SETTLED:
+        assert state.settled_at is not None
+        body["settled_at"] = iso_utc(state.settled_at)
+        body["user_id"] = row["user_id"]
+        body["payment_source"] = await _source_document(conn, row["payment_source_id"])
+    else:
+        assert state.failed_at is not None
+        assert state.failure_stage is not None
+        body["failed_at"] = iso_utc(state.failed_at)
+        body["failure_stage"] = state.failure_stage.value
+        body["failure_reason"] = state.failure_reason.value if state.failure_reason else None
+    await record_event(
+        conn,
+        merchant_id=row["merchant_id"],
+        family="payments",
+        event_type=state.status.value,
+        body=body,
+        now=state.failed_at or state.settled_at or state.executed_at or state.created_at,
+    )
+
+
+async def _source_document(conn: Connection, source_id: uuid.UUID | None) -> dict[str, Any] | None:
+    source = await get_payment_source(conn, source_id) if source_id else None
+    return source.to_api() if source else None
+
+
+async def render(conn: Connection, row: Any) -> dict[str, Any]:
+    """The payment resource (spec 2.7 and docs/api.md)."""
+    source = await _source_document(conn, row["payment_source_id"])
+    return render_row(row, source)
+
+
+def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any]:
+    """The payment resource of a payments row whose payment source (if it has one) is
+    `payment_source`."""
+    state = state_of(row)
+    selection: dict[str, Any] = {"type": row["selection_type"]}
+    if row["provider_id"] and row["selection_type"] == "preselected":
+        selection["provider_id"] = row["provider_id"]
+    if row["selection_filter"]:
+        selection["filter"] = row["selection_filter"]
+    payment: dict[str, Any] = {
+        "id": str(row["id"]),
+        "amount_in_minor": row["amount_in_minor"],
+        "currency": row["currency"],
+        "user": {"id": row["user_id"]},
+        "payment_method": {
+            "type": "bank_transfer",
+            "provider_selection": selection,
+            "beneficiary": {
+                "type": "merchant_account",
+                "merchant_account_id": str(row["merchant_account_id"]),
+            },
+        },
+        "merchant_account_id": str(row["merchant_account_id"]),
+        "created_at": iso_utc(row["created_at"]),
+        "status": state.status.value,
+        "status_history": row["history"],
+        "metadata": row["metadata"] or {},
+        "refunded_amount_in_minor": row["refunded_amount_in_minor"],
+    }
+    if row["mandate_id"] is not None:
+        payment["payment_method"] = _mandate_method(row)
+    if row["provider_id"]:
+        payment["provider_id"] = row["provider_id"]
+        if row["mandate_id"] is None:
+            payment["payment_method"]["provider_selection"]["provider_id"] = row["provider_id"]
+    if row["scheme_id"]:
+        payment["scheme_id"] = row["scheme_id"]
+        if row["mandate_id"] is None:
+            payment["payment_method"]["provider_selection"]["scheme_id"] = row["scheme_id"]
+    for column in ("authorized_at", "executed_at", "settled_at", "failed_at"):
+        if row[column]:
+            payment[column] = iso_utc(row[column])
+    if state.status is PaymentStatus.FAILED:
+        payment["failure_stage"] = row["failure_stage"]
+        payment["failure_reason"] = row["failure_reason"]
+    if payment_source is not None:
+        payment["payment_source"] = payment_source
+    return payment

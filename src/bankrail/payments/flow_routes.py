@@ -1,0 +1,182 @@
+"""The payer's journey of a payment and the actions on it: starting the authorisation flow,
+submitting the chosen provider or the embedded provider's form, cancelling, and the provider
+return. The merchant's calls are signed and idempotent; the payer's (with the resource token
+of the hosted page) are plain."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from bankrail.context import AppContext
+from bankrail.core.problems import invalid_field
+from bankrail.db.pool import Connection
+from bankrail.http.auth import verify_signature
+from bankrail.http.deps import Context
+from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.responses import json_response
+from bankrail.payments import service
+from bankrail.payments._route_support import Caller, PaymentCaller, aliased_routes, flow_answer
+from bankrail.payments.schemas import (
+    AuthorizationFlowAnswer,
+    AuthorizationFlowRequest,
+    FormSubmit,
+    ProviderReturn,
+    ProviderReturnAnswer,
+    ProviderSelectionSubmit,
+)
+from bankrail.rails.mock_bank import action_for_username
+
+__all__ = ["router"]
+
+router = APIRouter()
+_routes = aliased_routes(router)
+
+Action = Callable[[Connection, Any], Awaitable[tuple[int, Any]]]
+
+
+async def _act(
+    request: Request, context: AppContext, caller: PaymentCaller, action: Action
+) -> Response:
+    """Run an action on the locked payment: signed and idempotent for the merchant, plain for
+    the payer's resource token (the hosted page)."""
+
+    async def effect(conn: Connection) -> tuple[int, Any]:
+        row = await service.lock_payment(conn, caller.payment_id, caller.merchant_id)
+        return await action(conn, row)
+
+    if caller.claims is None:
+        return await respond_once(context, request, scope="", key=None, body=b"", effect=effect)
+    raw = await verify_signature(request, context, caller.claims)
+    return await respond_once(
+        context,
+        request,
+        scope=f"v3:{caller.claims.client_id}",
+        key=idempotency_key(request),
+        body=raw,
+        effect=effect,
+    )
+
+
+@_routes(
+    "POST",
+    ["/v3/payments/{payment_id}/authorization-flow", "/payments/{payment_id}/authorization-flow"],
+    response_model=AuthorizationFlowAnswer,
+    responses=ERRORS_SIGNED_POST,
+)
+async def start_authorization_flow(
+    payment_id: uuid.UUID,
+    body: AuthorizationFlowRequest,
+    request: Request,
+    context: Context,
+    caller: Caller,
+) -> Response:
+    """Start the payer's journey: the next action is a provider list, a redirect to the bank,
+    or (embedded providers) a form."""
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        return_uri = body.redirect.return_uri if body.redirect else None
+        updated = await service.start_authorization(
+            conn,
+            row,
+            return_uri=return_uri,
+            now=context.clock.now(),
+            allow_listed_only=not context.settings.sandbox,
+        )
+        return 200, flow_answer(context, updated)
+
+    return await _act(request, context, caller, action)
+
+
+@_routes(
+    "POST",
+    [
+        "/v3/payments/{payment_id}/authorization-flow/actions/provider-selection",
+        "/v3/payments/{payment_id}/submit-provider-selection",
+        "/payments/{payment_id}/authorization-flow/actions/provider-selection",
+        "/payments/{payment_id}/submit-provider-selection",
+    ],
+    response_model=AuthorizationFlowAnswer,
+    responses=ERRORS_SIGNED_POST,
+)
+async def submit_provider_selection(
+    payment_id: uuid.UUID,
+    body: ProviderSelectionSubmit,
+    request: Request,
+    context: Context,
+    caller: Caller,
+) -> Response:
+    """Submit the provider the payer chose; the next action takes them to it."""
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        updated = await service.select_provider(
+            conn, row, body.provider_id, body.scheme_id, context.clock.now()
+        )
+        return 200, flow_answer(context, updated)
+
+    return await _act(request, context, caller, action)
+
+
+@_routes(
+    "POST",
+    ["/v3/payments/{payment_id}/authorization-flow/actions/form"],
+    response_model=AuthorizationFlowAnswer,
+    responses=ERRORS_SIGNED_POST,
+)
+async def submit_form(
+    payment_id: uuid.UUID,
+    body: FormSubmit,
+    request: Request,
+    context: Context,
+    caller: Caller,
+) -> Response:
+    """The embedded provider's form: the username picks the outcome as at the mock bank."""
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        provider = row["provider_id"] or ""
+        if not provider.endswith("-embedded"):
+            raise invalid_field("inputs", "this payment's provider does not use a form")
+        username = body.inputs.get("psu-username")
+        if not username:
+            raise invalid_field("inputs.psu-username", "required")
+        await service.bank_action(conn, row, action_for_username(username), context.clock.now())
+        updated = await service.get_payment_row(conn, row["id"], None)
+        return 200, {"status": updated["status"]}
+
+    return await _act(request, context, caller, action)
+
+
+@_routes(
+    "POST",
+    ["/v3/payments/{payment_id}/actions/cancel", "/payments/{payment_id}/actions/cancel"],
+    status_code=202,
+    responses=ERRORS_SIGNED_POST,
+)
+async def cancel_payment(
+    payment_id: uuid.UUID, request: Request, context: Context, caller: Caller
+) -> Response:
+    """Cancel a payment the bank has not yet accepted; it fails with reason `canceled`."""
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        await service.cancel_payment(conn, row, context.clock.now())
+        return 202, {}
+
+    return await _act(request, context, caller, action)
+
+
+@_routes(
+    "POST",
+    ["/v3/payments-provider-return", "/payments-provider-return"],
+    response_model=ProviderReturnAnswer,
+    responses={400: ERRORS_AUTH_NOT_FOUND[400], 404: ERRORS_AUTH_NOT_FOUND[404]},
+)
+async def provider_return(body: ProviderReturn, context: Context) -> Response:
+    """Which payment the payer's browser came back from the bank for (no token needed)."""
+    payment_id = service.payment_id_from_return(body.query, body.fragment)
+    async with context.pool.acquire() as conn:
+        await service.get_payment_row(conn, payment_id, None)
+    return json_response(200, {"resource": {"type": "payment", "payment_id": str(payment_id)}})

@@ -81,7 +81,7 @@ def run_http(settings: Settings, dsn: str, workers: int) -> None:
         "ws": "none",
         # uvloop, whose servers put http/connection_guard.py's guard in front of each
         # connection: limits on request heads and open connections, which uvicorn lacks.
-        "loop": "bankrail.http.connection_guard:guarded_event_loop",
+        "loop": "bankrail.http.guarded_loop:guarded_event_loop",
     }
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.

@@ -18,7 +18,7 @@ from bankrail.config import Settings
 from bankrail.context import AppContext
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
-from bankrail.http.connection_guard import GuardedLoop
+from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware
 from bankrail.http.metrics import router as metrics_router

@@ -6,11 +6,11 @@ uvicorn bounds none of these with the httptools parser: a head may grow without 
 has none, and httptools gathers a header's pieces in memory), a connection that trickles its
 head, or that sends nothing, is kept open for good, and `limit_concurrency` answers 503 in
 plain text. So `bankrail serve` runs uvicorn on an event loop (uvicorn's documented `loop`
-option, `guarded_event_loop`) whose servers put a `ConnectionGuard` in front of each
-connection's HTTP protocol. The guard is an `asyncio.Protocol` that sees the bytes before the
-protocol does: it runs them through a parser of its own (httptools, with no per-header
-callbacks, so it keeps nothing of them) to know where each request's head begins and ends,
-and hands them on unchanged; what the protocol writes goes through `JoinedWrites`
+option, `guarded_event_loop` in http/guarded_loop.py) whose servers put a `ConnectionGuard` in
+front of each connection's HTTP protocol. The guard is an `asyncio.Protocol` that sees the
+bytes before the protocol does: it runs them through a parser of its own (httptools, with no
+per-header callbacks, so it keeps nothing of them) to know where each request's head begins and
+ends, and hands them on unchanged; what the protocol writes goes through `JoinedWrites`
 (http/joined_writes.py), one write per iteration of the loop. It answers itself, with
 problem+json and `Connection: close`:
 
@@ -34,10 +34,9 @@ The guard makes the connection's HTTP protocol only when the connection's first 
 is complete, and hands it the bytes so far then. So a server that stops (SIGTERM) closes only
 connections that are idle between requests, never one whose first request is still arriving:
 uvicorn's graceful shutdown closes every connection with no request under way, and would
-otherwise reset a client whose request it had accepted but not yet read. The guarded loop's
-servers also take, when they are closed, the connections still waiting in the listening
-socket's backlog (closing a listening socket resets those), and `GuardedLoop.drain` lets the
-application's shutdown wait until those connections' requests are answered.
+otherwise reset a client whose request it had accepted but not yet read. The event loop that
+puts guards in front of connections, and drains them when the server stops, is in
+http/guarded_loop.py.
 
 The guard writes an answer only when every request it handed on has been answered (the
 service middleware tells it, through `request_finished_var`), so an answer never lands inside
@@ -52,17 +51,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, cast
 
 import httptools
-import uvloop
 
-from bankrail.config import Settings, settings_from_env
+from bankrail.config import Settings
 from bankrail.core.problems import (
     HEADERS_TOO_LARGE,
     REQUEST_TIMEOUT,
@@ -78,7 +74,7 @@ from bankrail.http.middleware import (
     request_finished_var,
 )
 
-__all__ = ["ConnectionGuard", "GuardedLoop", "Limits", "guarded_event_loop"]
+__all__ = ["ConnectionGuard", "Connections", "Limits"]
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +86,6 @@ SWEEP_FRACTION = 0.1
 # While a server drains, how long a connection it accepted may take to begin its first request
 # before the drain stops waiting for it.
 FIRST_REQUEST_GRACE = 1.0
-# How often a drain looks again at the connections it waits for.
-DRAIN_POLL_SECONDS = 0.01
 
 _END_OF_HEAD = b"\r\n\r\n"
 
@@ -125,7 +119,7 @@ class Limits:
         )
 
 
-class _Connections:
+class Connections:
     """The guarded connections of one event loop, and the timer that checks their
     deadlines (running while there is any)."""
 
@@ -161,9 +155,7 @@ class ConnectionGuard(asyncio.Protocol):
     """Stands in front of one connection's HTTP protocol (made by `make_protocol`), enforcing
     `Limits` on it; see the module's description."""
 
-    def __init__(
-        self, make_protocol: Callable[[], asyncio.BaseProtocol], connections: _Connections
-    ):
+    def __init__(self, make_protocol: Callable[[], asyncio.BaseProtocol], connections: Connections):
         self._make_protocol = make_protocol
         self._connections = connections
         self._limits = connections.limits
@@ -394,84 +386,3 @@ class ConnectionGuard(asyncio.Protocol):
         self._state = _ANSWERED
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
-
-
-def guarded_event_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop whose servers guard each connection with the limits of the
-    process's settings (`BANKRAIL_*`): uvicorn's `loop` option takes it by name."""
-    return GuardedLoop(Limits.from_settings(settings_from_env()))
-
-
-class GuardedLoop(uvloop.Loop):
-    """uvloop's event loop (what uvicorn runs on by default), but `create_server` puts a
-    `ConnectionGuard` in front of each connection's protocol, and its servers take the
-    connections waiting in their backlog when they are closed."""
-
-    def __init__(self, limits: Limits) -> None:
-        super().__init__()
-        self._guarded = _Connections(self, limits)
-
-    async def create_server(
-        self, protocol_factory: Callable[[], asyncio.BaseProtocol], *args: Any, **kwargs: Any
-    ) -> asyncio.Server:
-        connections = self._guarded
-
-        def guarded() -> ConnectionGuard:
-            return ConnectionGuard(protocol_factory, connections)
-
-        server = await super().create_server(guarded, *args, **kwargs)
-        # uvloop's stubs say AbstractServer, asyncio's Server: uvicorn needs only the former.
-        return cast(asyncio.Server, _DrainingServer(self, server, guarded))
-
-    async def drain(self) -> None:
-        """Return once no guarded connection has a request arriving or being answered (see
-        `ConnectionGuard.busy`)."""
-        # Polled: a connection stops counting as busy also by time passing (its grace).
-        while any(guard.busy(self.time()) for guard in self._guarded.open):  # noqa: ASYNC110
-            await asyncio.sleep(DRAIN_POLL_SECONDS)
-
-
-class _DrainingServer:
-    """A server of `GuardedLoop`: uvloop's, except that `close` first accepts the connections
-    that completed their handshake but were not yet accepted, which closing the listening
-    socket would reset, and serves them like the others."""
-
-    def __init__(
-        self,
-        loop: GuardedLoop,
-        server: asyncio.AbstractServer,
-        guarded: Callable[[], ConnectionGuard],
-    ) -> None:
-        self._loop = loop
-        self._server = server
-        self._guarded = guarded
-        self._taken: set[asyncio.Task[Any]] = set()
-
-    def close(self) -> None:
-        for listening in getattr(self._server, "sockets", None) or ():
-            self._take_backlog(listening.fileno())
-        self._server.close()
-
-    def _take_backlog(self, fd: int) -> None:
-        listener = socket.socket(fileno=os.dup(fd))
-        try:
-            listener.setblocking(False)
-            while True:
-                try:
-                    connection, _address = listener.accept()
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:
-                    log.warning("while taking the backlog of a closing server: %s", exc)
-                    return
-                connection.setblocking(False)
-                task = self._loop.create_task(
-                    self._loop.connect_accepted_socket(self._guarded, connection)
-                )
-                self._taken.add(task)
-                task.add_done_callback(self._taken.discard)
-        finally:
-            listener.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)

@@ -20,7 +20,8 @@ from typing import BinaryIO
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from bankrail.http.connection_guard import GuardedLoop, Limits
+from bankrail.http.connection_guard import Limits
+from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.middleware import ServiceMiddleware
 from support.server import free_port
 from support.waiting import wait_for

@@ -1,0 +1,370 @@
+"""Accepting payouts: the one path of every payout created, whatever its API.
+
+`accept_payouts` reads what the rules need for a batch of requests in one statement, decides
+each with `models.decide_payout`, and writes the payouts, their first jobs, the answers under
+their idempotency keys, the holds and the balance notifications in one statement, in the
+caller's transaction. `PayoutAcceptance` runs it as group commit within one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from bankrail.core.ids import new_id
+from bankrail.core.jsonbody import dumps
+from bankrail.core.problems import (
+    IDEMPOTENCY_CONCURRENCY,
+    IDEMPOTENCY_REUSE,
+    ProblemError,
+    ProblemType,
+)
+from bankrail.db.pool import Connection, Pool
+from bankrail.events import notifications
+from bankrail.events.outbox import NewEvent, new_event
+from bankrail.merchants.models import AccountIdentifiers
+from bankrail.payouts.models import (
+    AccountFacts,
+    NewPayout,
+    PayoutFacts,
+    PayoutRequest,
+    SourceFacts,
+    decide_payout,
+)
+from bankrail.rails.schemes import scheme_for
+from bankrail.rails.screening import normalise_name
+from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
+
+ADVANCE_JOB = "payout.advance"
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A payout request under its idempotency key: what identifies it, how long its answer
+    stays valid, what a reuse is answered, and whether 4xx answers are stored (v1 does not
+    take a transaction_id for a request it refused)."""
+
+    request: PayoutRequest
+    scope: str
+    key: str
+    fingerprint: bytes
+    ttl: timedelta
+    answer: dict[str, Any] | None = None  # the 202 body; None: {"id": <payout id>}
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE
+    store_client_errors: bool = True
+
+
+# An answer to send (status, body) or a problem to raise, unstored.
+Outcome = tuple[int, bytes] | ProblemError
+RenderProblem = Callable[[ProblemError], bytes]
+
+
+def _read_item(keyed: Keyed) -> dict[str, Any]:
+    request = keyed.request
+    payee = request.payee_identifiers
+    item: dict[str, Any] = {
+        "lock_key": lock_key(keyed.scope, keyed.key),
+        "scope": keyed.scope,
+        "key": keyed.key,
+        "merchant_id": str(request.merchant_id),
+        "account_id": str(request.account_id) if request.account_id else None,
+        "currency": request.currency,
+    }
+    if request.closed_loop:
+        item["source_id"] = request.beneficiary["payment_source_id"]
+        item["user_id"] = request.beneficiary["user_id"]
+    elif payee is not None:
+        item["iban"] = payee.iban or None
+        item["sort_code"] = payee.sort_code
+        item["account_number"] = payee.account_number
+        item["normalised_name"] = normalise_name(request.beneficiary["account_holder_name"])
+    return item
+
+
+def _facts(row: Any) -> PayoutFacts:
+    account = None
+    if row["account_id"] is not None:
+        account = AccountFacts(
+            id=row["account_id"],
+            merchant_id=row["account_merchant_id"],
+            currency=row["account_currency"],
+            available_ledger_id=row["available_ledger_id"],
+            held_ledger_id=row["held_ledger_id"],
+            balance_threshold=row["balance_threshold"],
+            notification_state=row["notification_state"],
+            available=row["available"],
+            held=row["held"],
+        )
+    source = None
+    screened = bool(row["screened"])
+    if row["source_id"] is not None:
+        identifiers = AccountIdentifiers(
+            row["source_iban"] or "", row["source_sort_code"], row["source_account_number"]
+        )
+        source = SourceFacts(
+            row["source_id"], row["source_user_id"], row["source_name"], identifiers
+        )
+        screened = normalise_name(row["source_name"]) in (row["screening_names"] or ())
+    payee = (row["payee_id"], row["payee_currency"]) if row["payee_id"] is not None else None
+    return PayoutFacts(account=account, source=source, payee=payee, screened=screened)
+
+
+@dataclass
+class _Write:
+    """The rows of one batch's write (`bankrail_write_payout_acceptances`)."""
+
+    payouts: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    holds: list[tuple[uuid.UUID, uuid.UUID, int, int, int, datetime]] = field(default_factory=list)
+    states: dict[uuid.UUID, str] = field(default_factory=dict)
+    events: list[tuple[NewEvent, datetime]] = field(default_factory=list)
+
+    def arguments(self) -> list[Any]:
+        answers = list(zip(*self.answers, strict=True)) or [()] * 6
+        holds = list(zip(*self.holds, strict=True)) or [()] * 6
+        events = [e for e, _ in self.events]
+        return [
+            self.payouts,
+            ADVANCE_JOB,
+            *(list(column) for column in answers),
+            *(list(column) for column in holds),
+            list(self.states),
+            list(self.states.values()),
+            [e.id for e in events],
+            [e.delivery_id for e in events],
+            [e.merchant_id for e in events],
+            [e.family for e in events],
+            [e.event_type for e in events],
+            [e.payload for e in events],
+            [at for _, at in self.events],
+        ]
+
+
+_READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
+_WRITE = "SELECT bankrail_write_payout_acceptances({})".format(
+    ", ".join(f"${i}" for i in range(1, 24))
+)
+
+
+async def accept_payouts(
+    conn: Connection, batch: Sequence[Keyed], render_problem: RenderProblem
+) -> list[Outcome]:
+    """Accept payout requests, in the caller's transaction: the one path of every payout
+    created, whatever its API; a batch of one is the general case.
+
+    One statement reads what every rule needs (the keys' locks and stored answers, the paying
+    accounts with their ledger rows locked and their balances, payment sources, payees at
+    Bankrail, screening hits); the rules decide each request in order (`models.decide_payout`,
+    each request seeing the holds of those before it); one statement writes the payouts,
+    their first jobs, the answers stored under their keys, the holds, and the balance
+    notifications the holds cause. Returns each request's outcome, in order: the answer
+    (stored under its key: a 202, or a 4xx problem), or a problem not stored (the key in
+    flight, reused with another request, or a v1 client error).
+    """
+    rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
+    write = _Write()
+    outcomes: list[Outcome] = []
+    left: dict[uuid.UUID, tuple[int, int, str]] = {}  # available, held, notification state
+    for keyed, row in zip(batch, rows, strict=True):
+        outcomes.append(_decide(keyed, row, write, left, render_problem))
+    await conn.execute(_WRITE, *write.arguments())
+    return outcomes
+
+
+def _decide(
+    keyed: Keyed,
+    row: Any,
+    write: _Write,
+    left: dict[uuid.UUID, tuple[int, int, str]],
+    render_problem: RenderProblem,
+) -> Outcome:
+    request = keyed.request
+    now = request.now
+    if not row["locked"]:
+        return ProblemError(
+            IDEMPOTENCY_CONCURRENCY,
+            "A request with this Idempotency-Key is still in flight; retry when it completes.",
+        )
+    stored = None
+    if row["stored_fingerprint"] is not None:
+        stored = StoredAnswer(
+            row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
+        )
+    decision = decide(stored, keyed.fingerprint, now, keyed.ttl)
+    if decision is Decision.REPLAY:
+        assert stored is not None
+        return stored.status_code, stored.body
+    if decision is Decision.REUSE:
+        return ProblemError(
+            keyed.reuse_problem,
+            "This key was already used with a different request; use a new key.",
+        )
+    facts = _facts(row)
+    account = facts.account
+    if account is not None and account.id not in left:
+        left[account.id] = (account.available, account.held, account.notification_state)
+    available = left[account.id][0] if account is not None else 0
+    try:
+        payout = decide_payout(request, facts, available, new_id())
+    except ProblemError as problem:
+        if problem.problem.status >= 500 or not keyed.store_client_errors:
+            return problem
+        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+    else:
+        answer = (202, dumps(keyed.answer or {"id": str(payout.id)}))
+        _add_payout(write, keyed, payout, left)
+    write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
+    return answer
+
+
+def _add_payout(
+    write: _Write,
+    keyed: Keyed,
+    payout: NewPayout,
+    left: dict[uuid.UUID, tuple[int, int, str]],
+) -> None:
+    request = keyed.request
+    account = payout.account
+    now = request.now
+    scheme = scheme_for(account.currency, payout.destination_account_id is not None)
+    iban = payout.identifiers.iban or None
+    write.payouts.append(
+        {
+            "id": str(payout.id),
+            "api": request.api,
+            "merchant_id": str(account.merchant_id),
+            "account_id": str(account.id),
+            "transaction_id": str(request.transaction_id) if request.transaction_id else None,
+            "amount": request.amount,
+            "currency": account.currency,
+            "beneficiary": payout.beneficiary,
+            "name": payout.name,
+            "iban": iban,
+            "sort_code": payout.identifiers.sort_code,
+            "account_number": payout.identifiers.account_number,
+            "reference": request.reference,
+            "context_code": request.context_code,
+            "metadata": request.metadata,
+            "scheme": scheme,
+            "destination_account_id": (
+                str(payout.destination_account_id) if payout.destination_account_id else None
+            ),
+            "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
+            "details": {
+                "api": request.api,
+                "transaction_id": str(request.transaction_id or payout.id),
+                "beneficiary_name": payout.name,
+                "beneficiary_iban": iban,
+                "reference": request.reference,
+                "context_code": request.context_code,
+                "scheme_id": scheme,
+            },
+            "now": now,
+        }
+    )
+    if not payout.holds_funds:
+        return
+    available, held, state = left[account.id]
+    available, held = available - request.amount, held + request.amount
+    write.holds.append(
+        (
+            new_id(),
+            payout.id,
+            account.available_ledger_id,
+            account.held_ledger_id,
+            request.amount,
+            now,
+        )
+    )
+    if account.balance_threshold is not None:
+        step = notifications.next_state(state, account.balance_threshold, available)
+        if step.state != state:
+            write.states[account.id] = step.state
+        state = step.state
+        if step.notify is not None:
+            event = new_event(
+                merchant_id=account.merchant_id,
+                family="payments",
+                event_type="balance_notification",
+                body={
+                    "merchant_account_id": str(account.id),
+                    "status": step.notify,
+                    "threshold_in_minor": account.balance_threshold,
+                    "current_balance_in_minor": available + held,
+                    "available_balance_in_minor": available,
+                },
+            )
+            write.events.append((event, now))
+    left[account.id] = (available, held, state)
+
+
+class PayoutAcceptance:
+    """Group commit of payout requests within one process: the way `accept_payouts` is run.
+
+    Requests that arrive while a batch is being committed wait for the next one, so under
+    load each commit (one WAL flush, one lock of the merchant's ledger rows) carries many
+    payouts, and with no load a request is committed at once, alone. Every answer is sent
+    only after the transaction that holds it has committed. A batch that storage refuses
+    (a data error, a constraint) is run again one request at a time, so that a request's
+    failure is its own; any other failure (the database unreachable) is every request's.
+    """
+
+    def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
+        self._pool = pool
+        self._render_problem = render_problem
+        self._max_batch = max_batch
+        self._pending: list[tuple[Keyed, asyncio.Future[Outcome]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def accept(self, keyed: Keyed) -> tuple[int, bytes]:
+        """The request's answer, once committed; raises the problems that are not stored."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._pending.append((keyed, future))
+        if self._flusher is None or self._flusher.done():
+            # A task of its own: a request that goes away does not cancel the others' commit.
+            self._flusher = asyncio.create_task(self._flush())
+        outcome = await asyncio.shield(future)
+        if isinstance(outcome, ProblemError):
+            raise outcome
+        return outcome
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            try:
+                await self._commit(batch)
+            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+                # A row of one request that storage refuses (a balance at the edge of the
+                # 64-bit range): each request alone, so that the failure is its own.
+                if len(batch) == 1:
+                    _fail(batch, exc)
+                    continue
+                for one in batch:
+                    try:
+                        await self._commit([one])
+                    except Exception as alone:
+                        _fail([one], alone)
+            except Exception as exc:
+                _fail(batch, exc)
+
+    async def _commit(self, batch: list[tuple[Keyed, asyncio.Future[Outcome]]]) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            outcomes = await accept_payouts(
+                conn, [keyed for keyed, _ in batch], self._render_problem
+            )
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
+
+
+def _fail(batch: list[tuple[Keyed, asyncio.Future[Outcome]]], exc: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)

@@ -1,4 +1,4 @@
--- The acceptance of payout requests (payouts/service.py `accept_payouts`), for a batch of
+-- The acceptance of payout requests (payouts/acceptance.py `accept_payouts`), for a batch of
 -- requests at a time (one request is a batch of one): one statement reads everything the
 -- rules need, Python decides every request (payouts/models.py `decide_payout`), and one
 -- statement writes what was decided. Both run in one transaction, committed once for the

@@ -118,19 +118,23 @@ async def run_idempotent(
     unless `store_client_errors` is false; anything else it raises propagates, and nothing
     is stored.
     """
-    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock_key(scope, key))
-    if not locked:
+    row = await conn.fetchrow(
+        "SELECT * FROM bankrail_claim_idempotency_key($1, $2, $3)",
+        lock_key(scope, key),
+        scope,
+        key,
+    )
+    assert row is not None  # the function returns one row
+    if not row["locked"]:
         raise ProblemError(
             IDEMPOTENCY_CONCURRENCY,
             "A request with this Idempotency-Key is still in flight; retry when it completes.",
         )
-    row = await conn.fetchrow(
-        "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
-        " WHERE scope = $1 AND key = $2",
-        scope,
-        key,
+    stored = (
+        StoredAnswer(row["fingerprint"], row["status_code"], row["body"], row["created_at"])
+        if row["fingerprint"] is not None
+        else None
     )
-    stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
     decision = decide(stored, request_fingerprint, now, ttl)
     if decision is Decision.REPLAY:
         assert stored is not None

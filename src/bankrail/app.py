@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from bankrail import __version__
 from bankrail.config import Settings
 from bankrail.context import AppContext
+from bankrail.core.problems import ProblemError
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
 from bankrail.http.guarded_loop import GuardedLoop
@@ -36,6 +37,7 @@ from bankrail.pages.errors import router as pages_router
 from bankrail.pages.hpp import router as hpp_router
 from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
+from bankrail.payments.creation import PaymentCreation
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
@@ -80,6 +82,10 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                     "generated an operator token; it is in %s", settings.data_dir / "admin-token"
                 )
             app.state.webhook_key = process.webhook_key
+
+            def render(error: ProblemError) -> bytes:
+                return render_problem_bytes(error, settings.public_url)
+
             app.state.listener = process.listener
             context = AppContext(
                 settings=settings,
@@ -87,9 +93,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 clock=process.clock,
                 tokens=TokenIssuer(access_key, resource_key),
                 admin_token_hash=admin_hash,
-                payout_acceptance=payouts_service.PayoutAcceptance(
-                    process.pool, lambda error: render_problem_bytes(error, settings.public_url)
-                ),
+                payout_acceptance=payouts_service.PayoutAcceptance(process.pool, render),
+                payment_creation=PaymentCreation(process.pool, render),
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

@@ -14,6 +14,7 @@ from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
+    from bankrail.payments.creation import PaymentCreation
     from bankrail.payouts.service import PayoutAcceptance
     from bankrail.security.verifier import VerifierProcesses
 
@@ -28,6 +29,7 @@ class AppContext:
     tokens: TokenIssuer
     admin_token_hash: bytes | None
     payout_acceptance: PayoutAcceptance
+    payment_creation: PaymentCreation
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))

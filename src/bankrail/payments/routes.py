@@ -9,10 +9,13 @@ the OpenAPI document."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
+from bankrail.context import AppContext
+from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE
 from bankrail.core.problems import Unauthenticated
 from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody, bearer_token
@@ -30,6 +33,7 @@ from bankrail.http.responses import json_response
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import Caller, aliased_routes
+from bankrail.payments.creation import KeyedRequest, NewPayment, PaymentToCreate
 from bankrail.payments.flow_routes import router as flow_router
 from bankrail.payments.legacy_routes import router as legacy_router
 from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
@@ -43,7 +47,8 @@ from bankrail.payments.schemas import (
     RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
-from bankrail.security.tokens import TokenError
+from bankrail.security.idempotency import fingerprint
+from bankrail.security.tokens import AccessClaims, TokenError
 
 router = APIRouter(tags=["payments v3"])
 sandbox_router = APIRouter(tags=["mock bank"])
@@ -68,22 +73,54 @@ async def create_payment(
     """Create a payment into a merchant account; the payer then authorises it at their bank.
     A payment on an authorised mandate (`payment_method.type` `mandate`) needs no payer: it is
     `authorized` at once."""
+    if body.payment_method.type == "mandate":
+        return await _create_on_mandate(body, request, context, merchant, raw)
+    key = idempotency_key(request)
+    assert key is not None  # the signature requires one
+    now = context.clock.now()
 
+    def respond(payment: NewPayment) -> tuple[int, Any]:
+        token = context.tokens.issue_resource_token(payment.id, now, AUTHORIZATION_WINDOW)
+        return 201, {
+            "id": str(payment.id),
+            "user": {"id": payment.user_id},
+            "resource_token": token,
+            "status": "authorization_required",
+        }
+
+    status, answer = await context.payment_creation.create(
+        PaymentToCreate(
+            body,
+            merchant.merchant_id,
+            now,
+            respond,
+            KeyedRequest(
+                scope=f"v3:{merchant.client_id}",
+                key=key,
+                fingerprint=fingerprint(request.method, request.url.path, raw),
+                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+            ),
+        )
+    )
+    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
+    return Response(answer, status_code=status, media_type=media_type)
+
+
+async def _create_on_mandate(
+    body: PaymentRequest,
+    request: Request,
+    context: AppContext,
+    merchant: AccessClaims,
+    raw: bytes,
+) -> Response:
     async def effect(conn: Connection) -> tuple[int, Any]:
-        now = context.clock.now()
-        created = await service.create_payment(conn, merchant.merchant_id, body, now)
-        if created["status"] == PaymentStatus.AUTHORIZED:
-            return 201, {
-                "id": str(created["id"]),
-                "user": {"id": created["user_id"]},
-                "status": created["status"],
-            }
-        token = context.tokens.issue_resource_token(created["id"], now, AUTHORIZATION_WINDOW)
+        created = await service.create_payment(
+            conn, merchant.merchant_id, body, context.clock.now()
+        )
         return 201, {
             "id": str(created["id"]),
             "user": {"id": created["user_id"]},
-            "resource_token": token,
-            "status": "authorization_required",
+            "status": created["status"],
         }
 
     return await respond_once(

@@ -16,12 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from bankrail.core.ids import new_id
-from bankrail.core.problems import Conflict, invalid_field
+from bankrail.core.problems import Conflict, ProblemError
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.mandates import service as mandates
-from bankrail.merchants.service import require_account
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     get_payment_row,
@@ -33,7 +32,6 @@ from bankrail.payments._store import (
 )
 from bankrail.payments.authorization import (
     bank_action,
-    check_provider,
     check_return_uri,
     next_action,
     offered_providers,
@@ -44,9 +42,10 @@ from bankrail.payments.authorization import (
     select_provider,
     start_authorization,
 )
+from bankrail.payments.creation import PaymentToCreate, create_payments
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
-from bankrail.payments.models import CANCELLABLE, FailureReason, PaymentState, PaymentStatus
-from bankrail.payments.providers import find_provider, search
+from bankrail.payments.models import CANCELLABLE, FailureReason, PaymentStatus
+from bankrail.payments.providers import find_provider
 from bankrail.payments.schemas import PaymentRequest
 
 __all__ = [
@@ -78,77 +77,22 @@ __all__ = [
 async def create_payment(
     conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest, now: datetime
 ) -> dict[str, Any]:
-    """Record a new payment awaiting authorisation; 400/404 for a bad request.
+    """Record a new payment awaiting authorisation, in the caller's transaction, through the
+    one path that creates them (`creation.create_payments`, a batch of one); 400/404 for a
+    bad request.
 
     A payment on a mandate is decided here too, while the mandate row is locked (see
     `mandates.service.charge`): it is recorded `authorized` with no payer journey, and its
     next step executes it, or fails it with the failure decided now."""
     if request.payment_method.type == "mandate":
         return await _create_on_mandate(conn, merchant_id, request, now)
-    account = await require_account(conn, uuid.UUID(request.account_id), merchant_id)
-    if request.currency != account.currency:
-        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
-    selection = request.payment_method.provider_selection
-    selection_type = selection.type if selection else "user_selected"
-    provider_id = selection.provider_id if selection else None
-    scheme_id = selection.scheme_id if selection else None
-    flat_scheme = request.payment_method.scheme_selection or (
-        selection.scheme_selection if selection else None
+    [(outcome, payment)] = await create_payments(
+        conn, [PaymentToCreate(request, merchant_id, now, respond=lambda _: (201, None))]
     )
-    if flat_scheme is not None and flat_scheme.scheme_id is not None:
-        if flat_scheme.type != "preselected":
-            raise invalid_field(
-                "payment_method.scheme_selection.scheme_id",
-                "may be given only when the scheme_selection type is preselected",
-            )
-        scheme_id = scheme_id or flat_scheme.scheme_id
-    field = "payment_method.provider_selection"
-    if selection_type == "preselected":
-        if provider_id is None:
-            raise invalid_field(f"{field}.provider_id", "required when the type is preselected")
-        provider = check_provider(provider_id, scheme_id, account.currency, f"{field}.")
-        scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
-    elif scheme_id is not None and not any(
-        scheme_id in p.schemes
-        for p in search(currencies=[account.currency], release_channel="alpha")
-    ):
-        raise invalid_field(
-            "payment_method.scheme_selection.scheme_id",
-            f"no provider offers {scheme_id} for {account.currency}",
-        )
-    elif provider_id is not None:
-        raise invalid_field(
-            f"{field}.provider_id", "may be given only when the type is preselected"
-        )
-    elif scheme_id is not None and selection is not None and selection.scheme_id is not None:
-        raise invalid_field(f"{field}.scheme_id", "may be given only when the type is preselected")
-    user = request.user.model_dump(exclude_none=True) if request.user else {}
-    user_id = user.pop("id", None) or str(uuid.uuid4())
-    payment_id = new_id()
-    state = PaymentState(PaymentStatus.AUTHORIZATION_REQUIRED, now)
-    await conn.execute(
-        "INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,"
-        " user_id, user_details, selection_type, selection_filter, provider_id, scheme_id,"
-        " metadata, status, created_at, history)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-        payment_id,
-        merchant_id,
-        account.id,
-        request.amount_in_minor,
-        request.currency,
-        user_id,
-        user,
-        selection_type,
-        selection.filter.model_dump(exclude_none=True) if selection and selection.filter else None,
-        provider_id,
-        scheme_id,
-        request.metadata,
-        state.status.value,
-        now,
-        [{"status": state.status.value, "at": iso_utc(now)}],
-    )
-    await enqueue(conn, EXPIRE_JOB, {"payment_id": str(payment_id)}, state.expires_at())
-    return {"id": payment_id, "user_id": user_id, "status": state.status.value}
+    if isinstance(outcome, ProblemError):
+        raise outcome
+    assert payment is not None
+    return {"id": payment.id, "user_id": payment.user_id, "status": payment.state.status.value}
 
 
 async def _create_on_mandate(

@@ -8,14 +8,11 @@ caller's transaction. `PayoutAcceptance` runs it as group commit within one proc
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-
-import asyncpg
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
@@ -25,6 +22,7 @@ from bankrail.core.problems import (
     ProblemError,
     ProblemType,
 )
+from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.events import notifications
 from bankrail.events.outbox import NewEvent, new_event
@@ -305,66 +303,19 @@ def _add_payout(
 
 
 class PayoutAcceptance:
-    """Group commit of payout requests within one process: the way `accept_payouts` is run.
-
-    Requests that arrive while a batch is being committed wait for the next one, so under
-    load each commit (one WAL flush, one lock of the merchant's ledger rows) carries many
-    payouts, and with no load a request is committed at once, alone. Every answer is sent
-    only after the transaction that holds it has committed. A batch that storage refuses
-    (a data error, a constraint) is run again one request at a time, so that a request's
-    failure is its own; any other failure (the database unreachable) is every request's.
-    """
+    """Group commit of payout requests within one process (db/group_commit.py): the way
+    `accept_payouts` is run. Every answer is sent only after the transaction that holds it
+    has committed."""
 
     def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
-        self._pool = pool
-        self._render_problem = render_problem
-        self._max_batch = max_batch
-        self._pending: list[tuple[Keyed, asyncio.Future[Outcome]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        async def run(conn: Connection, batch: Sequence[Keyed]) -> list[Outcome]:
+            return await accept_payouts(conn, batch, render_problem)
+
+        self._commits: GroupCommit[Keyed, Outcome] = GroupCommit(pool, run, max_batch)
 
     async def accept(self, keyed: Keyed) -> tuple[int, bytes]:
         """The request's answer, once committed; raises the problems that are not stored."""
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._pending.append((keyed, future))
-        if self._flusher is None or self._flusher.done():
-            # A task of its own: a request that goes away does not cancel the others' commit.
-            self._flusher = asyncio.create_task(self._flush())
-        outcome = await asyncio.shield(future)
+        outcome = await self._commits.submit(keyed)
         if isinstance(outcome, ProblemError):
             raise outcome
         return outcome
-
-    async def _flush(self) -> None:
-        while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
-            try:
-                await self._commit(batch)
-            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
-                # A row of one request that storage refuses (a balance at the edge of the
-                # 64-bit range): each request alone, so that the failure is its own.
-                if len(batch) == 1:
-                    _fail(batch, exc)
-                    continue
-                for one in batch:
-                    try:
-                        await self._commit([one])
-                    except Exception as alone:
-                        _fail([one], alone)
-            except Exception as exc:
-                _fail(batch, exc)
-
-    async def _commit(self, batch: list[tuple[Keyed, asyncio.Future[Outcome]]]) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
-            outcomes = await accept_payouts(
-                conn, [keyed for keyed, _ in batch], self._render_problem
-            )
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
-            if not future.done():
-                future.set_result(outcome)
-
-
-def _fail(batch: list[tuple[Keyed, asyncio.Future[Outcome]]], exc: Exception) -> None:
-    for _, future in batch:
-        if not future.done():
-            future.set_exception(exc)

@@ -1,0 +1,97 @@
+-- The creation of payments a payer authorises (payments/creation.py `create_payments`), for a
+-- batch of requests at a time (one request is a batch of one): one statement reads what the
+-- rules need, Python decides every request (`plan_payment`), and one statement writes what
+-- was decided. Both run in one transaction, committed once for the batch. Neither decides a
+-- business rule.
+
+-- What the rules need for each request of p_items (a jsonb array of objects: lock_key, scope
+-- and key, all null for a request without an Idempotency-Key, merchant_id and account_id),
+-- one row per item in item order:
+--   locked: the key's advisory lock, taken for the transaction (false when another
+--     transaction holds it, or for a key's second use in the batch: the key is in flight;
+--     true for a request without a key);
+--   the answer stored under the key, read after the lock (a key committed by whoever held
+--     it before is seen);
+--   the receiving account, if it is the merchant's.
+CREATE OR REPLACE FUNCTION bankrail_read_payment_requests(p_items jsonb)
+RETURNS TABLE (
+    locked boolean,
+    stored_fingerprint bytea,
+    stored_status integer,
+    stored_body bytea,
+    stored_at timestamptz,
+    account_id uuid,
+    account_currency text
+) LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked boolean[];
+BEGIN
+    -- 1. The key's lock, for the first use of each key in the batch.
+    SELECT array_agg(x.lock_key IS NULL
+                     OR (x.first_use AND pg_try_advisory_xact_lock(x.lock_key)) ORDER BY x.n)
+        INTO v_locked
+        FROM (SELECT i.lock_key, e.n,
+                     row_number() OVER (PARTITION BY i.lock_key ORDER BY e.n) = 1 AS first_use
+              FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n),
+                   jsonb_to_record(e.v) AS i (lock_key bigint)) x;
+    -- 2. Everything else, with a fresh snapshot (taken after the locks).
+    RETURN QUERY
+    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+           ma.id, ma.currency::text
+    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+    CROSS JOIN LATERAL jsonb_to_record(e.v)
+        AS i (scope text, key text, merchant_id uuid, account_id uuid)
+    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+    LEFT JOIN merchant_accounts ma ON ma.id = i.account_id AND ma.merchant_id = i.merchant_id
+    ORDER BY e.n;
+END
+$$;
+
+-- Writes a batch's decisions: the payments (p_payments, a jsonb array of rows), each with its
+-- expiry job of kind p_job_kind, and the answers under the requests' keys.
+CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
+    p_payments jsonb,
+    p_job_kind text,
+    p_answer_scopes text[],
+    p_answer_keys text[],
+    p_answer_fingerprints bytea[],
+    p_answer_statuses integer[],
+    p_answer_bodies bytea[],
+    p_answer_at timestamptz[]
+) RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    IF jsonb_array_length(p_payments) > 0 THEN
+        WITH x AS (
+            SELECT * FROM jsonb_to_recordset(p_payments) AS r (id uuid, merchant_id uuid,
+                account_id uuid, amount bigint, currency text, user_id text,
+                user_details jsonb, selection_type text, selection_filter jsonb,
+                provider_id text, scheme_id text, metadata jsonb, status text,
+                created_at timestamptz, history jsonb, expires_at timestamptz)),
+        p AS (
+            INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor,
+                currency, user_id, user_details, selection_type, selection_filter,
+                provider_id, scheme_id, metadata, status, created_at, history)
+            SELECT x.id, x.merchant_id, x.account_id, x.amount, x.currency, x.user_id,
+                x.user_details, x.selection_type, NULLIF(x.selection_filter, 'null'::jsonb),
+                x.provider_id, x.scheme_id, NULLIF(x.metadata, 'null'::jsonb), x.status,
+                x.created_at, x.history
+            FROM x)
+        INSERT INTO jobs (kind, payload, run_at)
+            SELECT p_job_kind, jsonb_build_object('payment_id', x.id::text), x.expires_at
+            FROM x;
+        PERFORM pg_notify('bankrail_jobs', '');
+    END IF;
+    INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
+        SELECT * FROM unnest(p_answer_scopes, p_answer_keys, p_answer_fingerprints,
+                             p_answer_statuses, p_answer_bodies, p_answer_at)
+        ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+            status_code = EXCLUDED.status_code, body = EXCLUDED.body,
+            created_at = EXCLUDED.created_at;
+END
+$$;

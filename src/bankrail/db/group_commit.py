@@ -1,0 +1,83 @@
+"""Group commit: the requests of the moment written in one transaction, within one process.
+
+Requests that arrive while a batch is being committed wait for the next one, so under load
+each commit (one WAL flush, one round of locks) carries many requests, and with no load a
+request is committed at once, alone. Every result is handed back only after the transaction
+that holds it has committed. A batch that storage refuses (a data error, a constraint) is run
+again one request at a time, so that a request's failure is its own; any other failure (the
+database unreachable) is every request's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+import asyncpg
+
+from bankrail.db.pool import Connection, Pool
+
+__all__ = ["GroupCommit"]
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class GroupCommit(Generic[Item, Result]):
+    """Runs `run(conn, items)` (one result per item, in order) for the items submitted
+    meanwhile, in one transaction per batch of at most `max_batch`."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        run: Callable[[Connection, Sequence[Item]], Awaitable[list[Result]]],
+        max_batch: int = 64,
+    ) -> None:
+        self._pool = pool
+        self._run = run
+        self._max_batch = max_batch
+        self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Item) -> Result:
+        """The item's result, once its transaction has committed."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        if self._flusher is None or self._flusher.done():
+            # A task of its own: a request that goes away does not cancel the others' commit.
+            self._flusher = asyncio.create_task(self._flush())
+        return await asyncio.shield(future)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            try:
+                await self._commit(batch)
+            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+                # A row of one request that storage refuses (a balance at the edge of the
+                # 64-bit range): each request alone, so that the failure is its own.
+                if len(batch) == 1:
+                    _fail(batch, exc)
+                    continue
+                for one in batch:
+                    try:
+                        await self._commit([one])
+                    except Exception as alone:
+                        _fail([one], alone)
+            except Exception as exc:
+                _fail(batch, exc)
+
+    async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            results = await self._run(conn, [item for item, _ in batch])
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+def _fail(batch: Sequence[tuple[object, asyncio.Future[Result]]], exc: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)

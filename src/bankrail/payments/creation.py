@@ -1,0 +1,309 @@
+"""Creating payments that a payer authorises at their bank: the one path of every such payment
+created, whatever the API (`POST /v3/payments`, the legacy deposits).
+
+`create_payments` reads what the rules need for a batch of requests in one statement (the keys'
+locks and stored answers, the receiving accounts), decides each with `plan_payment`, and writes
+the payments, their expiry jobs and the answers under their keys in one statement, in the
+caller's transaction; a batch of one is the general case. `PaymentCreation` runs it as group
+commit within one process. (A payment on a mandate is another operation: `service.py`.)
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from bankrail.core.ids import new_id
+from bankrail.core.jsonbody import dumps
+from bankrail.core.problems import (
+    IDEMPOTENCY_CONCURRENCY,
+    IDEMPOTENCY_REUSE,
+    NotFound,
+    ProblemError,
+    invalid_field,
+)
+from bankrail.core.timefmt import iso_utc
+from bankrail.db.group_commit import GroupCommit
+from bankrail.db.pool import Connection, Pool
+from bankrail.payments.authorization import check_provider
+from bankrail.payments.jobs import EXPIRE_JOB
+from bankrail.payments.models import PaymentState, PaymentStatus
+from bankrail.payments.providers import search
+from bankrail.payments.schemas import PaymentRequest
+from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
+
+__all__ = [
+    "KeyedRequest",
+    "NewPayment",
+    "Outcome",
+    "PaymentCreation",
+    "PaymentToCreate",
+    "create_payments",
+    "plan_payment",
+]
+
+
+@dataclass(frozen=True)
+class KeyedRequest:
+    """What identifies a request under its Idempotency-Key, and how long its answer stays
+    valid."""
+
+    scope: str
+    key: str
+    fingerprint: bytes
+    ttl: timedelta
+
+
+@dataclass(frozen=True)
+class NewPayment:
+    """A payment decided: the row to write."""
+
+    id: uuid.UUID
+    merchant_id: uuid.UUID
+    account_id: uuid.UUID
+    amount: int
+    currency: str
+    user_id: str
+    user_details: dict[str, Any]
+    selection_type: str
+    selection_filter: dict[str, Any] | None
+    provider_id: str | None
+    scheme_id: str | None
+    metadata: dict[str, Any] | None
+    state: PaymentState
+
+
+# The answer of a new payment (status and JSON value), made by the caller.
+Respond = Callable[[NewPayment], tuple[int, Any]]
+RenderProblem = Callable[[ProblemError], bytes]
+# An answer to send (status, body) or a problem to raise, unstored.
+Outcome = tuple[int, bytes] | ProblemError
+
+
+@dataclass(frozen=True)
+class PaymentToCreate:
+    """A request to create a payment; `keyed` None: the caller stores its answer, if any."""
+
+    request: PaymentRequest
+    merchant_id: uuid.UUID
+    now: datetime
+    respond: Respond
+    keyed: KeyedRequest | None = None
+
+
+@dataclass(frozen=True)
+class Account:
+    """What the rules need of the receiving account."""
+
+    id: uuid.UUID
+    currency: str
+
+
+def plan_payment(
+    request: PaymentRequest, merchant_id: uuid.UUID, account: Account | None, now: datetime
+) -> NewPayment:
+    """The payment a request creates into `account` (None: not the merchant's, or none);
+    404 or 400 naming the field when the request cannot be accepted."""
+    if account is None:
+        raise NotFound(f"Merchant account {request.account_id} not found.")
+    if request.currency != account.currency:
+        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
+    selection = request.payment_method.provider_selection
+    selection_type = selection.type if selection else "user_selected"
+    provider_id = selection.provider_id if selection else None
+    scheme_id = selection.scheme_id if selection else None
+    flat_scheme = request.payment_method.scheme_selection or (
+        selection.scheme_selection if selection else None
+    )
+    if flat_scheme is not None and flat_scheme.scheme_id is not None:
+        if flat_scheme.type != "preselected":
+            raise invalid_field(
+                "payment_method.scheme_selection.scheme_id",
+                "may be given only when the scheme_selection type is preselected",
+            )
+        scheme_id = scheme_id or flat_scheme.scheme_id
+    field_name = "payment_method.provider_selection"
+    if selection_type == "preselected":
+        if provider_id is None:
+            raise invalid_field(
+                f"{field_name}.provider_id", "required when the type is preselected"
+            )
+        provider = check_provider(provider_id, scheme_id, account.currency, f"{field_name}.")
+        scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
+    elif scheme_id is not None and not any(
+        scheme_id in p.schemes
+        for p in search(currencies=[account.currency], release_channel="alpha")
+    ):
+        raise invalid_field(
+            "payment_method.scheme_selection.scheme_id",
+            f"no provider offers {scheme_id} for {account.currency}",
+        )
+    elif provider_id is not None:
+        raise invalid_field(
+            f"{field_name}.provider_id", "may be given only when the type is preselected"
+        )
+    elif scheme_id is not None and selection is not None and selection.scheme_id is not None:
+        raise invalid_field(
+            f"{field_name}.scheme_id", "may be given only when the type is preselected"
+        )
+    user = request.user.model_dump(exclude_none=True) if request.user else {}
+    user_id = user.pop("id", None) or str(uuid.uuid4())
+    return NewPayment(
+        id=new_id(),
+        merchant_id=merchant_id,
+        account_id=account.id,
+        amount=request.amount_in_minor,
+        currency=request.currency,
+        user_id=user_id,
+        user_details=user,
+        selection_type=selection_type,
+        selection_filter=(
+            selection.filter.model_dump(exclude_none=True)
+            if selection and selection.filter
+            else None
+        ),
+        provider_id=provider_id,
+        scheme_id=scheme_id,
+        metadata=request.metadata,
+        state=PaymentState(PaymentStatus.AUTHORIZATION_REQUIRED, now),
+    )
+
+
+@dataclass
+class _Write:
+    """The rows of one batch's write (`bankrail_write_payment_creations`)."""
+
+    payments: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+
+    def arguments(self) -> list[Any]:
+        answers = list(zip(*self.answers, strict=True)) or [()] * 6
+        return [self.payments, EXPIRE_JOB, *(list(column) for column in answers)]
+
+
+_READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+
+
+async def create_payments(
+    conn: Connection,
+    batch: Sequence[PaymentToCreate],
+    render_problem: RenderProblem | None = None,
+) -> list[tuple[Outcome, NewPayment | None]]:
+    """Create payments, in the caller's transaction, and return each request's outcome in
+    order with the payment it created (None when it created none): the answer (stored under
+    its key, if it has one: a 201, or a 4xx problem), or a problem not stored (the key in
+    flight, reused with another request, or, for a request without a key, any problem)."""
+    rows = await conn.fetch(_READ, [_read_item(item) for item in batch])
+    write = _Write()
+    outcomes = [
+        _decide(item, row, write, render_problem) for item, row in zip(batch, rows, strict=True)
+    ]
+    if write.payments or write.answers:
+        await conn.execute(_WRITE, *write.arguments())
+    return outcomes
+
+
+def _read_item(item: PaymentToCreate) -> dict[str, Any]:
+    keyed = item.keyed
+    return {
+        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
+        "scope": keyed.scope if keyed else None,
+        "key": keyed.key if keyed else None,
+        "merchant_id": str(item.merchant_id),
+        "account_id": item.request.account_id,
+    }
+
+
+def _decide(
+    item: PaymentToCreate, row: Any, write: _Write, render_problem: RenderProblem | None
+) -> tuple[Outcome, NewPayment | None]:
+    keyed = item.keyed
+    if keyed is not None:
+        if not row["locked"]:
+            problem = ProblemError(
+                IDEMPOTENCY_CONCURRENCY,
+                "A request with this Idempotency-Key is still in flight; retry when it completes.",
+            )
+            return problem, None
+        stored = None
+        if row["stored_fingerprint"] is not None:
+            stored = StoredAnswer(
+                row["stored_fingerprint"],
+                row["stored_status"],
+                row["stored_body"],
+                row["stored_at"],
+            )
+        decision = decide(stored, keyed.fingerprint, item.now, keyed.ttl)
+        if decision is Decision.REPLAY:
+            assert stored is not None
+            return (stored.status_code, stored.body), None
+        if decision is Decision.REUSE:
+            problem = ProblemError(
+                IDEMPOTENCY_REUSE,
+                "This key was already used with a different request; use a new key.",
+            )
+            return problem, None
+    account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None
+    payment: NewPayment | None = None
+    try:
+        payment = plan_payment(item.request, item.merchant_id, account, item.now)
+    except ProblemError as problem:
+        if problem.problem.status >= 500 or keyed is None:
+            return problem, None
+        assert render_problem is not None, "a keyed request's problems are stored rendered"
+        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+    else:
+        status, value = item.respond(payment)
+        answer = (status, dumps(value))
+        write.payments.append(_payment_row(payment))
+    if keyed is not None:
+        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+    return answer, payment
+
+
+def _payment_row(payment: NewPayment) -> dict[str, Any]:
+    state = payment.state
+    return {
+        "id": str(payment.id),
+        "merchant_id": str(payment.merchant_id),
+        "account_id": str(payment.account_id),
+        "amount": payment.amount,
+        "currency": payment.currency,
+        "user_id": payment.user_id,
+        "user_details": payment.user_details,
+        "selection_type": payment.selection_type,
+        "selection_filter": payment.selection_filter,
+        "provider_id": payment.provider_id,
+        "scheme_id": payment.scheme_id,
+        "metadata": payment.metadata,
+        "status": state.status.value,
+        "created_at": iso_utc(state.created_at),
+        "history": [{"status": state.status.value, "at": iso_utc(state.created_at)}],
+        "expires_at": iso_utc(state.expires_at()),
+    }
+
+
+class PaymentCreation:
+    """Group commit of payment requests within one process (db/group_commit.py): the way
+    `create_payments` is run for requests under an Idempotency-Key."""
+
+    def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
+        async def run(
+            conn: Connection, batch: Sequence[PaymentToCreate]
+        ) -> list[tuple[Outcome, NewPayment | None]]:
+            return await create_payments(conn, batch, render_problem)
+
+        self._commits: GroupCommit[PaymentToCreate, tuple[Outcome, NewPayment | None]] = (
+            GroupCommit(pool, run, max_batch)
+        )
+
+    async def create(self, item: PaymentToCreate) -> tuple[int, bytes]:
+        """The request's answer, once committed; raises the problems that are not stored."""
+        outcome, _ = await self._commits.submit(item)
+        if isinstance(outcome, ProblemError):
+            raise outcome
+        return outcome

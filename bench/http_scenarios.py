@@ -7,29 +7,31 @@ accepted payment stored) and, at its end, that `GET /admin/ledger/check` is clea
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import secrets
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from bankrail.security import signing
-from bench.baselines import verify_rate
-from bench.loadgen import LoadResult, http_request, run, run_load
-from bench.processes import CpuMeter, RssSampler, server_processes
+from bench.loadgen import http_request, run, run_load
+from bench.measure import Options, between_verify_rates, measured, median_run, repeated
+from bench.processes import CpuMeter, RssSampler
 from bench.seed import seed_rows, seed_settled_payments
+from bench.service import (
+    Merchant,
+    Server,
+    authorised_mandate,
+    mandate_payment_body,
+    payment_body,
+    payout_body,
+    seed,
+    signed_post,
+)
+
+__all__ = ["Options", "_repeated", "median_run", "scenarios"]
+_repeated = repeated  # the name the bench's tests import it by
 
 TARGET_VERIFY_SHARE = 0.6
 """Signed POST /v3/payouts must reach this share of the one-core ES512 verify rate."""
@@ -40,324 +42,6 @@ REFUNDED_PAYMENTS = 50
 """Settled payments the refund scenario spreads its refunds over (a refund locks its payment)."""
 REFUND_AMOUNT = 1
 """Each refund is of 1 penny, so every refund of a run fits in its payment."""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A `bankrail serve` subprocess on a fresh embedded database."""
-
-    workers: int
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    admin_token: str = ""
-    data_dir: Path | None = None
-
-    ready_seconds: float = 0.0
-
-    def start(self) -> None:
-        """Start on a fresh data directory and wait until it answers."""
-        self.port = _free_port()
-        self.admin_token = "admin-" + secrets.token_urlsafe(16)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="bankrail-bench-serve-"))
-        self._launch()
-
-    def restart(self) -> float:
-        """Stop, start again on the same (existing) data directory, and return the seconds
-        until it answered `/readyz` (the "ready within 3 s" figure)."""
-        self.stop()
-        self._launch()
-        return self.ready_seconds
-
-    def _launch(self) -> None:
-        assert self.data_dir is not None
-        env = {
-            **os.environ,
-            "BANKRAIL_ADMIN_TOKEN": self.admin_token,
-            "BANKRAIL_LOG_LEVEL": "WARNING",
-            # The per-client rate limit (1,000/s by default) would answer 429 to the
-            # benchmark's single client: it measures the server, so the limit is lifted.
-            "BANKRAIL_RATE_LIMIT_PER_SECOND": "1000000",
-            "BANKRAIL_RATE_LIMIT_BURST": "1000000",
-        }
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bankrail",
-                "serve",
-                "--data-dir",
-                str(self.data_dir / "d"),
-                "--port",
-                str(self.port),
-                "--workers",
-                str(self.workers),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = started + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.base}/readyz", timeout=1):  # noqa: S310
-                    self.ready_seconds = time.monotonic() - started
-                    return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("bankrail serve did not start")
-
-    def dsn(self) -> str:
-        """The connection URL of the server's embedded PostgreSQL (joined as a guest)."""
-        from bankrail.db.embedded import EmbeddedPostgres
-
-        assert self.data_dir is not None
-        return EmbeddedPostgres(self.data_dir / "d").start(join_running=True)
-
-    def processes(self) -> dict[int, str]:
-        """The server's processes by group (API, worker, PostgreSQL)."""
-        assert self.process is not None
-        assert self.data_dir is not None
-        return server_processes(self.process.pid, self.data_dir)
-
-    @property
-    def base(self) -> str:
-        """The server's base URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        """SIGTERM and wait."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        token: str | None = None,
-        headers: dict[str, str] | None = None,
-        raw: bytes | None = None,
-    ) -> Any:
-        """One JSON request (used for seeding, not measured)."""
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        request = urllib.request.Request(f"{self.base}{path}", data=data, method=method)  # noqa: S310
-        request.add_header("Content-Type", "application/json")
-        request.add_header("Authorization", f"Bearer {token or self.admin_token}")
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-            return json.loads(answer.read() or b"null")
-
-
-@dataclass
-class Merchant:
-    """A seeded merchant able to sign."""
-
-    token: str
-    kid: str
-    key: Any
-    account_id: str
-    merchant_id: str
-
-
-def seed(server: Server, balance: int) -> Merchant:
-    """A merchant with a funded GBP account, a signing key and a token."""
-    merchant = server.call("POST", "/admin/merchants", {"name": "Bench"})
-    client = server.call("POST", f"/admin/merchants/{merchant['id']}/clients", {})
-    key = signing.generate_private_key()
-    kid = server.call(
-        "POST",
-        f"/admin/merchants/{merchant['id']}/signing-keys",
-        {"public_key_pem": signing.public_key_pem(key.public_key())},
-    )["kid"]
-    account = server.call(
-        "POST", f"/admin/merchants/{merchant['id']}/merchant-accounts", {"currency": "GBP"}
-    )
-    iban = next(i["iban"] for i in account["account_identifiers"] if i["type"] == "iban")
-    server.call(
-        "POST",
-        "/sandbox/bank-transfers",
-        {
-            "iban": iban,
-            "amount_in_minor": balance,
-            "currency": "GBP",
-            "remitter_name": "Bench",
-            "reference": "seed",
-        },
-    )
-    form = (
-        f"grant_type=client_credentials&client_id={client['client_id']}"
-        f"&client_secret={client['client_secret']}"
-    ).encode()
-    request = urllib.request.Request(f"{server.base}/connect/token", data=form)  # noqa: S310
-    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-        token = json.loads(answer.read())["access_token"]
-    return Merchant(token, kid, key, account["id"], merchant["id"])
-
-
-def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> bytes:
-    """A prepared, signed POST with a fresh Idempotency-Key."""
-    raw = json.dumps(body).encode()
-    key = str(uuid.uuid4())
-    signature = signing.sign_request(
-        merchant.key,
-        merchant.kid,
-        method="POST",
-        path=path,
-        headers=[("Idempotency-Key", key)],
-        body=raw,
-    )
-    return http_request(
-        "POST",
-        path,
-        f"127.0.0.1:{server.port}",
-        {
-            "Authorization": f"Bearer {merchant.token}",
-            "Content-Type": "application/json",
-            "Idempotency-Key": key,
-            "Svc-Signature": signature,
-        },
-        raw,
-    )
-
-
-def payout_body(merchant: Merchant) -> dict[str, Any]:
-    """An open-loop GBP payout of 1 penny."""
-    return {
-        "merchant_account_id": merchant.account_id,
-        "amount_in_minor": 1,
-        "currency": "GBP",
-        "beneficiary": {
-            "type": "external_account",
-            "reference": "bench",
-            "account_holder_name": "Bench Payee",
-            "account_identifier": {
-                "type": "sort_code_account_number",
-                "sort_code": "040004",
-                "account_number": "12345678",
-            },
-        },
-    }
-
-
-def payment_body(merchant: Merchant) -> dict[str, Any]:
-    """A GBP payment awaiting authorisation."""
-    return {
-        "amount_in_minor": 100,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": merchant.account_id},
-        },
-    }
-
-
-def signed_call(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> Any:
-    """One signed JSON POST with a fresh Idempotency-Key (used for seeding, not measured)."""
-    raw = json.dumps(body).encode()
-    key = str(uuid.uuid4())
-    signature = signing.sign_request(
-        merchant.key,
-        merchant.kid,
-        method="POST",
-        path=path,
-        headers=[("Idempotency-Key", key)],
-        body=raw,
-    )
-    headers = {"Idempotency-Key": key, "Svc-Signature": signature}
-    return server.call("POST", path, token=merchant.token, headers=headers, raw=raw)
-
-
-def authorised_mandate(server: Server, merchant: Merchant) -> str:
-    """A commercial mandate into the merchant's account, authorised at the mock bank, whose
-    limits no scenario reaches."""
-    body = {
-        "mandate": {
-            "type": "commercial",
-            "provider_selection": {
-                "type": "preselected",
-                "provider_id": "mock-payments-gb-redirect",
-            },
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": merchant.account_id},
-        },
-        "currency": "GBP",
-        "user": {"id": "bench-payer"},
-        "constraints": {
-            "maximum_individual_amount": 10**9,
-            "periodic_limits": {"year": {"maximum_amount": 10**15, "period_alignment": "consent"}},
-        },
-    }
-    mandate_id = str(signed_call(server, merchant, "/v3/mandates", body)["id"])
-    flow = signed_call(
-        server,
-        merchant,
-        f"/v3/mandates/{mandate_id}/authorization-flow",
-        {"redirect": {"return_uri": "https://bench.example/back"}},
-    )
-    uri = flow["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
-    server.call(
-        "POST",
-        f"/mock-bank/api/vrp-consents/{mandate_id}/action",
-        {"action": "Authorise", "remitter_balance_in_minor": 10**15},
-        token=token,
-    )
-    return mandate_id
-
-
-def mandate_payment_body(mandate_id: str) -> dict[str, Any]:
-    """A GBP payment of 1 penny taken on an authorised mandate (no payer journey)."""
-    return {
-        "amount_in_minor": 1,
-        "currency": "GBP",
-        "payment_method": {"type": "mandate", "mandate_id": mandate_id},
-    }
-
-
-@dataclass
-class Options:
-    """What the HTTP scenarios do, beyond the request count and concurrency."""
-
-    seed_rows: int = 0  # growth: rerun POST and GET with this many payouts and payments
-    soak_seconds: float = 0.0  # memory: mixed load this long while sampling RSS
-    rss_interval: float = 5.0
-    compare_wrk: bool = False  # run `wrk` on the GET scenario too, if it is installed
-    verify_seconds: float = 1.0  # the verify baseline, measured again around each POST payouts
-    repeats: int = 3  # runs of each POST /v3/payouts scenario; the median run is reported
-
-
-async def _measured(
-    server: Server, requests: list[bytes], concurrency: int, rate: float | None = None
-) -> dict[str, Any]:
-    """Run one scenario and add the CPU it cost each process group per request."""
-    assert server.process is not None
-    assert server.data_dir is not None
-    meter = CpuMeter(server.process.pid, server.data_dir)
-    meter.start()
-    result: LoadResult = await run_load(
-        "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
-    )
-    meter.stop()
-    summary: dict[str, Any] = dict(result.summary())
-    summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
-    summary["machine"] = meter.machine
-    return summary
 
 
 async def scenarios(
@@ -406,7 +90,7 @@ async def scenarios(
                 signed_post(server, merchant, "/v3/payments", payment_body(merchant))
                 for _ in range(requests)
             ]
-            results["post_payments"] = await _measured(server, payments, concurrency)
+            results["post_payments"] = await measured(server, payments, concurrency)
             results["post_payments"]["stored"] = await _payments_stored(
                 server, merchant, results["post_payments"]
             )
@@ -417,8 +101,8 @@ async def scenarios(
             listings = [
                 http_request("GET", "/v3/payments?limit=50", host, auth) for _ in range(requests)
             ]
-            results["get_payments_list"] = await _between_verify_rates(
-                options.verify_seconds, lambda _: _measured(server, listings, concurrency)
+            results["get_payments_list"] = await between_verify_rates(
+                options.verify_seconds, lambda _: measured(server, listings, concurrency)
             )
             results["get_payments_list"]["items_per_page"] = len(page["items"])
             mandate_id = authorised_mandate(server, merchant)
@@ -429,13 +113,13 @@ async def scenarios(
             # Every payment on one mandate is decided with the mandate locked: this measures
             # that serialised path, then waits for the payments to settle (their jobs would
             # otherwise run during the next scenario).
-            results["post_payments_mandate"] = await _measured(server, on_mandate, concurrency)
+            results["post_payments_mandate"] = await measured(server, on_mandate, concurrency)
             await _payments_settled(server, mandate_id)
             lists = [
                 http_request("GET", "/v3/merchant-accounts", host, auth)
                 for _ in range(requests * 2)
             ]
-            results["get_merchant_accounts"] = await _measured(server, lists, concurrency)
+            results["get_merchant_accounts"] = await measured(server, lists, concurrency)
             if options.soak_seconds:
                 results["soak"] = await _soak(server, merchant, concurrency, options.soak_seconds)
         results["rss"] = rss.summary()
@@ -478,10 +162,10 @@ async def _core(
     # The verify rate around each run too, so that growth can discount the machine's speed;
     # repeated as the POST is: one GET run lasts about a second, and on this machine the same
     # server's runs a minute apart differed by a sixth.
-    results["get_payout" + suffix] = await _repeated(
+    results["get_payout" + suffix] = await repeated(
         options,
-        lambda: _between_verify_rates(
-            options.verify_seconds, lambda _: _measured(server, gets, concurrency)
+        lambda: between_verify_rates(
+            options.verify_seconds, lambda _: measured(server, gets, concurrency)
         ),
         "verify_share",
         higher_is_better=True,
@@ -549,66 +233,20 @@ async def _payouts_measured(
                 summary["target_rate"] = paced
             return summary
 
-        return await _between_verify_rates(options.verify_seconds, scenario)
+        return await between_verify_rates(options.verify_seconds, scenario)
 
     if open_loop:
-        return await _repeated(options, run_once, "p99_ms", higher_is_better=False)
-    return await _repeated(options, run_once, "verify_share", higher_is_better=True)
-
-
-async def _repeated(
-    options: Options,
-    run_once: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
-    figure: str,
-    *,
-    higher_is_better: bool,
-) -> dict[str, Any]:
-    """`run_once` (whose figures include `verify_per_s_around`) run `options.repeats` times:
-    the median run by `figure`, with each run's share of the verify rate around it, and
-    every run's figures under `runs`."""
-    runs = []
-    for _ in range(max(1, options.repeats)):
-        summary = await run_once()
-        summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
-        runs.append(summary)
-    chosen = median_run(runs, figure, higher_is_better=higher_is_better)
-    kept = ("requests_per_s", "verify_share", "p50_ms", "p99_ms", "target_rate")
-    chosen["runs"] = [{key: run[key] for key in kept if key in run} for run in runs]
-    return chosen
+        return await repeated(options, run_once, "p99_ms", higher_is_better=False)
+    return await repeated(options, run_once, "verify_share", higher_is_better=True)
 
 
 async def _executed(
     server: Server, requests: list[bytes], concurrency: int, rate: float | None
 ) -> dict[str, Any]:
     """One POST /v3/payouts run, then the wait until every payout it got accepted executed."""
-    summary = await _measured(server, requests, concurrency, rate=rate)
+    summary = await measured(server, requests, concurrency, rate=rate)
     summary["execution"] = await _drained(server, summary)
     return summary
-
-
-async def _between_verify_rates(
-    verify_seconds: float, scenario: Callable[[float], Coroutine[Any, Any, dict[str, Any]]]
-) -> dict[str, Any]:
-    """The figures of `scenario(verify rate just measured)`, with the one-core verify rate
-    measured just before and just after it (the server idle both times) under
-    `verify_per_s_around`."""
-    before = verify_rate(verify_seconds)
-    summary = await scenario(before)
-    after = verify_rate(verify_seconds)
-    summary["verify_per_s_around"] = {
-        "before": before,
-        "after": after,
-        "mean": (before + after) / 2,
-    }
-    return summary
-
-
-def median_run(
-    runs: list[dict[str, Any]], figure: str, *, higher_is_better: bool
-) -> dict[str, Any]:
-    """The run whose `figure` is the median; of an even count, the worse of the middle two."""
-    ordered = sorted(runs, key=lambda run: run[figure], reverse=higher_is_better)
-    return dict(ordered[len(ordered) // 2])
 
 
 async def _drained(
@@ -696,11 +334,11 @@ async def _refunds(
     ]
 
     async def scenario(_: float) -> dict[str, Any]:
-        summary = await _measured(server, refunds, concurrency)
+        summary = await measured(server, refunds, concurrency)
         summary["execution"] = await _refunds_executed(server, payment_ids, summary)
         return summary
 
-    return await _between_verify_rates(options.verify_seconds, scenario)
+    return await between_verify_rates(options.verify_seconds, scenario)
 
 
 async def _refunds_executed(

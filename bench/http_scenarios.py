@@ -1,8 +1,9 @@
-"""The service scenarios: signed POST /v3/payouts (the headline), signed POST /v3/payments,
-signed POST /v3/payments/{id}/refunds, GET /v3/payouts/{id}, GET /v3/payments?limit=50 and
-GET /v3/merchant-accounts, against `bankrail serve --workers N`. After the write scenarios
-the run checks that nothing was lost (every accepted payout and refund executed, every
-accepted payment stored) and, at its end, that `GET /admin/ledger/check` is clean."""
+"""The service scenarios against `bankrail serve --workers N`: signed POST /v3/payouts (the
+headline, here), the other signed writes (bench/writes.py), the main reads (bench/reads.py)
+and, beside them, the GET rate of localstripe (bench/localstripe_baseline.py). After each write
+batch the run checks that nothing was lost (every accepted payout, refund and payment on a
+mandate executed, every accepted payment stored, every flow started) and, at its end, that
+`GET /admin/ledger/check` is clean."""
 
 from __future__ import annotations
 
@@ -11,37 +12,31 @@ import re
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from bench.loadgen import http_request, run, run_load
-from bench.measure import Options, between_verify_rates, measured, median_run, repeated
-from bench.processes import CpuMeter, RssSampler
-from bench.seed import seed_rows, seed_settled_payments
-from bench.service import (
-    Merchant,
-    Server,
-    authorised_mandate,
-    mandate_payment_body,
-    payment_body,
-    payout_body,
-    seed,
-    signed_post,
+from bench.localstripe_baseline import localstripe_get_rate
+from bench.measure import (
+    LOAD_SHARE,
+    Options,
+    between_verify_rates,
+    measured,
+    median_run,
+    repeated,
 )
+from bench.processes import CpuMeter, RssSampler
+from bench.reads import read, reads
+from bench.seed import seed_rows
+from bench.service import Merchant, Server, payout_body, seed, signed_post
+from bench.writes import authorization_flows, mandate_payments, payments, refunds, v1_payouts
 
 __all__ = ["Options", "_repeated", "median_run", "scenarios"]
 _repeated = repeated  # the name the bench's tests import it by
 
 TARGET_VERIFY_SHARE = 0.6
 """Signed POST /v3/payouts must reach this share of the one-core ES512 verify rate."""
-LOAD_SHARE = 0.8
-"""The p99 target holds at this share of a rate."""
 TARGET_P99_MS = 50.0
-REFUNDED_PAYMENTS = 50
-"""Settled payments the refund scenario spreads its refunds over (a refund locks its payment)."""
-REFUND_AMOUNT = 1
-"""Each refund is of 1 penny, so every refund of a run fits in its payment."""
 
 
 async def scenarios(
@@ -58,8 +53,6 @@ async def scenarios(
             "ready_seconds_fresh": server.ready_seconds,
         }
         merchant = seed(server, balance=10**15)
-        host = f"127.0.0.1:{server.port}"
-        auth = {"Authorization": f"Bearer {merchant.token}"}
         warm = [
             signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
             for _ in range(min(200, requests))
@@ -86,40 +79,14 @@ async def scenarios(
                 options,
                 verify_share=LOAD_SHARE * TARGET_VERIFY_SHARE,
             )
-            payments = [
-                signed_post(server, merchant, "/v3/payments", payment_body(merchant))
-                for _ in range(requests)
-            ]
-            results["post_payments"] = await measured(server, payments, concurrency)
-            results["post_payments"]["stored"] = await _payments_stored(
-                server, merchant, results["post_payments"]
-            )
-            results["post_refunds"] = await _refunds(
-                server, merchant, requests, concurrency, options
-            )
+            await _writes(server, merchant, requests, concurrency, options, results)
             page = server.call("GET", "/v3/payments?limit=50", token=merchant.token)
-            listings = [
-                http_request("GET", "/v3/payments?limit=50", host, auth) for _ in range(requests)
-            ]
-            results["get_payments_list"] = await between_verify_rates(
-                options.verify_seconds, lambda _: measured(server, listings, concurrency)
-            )
+            results.update(await reads(server, merchant, requests, concurrency, options))
             results["get_payments_list"]["items_per_page"] = len(page["items"])
-            mandate_id = authorised_mandate(server, merchant)
-            on_mandate = [
-                signed_post(server, merchant, "/v3/payments", mandate_payment_body(mandate_id))
-                for _ in range(requests)
-            ]
-            # Every payment on one mandate is decided with the mandate locked: this measures
-            # that serialised path, then waits for the payments to settle (their jobs would
-            # otherwise run during the next scenario).
-            results["post_payments_mandate"] = await measured(server, on_mandate, concurrency)
-            await _payments_settled(server, mandate_id)
-            lists = [
-                http_request("GET", "/v3/merchant-accounts", host, auth)
-                for _ in range(requests * 2)
-            ]
-            results["get_merchant_accounts"] = await measured(server, lists, concurrency)
+            # The read baseline, just after the reads: the same machine, at the same moment.
+            results["localstripe_get"] = await localstripe_get_rate(
+                requests * 3, concurrency, options.verify_seconds
+            )
             if options.soak_seconds:
                 results["soak"] = await _soak(server, merchant, concurrency, options.soak_seconds)
         results["rss"] = rss.summary()
@@ -149,27 +116,35 @@ async def _core(
     suffix: str,
 ) -> None:
     """The headline POST and the GET by id (run again on the grown database)."""
-    host = f"127.0.0.1:{server.port}"
     results["post_payouts" + suffix] = await _payouts_measured(
         server, _payouts(server, merchant, requests), concurrency, options
     )
-    sample = _created_payout_ids(server, merchant, 50)
-    auth = {"Authorization": f"Bearer {merchant.token}"}
-    gets = [
-        http_request("GET", f"/v3/payouts/{sample[i % len(sample)]}", host, auth)
-        for i in range(requests * 3)
-    ]
+    sample = [f"/v3/payouts/{i}" for i in _created_payout_ids(server, merchant, 50)]
     # The verify rate around each run too, so that growth can discount the machine's speed;
     # repeated as the POST is: one GET run lasts about a second, and on this machine the same
     # server's runs a minute apart differed by a sixth.
-    results["get_payout" + suffix] = await repeated(
-        options,
-        lambda: between_verify_rates(
-            options.verify_seconds, lambda _: measured(server, gets, concurrency)
-        ),
-        "verify_share",
-        higher_is_better=True,
+    results["get_payout" + suffix] = await read(
+        server, merchant, sample, requests * 3, concurrency, options, repeat=True
     )
+
+
+async def _writes(
+    server: Server,
+    merchant: Merchant,
+    requests: int,
+    concurrency: int,
+    options: Options,
+    results: dict[str, Any],
+) -> None:
+    """The signed writes beside POST /v3/payouts (bench/writes.py), each checked for what
+    it left behind."""
+    args = (server, merchant, requests, concurrency, options)
+    results["post_payments"] = await payments(*args, preselected=False)
+    results["post_payments_preselected"] = await payments(*args, preselected=True)
+    results["post_authorization_flow"] = await authorization_flows(*args)
+    results["post_refunds"] = await refunds(*args)
+    results["post_payments_mandate"] = await mandate_payments(*args)
+    results["post_v1_payouts"] = await v1_payouts(*args)
 
 
 async def _paced_payouts(
@@ -291,123 +266,6 @@ async def _drained(
             for group in {*load_cpu, *drain_cpu}
         },
     }
-
-
-async def _payments_stored(
-    server: Server, merchant: Merchant, accepted: dict[str, Any]
-) -> dict[str, int]:
-    """After POST /v3/payments: every 201 is a stored payment awaiting authorisation."""
-    import asyncpg
-
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        stored = await conn.fetchval(
-            "SELECT count(*) FROM payments WHERE merchant_id = $1"
-            " AND status = 'authorization_required'",
-            uuid.UUID(merchant.merchant_id),
-        )
-    finally:
-        await conn.close()
-    created = round(accepted["requests"] * accepted["ok_ratio"])
-    return {"created": created, "stored": int(stored), "lost": created - int(stored)}
-
-
-async def _refunds(
-    server: Server, merchant: Merchant, requests: int, concurrency: int, options: Options
-) -> dict[str, Any]:
-    """Signed POST /v3/payments/{id}/refunds, each with a new Idempotency-Key, over settled
-    payments seeded (and the requests signed) before the clock starts; then the wait until
-    every accepted refund has executed, and the count of those that did."""
-    payment_ids = await seed_settled_payments(
-        server.dsn(),
-        merchant.merchant_id,
-        merchant.account_id,
-        min(REFUNDED_PAYMENTS, requests),
-        REFUND_AMOUNT * requests,
-    )
-    body = {"amount_in_minor": REFUND_AMOUNT, "reference": "bench refund"}
-    refunds = [
-        signed_post(
-            server, merchant, f"/v3/payments/{payment_ids[i % len(payment_ids)]}/refunds", body
-        )
-        for i in range(requests)
-    ]
-
-    async def scenario(_: float) -> dict[str, Any]:
-        summary = await measured(server, refunds, concurrency)
-        summary["execution"] = await _refunds_executed(server, payment_ids, summary)
-        return summary
-
-    return await between_verify_rates(options.verify_seconds, scenario)
-
-
-async def _refunds_executed(
-    server: Server, payment_ids: list[str], accepted: dict[str, Any], limit_seconds: float = 300.0
-) -> dict[str, Any]:
-    """Poll (bounded) until no refund of these payments is still on its way, then count:
-    every 201 must be a refund that executed, and each payment's refunded amount their sum."""
-    import asyncpg
-
-    ids = [uuid.UUID(i) for i in payment_ids]
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        unfinished = (
-            "SELECT count(*) FROM refunds WHERE payment_id = ANY($1::uuid[])"
-            " AND stage NOT IN ('executed', 'failed')"
-        )
-        left_at_end: int = await conn.fetchval(unfinished, ids)
-        began = time.monotonic()
-        left = left_at_end
-        while left and time.monotonic() - began < limit_seconds:
-            await asyncio.sleep(0.05)
-            left = await conn.fetchval(unfinished, ids)
-        drain = time.monotonic() - began
-        counts = await conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE stage = 'executed') AS executed,"
-            " count(*) FILTER (WHERE stage = 'failed') AS failed,"
-            " coalesce(sum(amount_in_minor) FILTER (WHERE stage <> 'failed'), 0) AS amount"
-            " FROM refunds WHERE payment_id = ANY($1::uuid[])",
-            ids,
-        )
-        refunded = await conn.fetchval(
-            "SELECT coalesce(sum(refunded_amount_in_minor), 0) FROM payments"
-            " WHERE id = ANY($1::uuid[])",
-            ids,
-        )
-    finally:
-        await conn.close()
-    assert counts is not None
-    created = round(accepted["requests"] * accepted["ok_ratio"])
-    return {
-        "accepted": created,
-        "executed": int(counts["executed"]),
-        "failed": int(counts["failed"]),
-        "unexecuted_when_load_ended": left_at_end,
-        "unexecuted_after_drain": left,
-        "drain_seconds": round(drain, 2),
-        "lost": created - int(counts["executed"]),
-        "refunded_amount_matches": int(refunded) == int(counts["amount"]),
-    }
-
-
-async def _payments_settled(server: Server, mandate_id: str, limit_seconds: float = 300.0) -> None:
-    """Wait (bounded) until every payment taken on the mandate has settled or failed."""
-    import asyncpg
-
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        began = time.monotonic()
-        while time.monotonic() - began < limit_seconds:
-            left = await conn.fetchval(
-                "SELECT count(*) FROM payments WHERE mandate_id = $1"
-                " AND status NOT IN ('payment_settled', 'payment_failed')",
-                uuid.UUID(mandate_id),
-            )
-            if not left:
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await conn.close()
 
 
 async def _soak(

@@ -24,7 +24,7 @@ from bench.loadgen import http_request
 from bench.processes import server_processes
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as sock:
@@ -46,7 +46,7 @@ class Server:
 
     def start(self) -> None:
         """Start on a fresh data directory and wait until it answers."""
-        self.port = _free_port()
+        self.port = free_port()
         self.admin_token = "admin-" + secrets.token_urlsafe(16)
         self.data_dir = Path(tempfile.mkdtemp(prefix="bankrail-bench-serve-"))
         self._launch()

@@ -26,8 +26,8 @@ class Options:
     soak_seconds: float = 0.0  # memory: mixed load this long while sampling RSS
     rss_interval: float = 5.0
     compare_wrk: bool = False  # run `wrk` on the GET scenario too, if it is installed
-    verify_seconds: float = 1.0  # the verify baseline, measured again around each POST payouts
-    repeats: int = 3  # runs of each POST /v3/payouts scenario; the median run is reported
+    verify_seconds: float = 1.0  # the verify baseline, measured again around each scenario
+    repeats: int = 3  # runs of POST /v3/payouts and GET by id; the median run is reported
 
 
 async def measured(

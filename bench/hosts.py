@@ -25,8 +25,8 @@ import asyncpg
 
 from bankrail.db.migrations import migrate
 from bench.baselines import verify_rate
-from bench.http_scenarios import Server, payout_body, seed, signed_post
 from bench.loadgen import run, run_load
+from bench.service import Server, payout_body, seed, signed_post
 
 
 def _database(server_dsn: str, name: str) -> str:

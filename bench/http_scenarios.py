@@ -1,363 +1,44 @@
-"""The service scenarios: signed POST /v3/payouts (the headline), signed POST /v3/payments,
-signed POST /v3/payments/{id}/refunds, GET /v3/payouts/{id}, GET /v3/payments?limit=50 and
-GET /v3/merchant-accounts, against `bankrail serve --workers N`. After the write scenarios
-the run checks that nothing was lost (every accepted payout and refund executed, every
-accepted payment stored) and, at its end, that `GET /admin/ledger/check` is clean."""
+"""The service scenarios against `bankrail serve --workers N`: signed POST /v3/payouts (the
+headline, here), the other signed writes (bench/writes.py), the main reads (bench/reads.py)
+and, beside them, the GET rate of localstripe (bench/localstripe_baseline.py). After each write
+batch the run checks that nothing was lost (every accepted payout, refund and payment on a
+mandate executed, every accepted payment stored, every flow started) and, at its end, that
+`GET /admin/ledger/check` is clean."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import secrets
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
-import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from bankrail.security import signing
-from bench.baselines import verify_rate
-from bench.loadgen import LoadResult, http_request, run, run_load
-from bench.processes import CpuMeter, RssSampler, server_processes
-from bench.seed import seed_rows, seed_settled_payments
+from bench.loadgen import http_request, run, run_load
+from bench.localstripe_baseline import localstripe_get_rate
+from bench.measure import (
+    LOAD_SHARE,
+    Options,
+    between_verify_rates,
+    measured,
+    median_run,
+    repeated,
+)
+from bench.processes import CpuMeter, RssSampler
+from bench.reads import read, reads
+from bench.seed import seed_rows
+from bench.service import Merchant, Server, payout_body, seed, signed_post
+from bench.writes import authorization_flows, mandate_payments, payments, refunds, v1_payouts
+
+__all__ = ["Options", "_repeated", "median_run", "scenarios"]
+_repeated = repeated  # the name the bench's tests import it by
 
 TARGET_VERIFY_SHARE = 0.6
-"""Signed POST /v3/payouts must reach this share of the one-core ES512 verify rate."""
-LOAD_SHARE = 0.8
-"""The p99 target holds at this share of a rate."""
+"""Every signed write must reach this share of the one-core ES512 verify rate (POST
+/v3/payouts: 0.75 since, `targets.PAYOUTS_VERIFY_SHARE`; its first targets, `post_targets`,
+and its run at 80 % of the target rate keep 0.6)."""
 TARGET_P99_MS = 50.0
-REFUNDED_PAYMENTS = 50
-"""Settled payments the refund scenario spreads its refunds over (a refund locks its payment)."""
-REFUND_AMOUNT = 1
-"""Each refund is of 1 penny, so every refund of a run fits in its payment."""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A `bankrail serve` subprocess on a fresh embedded database."""
-
-    workers: int
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    admin_token: str = ""
-    data_dir: Path | None = None
-
-    ready_seconds: float = 0.0
-
-    def start(self) -> None:
-        """Start on a fresh data directory and wait until it answers."""
-        self.port = _free_port()
-        self.admin_token = "admin-" + secrets.token_urlsafe(16)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="bankrail-bench-serve-"))
-        self._launch()
-
-    def restart(self) -> float:
-        """Stop, start again on the same (existing) data directory, and return the seconds
-        until it answered `/readyz` (the "ready within 3 s" figure)."""
-        self.stop()
-        self._launch()
-        return self.ready_seconds
-
-    def _launch(self) -> None:
-        assert self.data_dir is not None
-        env = {
-            **os.environ,
-            "BANKRAIL_ADMIN_TOKEN": self.admin_token,
-            "BANKRAIL_LOG_LEVEL": "WARNING",
-            # The per-client rate limit (1,000/s by default) would answer 429 to the
-            # benchmark's single client: it measures the server, so the limit is lifted.
-            "BANKRAIL_RATE_LIMIT_PER_SECOND": "1000000",
-            "BANKRAIL_RATE_LIMIT_BURST": "1000000",
-        }
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bankrail",
-                "serve",
-                "--data-dir",
-                str(self.data_dir / "d"),
-                "--port",
-                str(self.port),
-                "--workers",
-                str(self.workers),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = started + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.base}/readyz", timeout=1):  # noqa: S310
-                    self.ready_seconds = time.monotonic() - started
-                    return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("bankrail serve did not start")
-
-    def dsn(self) -> str:
-        """The connection URL of the server's embedded PostgreSQL (joined as a guest)."""
-        from bankrail.db.embedded import EmbeddedPostgres
-
-        assert self.data_dir is not None
-        return EmbeddedPostgres(self.data_dir / "d").start(join_running=True)
-
-    def processes(self) -> dict[int, str]:
-        """The server's processes by group (API, worker, PostgreSQL)."""
-        assert self.process is not None
-        assert self.data_dir is not None
-        return server_processes(self.process.pid, self.data_dir)
-
-    @property
-    def base(self) -> str:
-        """The server's base URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        """SIGTERM and wait."""
-        if self.process is not None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        token: str | None = None,
-        headers: dict[str, str] | None = None,
-        raw: bytes | None = None,
-    ) -> Any:
-        """One JSON request (used for seeding, not measured)."""
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        request = urllib.request.Request(f"{self.base}{path}", data=data, method=method)  # noqa: S310
-        request.add_header("Content-Type", "application/json")
-        request.add_header("Authorization", f"Bearer {token or self.admin_token}")
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-            return json.loads(answer.read() or b"null")
-
-
-@dataclass
-class Merchant:
-    """A seeded merchant able to sign."""
-
-    token: str
-    kid: str
-    key: Any
-    account_id: str
-    merchant_id: str
-
-
-def seed(server: Server, balance: int) -> Merchant:
-    """A merchant with a funded GBP account, a signing key and a token."""
-    merchant = server.call("POST", "/admin/merchants", {"name": "Bench"})
-    client = server.call("POST", f"/admin/merchants/{merchant['id']}/clients", {})
-    key = signing.generate_private_key()
-    kid = server.call(
-        "POST",
-        f"/admin/merchants/{merchant['id']}/signing-keys",
-        {"public_key_pem": signing.public_key_pem(key.public_key())},
-    )["kid"]
-    account = server.call(
-        "POST", f"/admin/merchants/{merchant['id']}/merchant-accounts", {"currency": "GBP"}
-    )
-    iban = next(i["iban"] for i in account["account_identifiers"] if i["type"] == "iban")
-    server.call(
-        "POST",
-        "/sandbox/bank-transfers",
-        {
-            "iban": iban,
-            "amount_in_minor": balance,
-            "currency": "GBP",
-            "remitter_name": "Bench",
-            "reference": "seed",
-        },
-    )
-    form = (
-        f"grant_type=client_credentials&client_id={client['client_id']}"
-        f"&client_secret={client['client_secret']}"
-    ).encode()
-    request = urllib.request.Request(f"{server.base}/connect/token", data=form)  # noqa: S310
-    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-        token = json.loads(answer.read())["access_token"]
-    return Merchant(token, kid, key, account["id"], merchant["id"])
-
-
-def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> bytes:
-    """A prepared, signed POST with a fresh Idempotency-Key."""
-    raw = json.dumps(body).encode()
-    key = str(uuid.uuid4())
-    signature = signing.sign_request(
-        merchant.key,
-        merchant.kid,
-        method="POST",
-        path=path,
-        headers=[("Idempotency-Key", key)],
-        body=raw,
-    )
-    return http_request(
-        "POST",
-        path,
-        f"127.0.0.1:{server.port}",
-        {
-            "Authorization": f"Bearer {merchant.token}",
-            "Content-Type": "application/json",
-            "Idempotency-Key": key,
-            "Svc-Signature": signature,
-        },
-        raw,
-    )
-
-
-def payout_body(merchant: Merchant) -> dict[str, Any]:
-    """An open-loop GBP payout of 1 penny."""
-    return {
-        "merchant_account_id": merchant.account_id,
-        "amount_in_minor": 1,
-        "currency": "GBP",
-        "beneficiary": {
-            "type": "external_account",
-            "reference": "bench",
-            "account_holder_name": "Bench Payee",
-            "account_identifier": {
-                "type": "sort_code_account_number",
-                "sort_code": "040004",
-                "account_number": "12345678",
-            },
-        },
-    }
-
-
-def payment_body(merchant: Merchant) -> dict[str, Any]:
-    """A GBP payment awaiting authorisation."""
-    return {
-        "amount_in_minor": 100,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": merchant.account_id},
-        },
-    }
-
-
-def signed_call(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> Any:
-    """One signed JSON POST with a fresh Idempotency-Key (used for seeding, not measured)."""
-    raw = json.dumps(body).encode()
-    key = str(uuid.uuid4())
-    signature = signing.sign_request(
-        merchant.key,
-        merchant.kid,
-        method="POST",
-        path=path,
-        headers=[("Idempotency-Key", key)],
-        body=raw,
-    )
-    headers = {"Idempotency-Key": key, "Svc-Signature": signature}
-    return server.call("POST", path, token=merchant.token, headers=headers, raw=raw)
-
-
-def authorised_mandate(server: Server, merchant: Merchant) -> str:
-    """A commercial mandate into the merchant's account, authorised at the mock bank, whose
-    limits no scenario reaches."""
-    body = {
-        "mandate": {
-            "type": "commercial",
-            "provider_selection": {
-                "type": "preselected",
-                "provider_id": "mock-payments-gb-redirect",
-            },
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": merchant.account_id},
-        },
-        "currency": "GBP",
-        "user": {"id": "bench-payer"},
-        "constraints": {
-            "maximum_individual_amount": 10**9,
-            "periodic_limits": {"year": {"maximum_amount": 10**15, "period_alignment": "consent"}},
-        },
-    }
-    mandate_id = str(signed_call(server, merchant, "/v3/mandates", body)["id"])
-    flow = signed_call(
-        server,
-        merchant,
-        f"/v3/mandates/{mandate_id}/authorization-flow",
-        {"redirect": {"return_uri": "https://bench.example/back"}},
-    )
-    uri = flow["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
-    server.call(
-        "POST",
-        f"/mock-bank/api/vrp-consents/{mandate_id}/action",
-        {"action": "Authorise", "remitter_balance_in_minor": 10**15},
-        token=token,
-    )
-    return mandate_id
-
-
-def mandate_payment_body(mandate_id: str) -> dict[str, Any]:
-    """A GBP payment of 1 penny taken on an authorised mandate (no payer journey)."""
-    return {
-        "amount_in_minor": 1,
-        "currency": "GBP",
-        "payment_method": {"type": "mandate", "mandate_id": mandate_id},
-    }
-
-
-@dataclass
-class Options:
-    """What the HTTP scenarios do, beyond the request count and concurrency."""
-
-    seed_rows: int = 0  # growth: rerun POST and GET with this many payouts and payments
-    soak_seconds: float = 0.0  # memory: mixed load this long while sampling RSS
-    rss_interval: float = 5.0
-    compare_wrk: bool = False  # run `wrk` on the GET scenario too, if it is installed
-    verify_seconds: float = 1.0  # the verify baseline, measured again around each POST payouts
-    repeats: int = 3  # runs of each POST /v3/payouts scenario; the median run is reported
-
-
-async def _measured(
-    server: Server, requests: list[bytes], concurrency: int, rate: float | None = None
-) -> dict[str, Any]:
-    """Run one scenario and add the CPU it cost each process group per request."""
-    assert server.process is not None
-    assert server.data_dir is not None
-    meter = CpuMeter(server.process.pid, server.data_dir)
-    meter.start()
-    result: LoadResult = await run_load(
-        "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
-    )
-    meter.stop()
-    summary: dict[str, Any] = dict(result.summary())
-    summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
-    summary["machine"] = meter.machine
-    return summary
 
 
 async def scenarios(
@@ -374,8 +55,6 @@ async def scenarios(
             "ready_seconds_fresh": server.ready_seconds,
         }
         merchant = seed(server, balance=10**15)
-        host = f"127.0.0.1:{server.port}"
-        auth = {"Authorization": f"Bearer {merchant.token}"}
         warm = [
             signed_post(server, merchant, "/v3/payouts", payout_body(merchant))
             for _ in range(min(200, requests))
@@ -402,40 +81,14 @@ async def scenarios(
                 options,
                 verify_share=LOAD_SHARE * TARGET_VERIFY_SHARE,
             )
-            payments = [
-                signed_post(server, merchant, "/v3/payments", payment_body(merchant))
-                for _ in range(requests)
-            ]
-            results["post_payments"] = await _measured(server, payments, concurrency)
-            results["post_payments"]["stored"] = await _payments_stored(
-                server, merchant, results["post_payments"]
-            )
-            results["post_refunds"] = await _refunds(
-                server, merchant, requests, concurrency, options
-            )
+            await _writes(server, merchant, requests, concurrency, options, results)
             page = server.call("GET", "/v3/payments?limit=50", token=merchant.token)
-            listings = [
-                http_request("GET", "/v3/payments?limit=50", host, auth) for _ in range(requests)
-            ]
-            results["get_payments_list"] = await _between_verify_rates(
-                options.verify_seconds, lambda _: _measured(server, listings, concurrency)
-            )
+            results.update(await reads(server, merchant, requests, concurrency, options))
             results["get_payments_list"]["items_per_page"] = len(page["items"])
-            mandate_id = authorised_mandate(server, merchant)
-            on_mandate = [
-                signed_post(server, merchant, "/v3/payments", mandate_payment_body(mandate_id))
-                for _ in range(requests)
-            ]
-            # Every payment on one mandate is decided with the mandate locked: this measures
-            # that serialised path, then waits for the payments to settle (their jobs would
-            # otherwise run during the next scenario).
-            results["post_payments_mandate"] = await _measured(server, on_mandate, concurrency)
-            await _payments_settled(server, mandate_id)
-            lists = [
-                http_request("GET", "/v3/merchant-accounts", host, auth)
-                for _ in range(requests * 2)
-            ]
-            results["get_merchant_accounts"] = await _measured(server, lists, concurrency)
+            # The read baseline, just after the reads: the same machine, at the same moment.
+            results["localstripe_get"] = await localstripe_get_rate(
+                requests * 3, concurrency, options.verify_seconds
+            )
             if options.soak_seconds:
                 results["soak"] = await _soak(server, merchant, concurrency, options.soak_seconds)
         results["rss"] = rss.summary()
@@ -465,27 +118,35 @@ async def _core(
     suffix: str,
 ) -> None:
     """The headline POST and the GET by id (run again on the grown database)."""
-    host = f"127.0.0.1:{server.port}"
     results["post_payouts" + suffix] = await _payouts_measured(
         server, _payouts(server, merchant, requests), concurrency, options
     )
-    sample = _created_payout_ids(server, merchant, 50)
-    auth = {"Authorization": f"Bearer {merchant.token}"}
-    gets = [
-        http_request("GET", f"/v3/payouts/{sample[i % len(sample)]}", host, auth)
-        for i in range(requests * 3)
-    ]
+    sample = [f"/v3/payouts/{i}" for i in _created_payout_ids(server, merchant, 50)]
     # The verify rate around each run too, so that growth can discount the machine's speed;
     # repeated as the POST is: one GET run lasts about a second, and on this machine the same
     # server's runs a minute apart differed by a sixth.
-    results["get_payout" + suffix] = await _repeated(
-        options,
-        lambda: _between_verify_rates(
-            options.verify_seconds, lambda _: _measured(server, gets, concurrency)
-        ),
-        "verify_share",
-        higher_is_better=True,
+    results["get_payout" + suffix] = await read(
+        server, merchant, sample, requests * 3, concurrency, options, repeat=True
     )
+
+
+async def _writes(
+    server: Server,
+    merchant: Merchant,
+    requests: int,
+    concurrency: int,
+    options: Options,
+    results: dict[str, Any],
+) -> None:
+    """The signed writes beside POST /v3/payouts (bench/writes.py), each checked for what
+    it left behind."""
+    args = (server, merchant, requests, concurrency, options)
+    results["post_payments"] = await payments(*args, preselected=False)
+    results["post_payments_preselected"] = await payments(*args, preselected=True)
+    results["post_authorization_flow"] = await authorization_flows(*args)
+    results["post_refunds"] = await refunds(*args)
+    results["post_payments_mandate"] = await mandate_payments(*args)
+    results["post_v1_payouts"] = await v1_payouts(*args)
 
 
 async def _paced_payouts(
@@ -549,66 +210,20 @@ async def _payouts_measured(
                 summary["target_rate"] = paced
             return summary
 
-        return await _between_verify_rates(options.verify_seconds, scenario)
+        return await between_verify_rates(options.verify_seconds, scenario)
 
     if open_loop:
-        return await _repeated(options, run_once, "p99_ms", higher_is_better=False)
-    return await _repeated(options, run_once, "verify_share", higher_is_better=True)
-
-
-async def _repeated(
-    options: Options,
-    run_once: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
-    figure: str,
-    *,
-    higher_is_better: bool,
-) -> dict[str, Any]:
-    """`run_once` (whose figures include `verify_per_s_around`) run `options.repeats` times:
-    the median run by `figure`, with each run's share of the verify rate around it, and
-    every run's figures under `runs`."""
-    runs = []
-    for _ in range(max(1, options.repeats)):
-        summary = await run_once()
-        summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
-        runs.append(summary)
-    chosen = median_run(runs, figure, higher_is_better=higher_is_better)
-    kept = ("requests_per_s", "verify_share", "p50_ms", "p99_ms", "target_rate")
-    chosen["runs"] = [{key: run[key] for key in kept if key in run} for run in runs]
-    return chosen
+        return await repeated(options, run_once, "p99_ms", higher_is_better=False)
+    return await repeated(options, run_once, "verify_share", higher_is_better=True)
 
 
 async def _executed(
     server: Server, requests: list[bytes], concurrency: int, rate: float | None
 ) -> dict[str, Any]:
     """One POST /v3/payouts run, then the wait until every payout it got accepted executed."""
-    summary = await _measured(server, requests, concurrency, rate=rate)
+    summary = await measured(server, requests, concurrency, rate=rate)
     summary["execution"] = await _drained(server, summary)
     return summary
-
-
-async def _between_verify_rates(
-    verify_seconds: float, scenario: Callable[[float], Coroutine[Any, Any, dict[str, Any]]]
-) -> dict[str, Any]:
-    """The figures of `scenario(verify rate just measured)`, with the one-core verify rate
-    measured just before and just after it (the server idle both times) under
-    `verify_per_s_around`."""
-    before = verify_rate(verify_seconds)
-    summary = await scenario(before)
-    after = verify_rate(verify_seconds)
-    summary["verify_per_s_around"] = {
-        "before": before,
-        "after": after,
-        "mean": (before + after) / 2,
-    }
-    return summary
-
-
-def median_run(
-    runs: list[dict[str, Any]], figure: str, *, higher_is_better: bool
-) -> dict[str, Any]:
-    """The run whose `figure` is the median; of an even count, the worse of the middle two."""
-    ordered = sorted(runs, key=lambda run: run[figure], reverse=higher_is_better)
-    return dict(ordered[len(ordered) // 2])
 
 
 async def _drained(
@@ -653,123 +268,6 @@ async def _drained(
             for group in {*load_cpu, *drain_cpu}
         },
     }
-
-
-async def _payments_stored(
-    server: Server, merchant: Merchant, accepted: dict[str, Any]
-) -> dict[str, int]:
-    """After POST /v3/payments: every 201 is a stored payment awaiting authorisation."""
-    import asyncpg
-
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        stored = await conn.fetchval(
-            "SELECT count(*) FROM payments WHERE merchant_id = $1"
-            " AND status = 'authorization_required'",
-            uuid.UUID(merchant.merchant_id),
-        )
-    finally:
-        await conn.close()
-    created = round(accepted["requests"] * accepted["ok_ratio"])
-    return {"created": created, "stored": int(stored), "lost": created - int(stored)}
-
-
-async def _refunds(
-    server: Server, merchant: Merchant, requests: int, concurrency: int, options: Options
-) -> dict[str, Any]:
-    """Signed POST /v3/payments/{id}/refunds, each with a new Idempotency-Key, over settled
-    payments seeded (and the requests signed) before the clock starts; then the wait until
-    every accepted refund has executed, and the count of those that did."""
-    payment_ids = await seed_settled_payments(
-        server.dsn(),
-        merchant.merchant_id,
-        merchant.account_id,
-        min(REFUNDED_PAYMENTS, requests),
-        REFUND_AMOUNT * requests,
-    )
-    body = {"amount_in_minor": REFUND_AMOUNT, "reference": "bench refund"}
-    refunds = [
-        signed_post(
-            server, merchant, f"/v3/payments/{payment_ids[i % len(payment_ids)]}/refunds", body
-        )
-        for i in range(requests)
-    ]
-
-    async def scenario(_: float) -> dict[str, Any]:
-        summary = await _measured(server, refunds, concurrency)
-        summary["execution"] = await _refunds_executed(server, payment_ids, summary)
-        return summary
-
-    return await _between_verify_rates(options.verify_seconds, scenario)
-
-
-async def _refunds_executed(
-    server: Server, payment_ids: list[str], accepted: dict[str, Any], limit_seconds: float = 300.0
-) -> dict[str, Any]:
-    """Poll (bounded) until no refund of these payments is still on its way, then count:
-    every 201 must be a refund that executed, and each payment's refunded amount their sum."""
-    import asyncpg
-
-    ids = [uuid.UUID(i) for i in payment_ids]
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        unfinished = (
-            "SELECT count(*) FROM refunds WHERE payment_id = ANY($1::uuid[])"
-            " AND stage NOT IN ('executed', 'failed')"
-        )
-        left_at_end: int = await conn.fetchval(unfinished, ids)
-        began = time.monotonic()
-        left = left_at_end
-        while left and time.monotonic() - began < limit_seconds:
-            await asyncio.sleep(0.05)
-            left = await conn.fetchval(unfinished, ids)
-        drain = time.monotonic() - began
-        counts = await conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE stage = 'executed') AS executed,"
-            " count(*) FILTER (WHERE stage = 'failed') AS failed,"
-            " coalesce(sum(amount_in_minor) FILTER (WHERE stage <> 'failed'), 0) AS amount"
-            " FROM refunds WHERE payment_id = ANY($1::uuid[])",
-            ids,
-        )
-        refunded = await conn.fetchval(
-            "SELECT coalesce(sum(refunded_amount_in_minor), 0) FROM payments"
-            " WHERE id = ANY($1::uuid[])",
-            ids,
-        )
-    finally:
-        await conn.close()
-    assert counts is not None
-    created = round(accepted["requests"] * accepted["ok_ratio"])
-    return {
-        "accepted": created,
-        "executed": int(counts["executed"]),
-        "failed": int(counts["failed"]),
-        "unexecuted_when_load_ended": left_at_end,
-        "unexecuted_after_drain": left,
-        "drain_seconds": round(drain, 2),
-        "lost": created - int(counts["executed"]),
-        "refunded_amount_matches": int(refunded) == int(counts["amount"]),
-    }
-
-
-async def _payments_settled(server: Server, mandate_id: str, limit_seconds: float = 300.0) -> None:
-    """Wait (bounded) until every payment taken on the mandate has settled or failed."""
-    import asyncpg
-
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        began = time.monotonic()
-        while time.monotonic() - began < limit_seconds:
-            left = await conn.fetchval(
-                "SELECT count(*) FROM payments WHERE mandate_id = $1"
-                " AND status NOT IN ('payment_settled', 'payment_failed')",
-                uuid.UUID(mandate_id),
-            )
-            if not left:
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await conn.close()
 
 
 async def _soak(

@@ -1,0 +1,126 @@
+"""The read baseline: localstripe 1.15 (a fake, stateful Stripe server on aiohttp, one
+process) answering GET /v1/customers/{id}, measured on this machine by the bench's own load
+generator with the same request count and connections as Bankrail's reads, so that each read
+can be stated as a multiple of it.
+
+Optional: `pip install -e '.[bench]'` brings it; without it the baseline is skipped, with the
+reason in the figures. It runs as shipped (its access log on, to a discarded stderr) but for
+its snapshot of the store, a pickle at the fixed path /tmp/localstripe.pickle rewritten on
+every write: that is turned off, so that the run writes nothing to the machine's shared /tmp.
+The GETs measured never write it anyway."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from bench.baselines import verify_rate
+from bench.loadgen import http_request, run_load
+from bench.processes import cpu_by_pid
+from bench.service import free_port
+
+API_KEY = "sk_test_bench"
+_LAUNCH = (
+    "import sys, localstripe.resources as r; r.Store.dump_to_disk = lambda self: None;"
+    " from localstripe import server; sys.argv[0] = 'localstripe'; server.start()"
+)
+
+
+def skipped_because() -> str | None:
+    """Why the baseline cannot run here, or None when it can."""
+    if importlib.util.find_spec("localstripe") is None:
+        return "localstripe is not installed (pip install -e '.[bench]')"
+    return None
+
+
+def _start(port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCH, "--port", str(port), "--from-scratch"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"localstripe exited with {process.returncode}")
+        try:
+            _customer(port)
+            return process
+        except OSError:
+            time.sleep(0.05)
+    _stop(process)
+    raise RuntimeError("localstripe did not answer within 30 s")
+
+
+def _customer(port: int) -> str:
+    """Create a customer (form-encoded, as Stripe takes it) and return its id."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/customers",
+        data=b"email=bench%40example.com&name=Bench",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310
+        return str(json.loads(answer.read())["id"])
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+async def localstripe_get_rate(
+    count: int, concurrency: int, verify_seconds: float
+) -> dict[str, Any]:
+    """`count` GET /v1/customers/{id} over `concurrency` connections (closed loop) against a
+    fresh localstripe, between two verify rates, with the CPU it and the load generator
+    spent per request; `{"skipped": reason}` when it is not installed or does not start."""
+    reason = skipped_because()
+    if reason is not None:
+        return {"skipped": reason}
+    port = free_port()
+    try:
+        process = _start(port)
+    except (RuntimeError, OSError) as exc:
+        return {"skipped": f"localstripe did not start: {exc}"}
+    try:
+        customer = _customer(port)
+        get = http_request(
+            "GET",
+            f"/v1/customers/{customer}",
+            f"127.0.0.1:{port}",
+            {"Authorization": f"Bearer {API_KEY}"},
+        )
+        before = verify_rate(verify_seconds)
+        cpu_before, own_before = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
+        result = await run_load("127.0.0.1", port, [get] * count, concurrency=concurrency)
+        cpu_after, own_after = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
+        after = verify_rate(verify_seconds)
+    finally:
+        _stop(process)
+    summary: dict[str, Any] = dict(result.summary())
+    spent = cpu_after.get(process.pid, 0.0) - cpu_before.get(process.pid, 0.0)
+    summary["cpu_ms_per_request"] = {
+        "localstripe": round(spent * 1000 / result.requests, 3),
+        "loadgen": round((own_after - own_before) * 1000 / result.requests, 3),
+    }
+    summary["verify_per_s_around"] = {
+        "before": before,
+        "after": after,
+        "mean": (before + after) / 2,
+    }
+    summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
+    summary["version"] = importlib.metadata.version("localstripe")
+    return summary

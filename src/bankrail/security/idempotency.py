@@ -152,17 +152,13 @@ async def run_idempotent(
             raise
         status, body = problem.problem.status, render_problem(problem)
     await conn.execute(
-        "INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6)"
-        " ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
-        " status_code = EXCLUDED.status_code, body = EXCLUDED.body,"
-        " created_at = EXCLUDED.created_at",
-        scope,
-        key,
-        request_fingerprint,
-        status,
-        body,
-        now,
+        "SELECT bankrail_store_idempotent_answers($1, $2, $3, $4, $5, $6)",
+        [scope],
+        [key],
+        [request_fingerprint],
+        [status],
+        [body],
+        [now],
     )
     return status, body
 

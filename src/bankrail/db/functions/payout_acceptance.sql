@@ -58,12 +58,7 @@ DECLARE
     v_accounts uuid[];
 BEGIN
     -- 1. The key's lock, for the first use of each key in the batch.
-    SELECT array_agg(x.first_use AND pg_try_advisory_xact_lock(x.lock_key) ORDER BY x.n)
-        INTO v_locked
-        FROM (SELECT i.lock_key, e.n,
-                     row_number() OVER (PARTITION BY i.lock_key ORDER BY e.n) = 1 AS first_use
-              FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n),
-                   jsonb_to_record(e.v) AS i (lock_key bigint)) x;
+    v_locked := bankrail_lock_idempotency_keys(p_items);
     -- 2. The paying accounts of the requests that hold their key, and their ledger rows
     -- locked in id order.
     SELECT array_agg(CASE WHEN v_locked[e.n] THEN coalesce(
@@ -189,12 +184,8 @@ BEGIN
             SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x;
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
-    INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
-        SELECT * FROM unnest(p_answer_scopes, p_answer_keys, p_answer_fingerprints,
-                             p_answer_statuses, p_answer_bodies, p_answer_at)
-        ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-            status_code = EXCLUDED.status_code, body = EXCLUDED.body,
-            created_at = EXCLUDED.created_at;
+    PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
+        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
     PERFORM bankrail_post_transactions(
         p_hold_ids, array_fill('payout_hold'::text, ARRAY[cardinality(p_hold_ids)]),
         p_hold_payouts, p_hold_at, p_hold_ids || p_hold_ids, p_hold_from || p_hold_to,

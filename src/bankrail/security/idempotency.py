@@ -118,23 +118,24 @@ async def run_idempotent(
     unless `store_client_errors` is false; anything else it raises propagates, and nothing
     is stored.
     """
-    row = await conn.fetchrow(
-        "SELECT * FROM bankrail_claim_idempotency_key($1, $2, $3)",
-        lock_key(scope, key),
-        scope,
-        key,
-    )
-    assert row is not None  # the function returns one row
-    if not row["locked"]:
+    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock_key(scope, key))
+    if not locked:
         raise ProblemError(
             IDEMPOTENCY_CONCURRENCY,
             "A request with this Idempotency-Key is still in flight; retry when it completes.",
         )
-    stored = (
-        StoredAnswer(row["fingerprint"], row["status_code"], row["body"], row["created_at"])
-        if row["fingerprint"] is not None
-        else None
+    # After the lock, in a statement of its own: an answer committed by the transaction that
+    # held the lock before is seen. (One request's path takes two prepared statements here
+    # and writes its answer with a third: a PL/pgSQL function doing the same cost PostgreSQL
+    # 0.06 ms more per request, measured on authorization-flow. The batch paths use
+    # db/functions/idempotency.sql.)
+    row = await conn.fetchrow(
+        "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
+        " WHERE scope = $1 AND key = $2",
+        scope,
+        key,
     )
+    stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
     decision = decide(stored, request_fingerprint, now, ttl)
     if decision is Decision.REPLAY:
         assert stored is not None
@@ -152,13 +153,17 @@ async def run_idempotent(
             raise
         status, body = problem.problem.status, render_problem(problem)
     await conn.execute(
-        "SELECT bankrail_store_idempotent_answers($1, $2, $3, $4, $5, $6)",
-        [scope],
-        [key],
-        [request_fingerprint],
-        [status],
-        [body],
-        [now],
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6)"
+        " ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+        " status_code = EXCLUDED.status_code, body = EXCLUDED.body,"
+        " created_at = EXCLUDED.created_at",
+        scope,
+        key,
+        request_fingerprint,
+        status,
+        body,
+        now,
     )
     return status, body
 

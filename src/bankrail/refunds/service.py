@@ -78,14 +78,6 @@ async def accept_refund(
     account = await get_account(conn, payment["merchant_account_id"])
     assert account is not None
     refund_id = new_id()
-    pending_failure: FailureReason | None = None
-    try:
-        async with conn.transaction():
-            await hold_funds(
-                conn, account, amount=amount, reference_id=refund_id, now=now, purpose=PURPOSE
-            )
-    except InsufficientFunds:
-        pending_failure = FailureReason.INSUFFICIENT_FUNDS
     await conn.execute(
         "UPDATE payments SET refunded_amount_in_minor = refunded_amount_in_minor + $2"
         " WHERE id = $1",
@@ -94,7 +86,7 @@ async def accept_refund(
     )
     await conn.execute(
         f"INSERT INTO refunds ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-        " 'pending', $10, NULL, $11, NULL, NULL, NULL, NULL)",
+        " 'pending', NULL, NULL, $10, NULL, NULL, NULL, NULL)",
         refund_id,
         merchant_id,
         payment_id,
@@ -104,7 +96,6 @@ async def accept_refund(
         reference,
         metadata,
         scheme_for(account.currency, False),
-        pending_failure.value if pending_failure else None,
         now,
     )
     await _record_activity(
@@ -118,6 +109,19 @@ async def accept_refund(
         details={"payment_id": str(payment_id), "reference": reference},
     )
     await enqueue(conn, ADVANCE_JOB, {"refund_id": str(refund_id)}, now)
+    # The hold last: it locks the account's ledger rows until the commit, and every other
+    # refund and payout of the account waits for them.
+    try:
+        async with conn.transaction():
+            await hold_funds(
+                conn, account, amount=amount, reference_id=refund_id, now=now, purpose=PURPOSE
+            )
+    except InsufficientFunds:
+        await conn.execute(
+            "UPDATE refunds SET pending_failure = $2 WHERE id = $1",
+            refund_id,
+            FailureReason.INSUFFICIENT_FUNDS.value,
+        )
     return refund_id
 
 

@@ -9,10 +9,11 @@ from typing import Any
 from fastapi import Request, Response
 
 from bankrail.context import AppContext
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE, dumps
+from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
 from bankrail.http.problems import render_problem_bytes
+from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
 from bankrail.security.idempotency import fingerprint, run_idempotent
 
@@ -71,5 +72,4 @@ async def respond_once(
                 reuse_problem=reuse_problem,
                 store_client_errors=store_client_errors,
             )
-    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
-    return Response(payload, status_code=status, media_type=media_type)
+    return answer_response(status, payload)

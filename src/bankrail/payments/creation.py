@@ -13,14 +13,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import (
-    IDEMPOTENCY_CONCURRENCY,
-    IDEMPOTENCY_REUSE,
     NotFound,
     ProblemError,
     invalid_field,
@@ -33,28 +31,21 @@ from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.models import PaymentState, PaymentStatus
 from bankrail.payments.providers import search
 from bankrail.payments.schemas import PaymentRequest
-from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
+from bankrail.security.idempotency import (
+    KeyedRequest,
+    Outcome,
+    ProblemRenderer,
+    claim_in_batch,
+    lock_key,
+)
 
 __all__ = [
-    "KeyedRequest",
     "NewPayment",
-    "Outcome",
     "PaymentCreation",
     "PaymentToCreate",
     "create_payments",
     "plan_payment",
 ]
-
-
-@dataclass(frozen=True)
-class KeyedRequest:
-    """What identifies a request under its Idempotency-Key, and how long its answer stays
-    valid."""
-
-    scope: str
-    key: str
-    fingerprint: bytes
-    ttl: timedelta
 
 
 @dataclass(frozen=True)
@@ -78,9 +69,6 @@ class NewPayment:
 
 # The answer of a new payment (status and JSON value), made by the caller.
 Respond = Callable[[NewPayment], tuple[int, Any]]
-RenderProblem = Callable[[ProblemError], bytes]
-# An answer to send (status, body) or a problem to raise, unstored.
-Outcome = tuple[int, bytes] | ProblemError
 
 
 @dataclass(frozen=True)
@@ -191,7 +179,7 @@ _WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8
 async def create_payments(
     conn: Connection,
     batch: Sequence[PaymentToCreate],
-    render_problem: RenderProblem | None = None,
+    render_problem: ProblemRenderer | None = None,
 ) -> list[tuple[Outcome, NewPayment | None]]:
     """Create payments, in the caller's transaction, and return each request's outcome in
     order with the payment it created (None when it created none): the answer (stored under
@@ -219,34 +207,13 @@ def _read_item(item: PaymentToCreate) -> dict[str, Any]:
 
 
 def _decide(
-    item: PaymentToCreate, row: Any, write: _Write, render_problem: RenderProblem | None
+    item: PaymentToCreate, row: Any, write: _Write, render_problem: ProblemRenderer | None
 ) -> tuple[Outcome, NewPayment | None]:
     keyed = item.keyed
     if keyed is not None:
-        if not row["locked"]:
-            problem = ProblemError(
-                IDEMPOTENCY_CONCURRENCY,
-                "A request with this Idempotency-Key is still in flight; retry when it completes.",
-            )
-            return problem, None
-        stored = None
-        if row["stored_fingerprint"] is not None:
-            stored = StoredAnswer(
-                row["stored_fingerprint"],
-                row["stored_status"],
-                row["stored_body"],
-                row["stored_at"],
-            )
-        decision = decide(stored, keyed.fingerprint, item.now, keyed.ttl)
-        if decision is Decision.REPLAY:
-            assert stored is not None
-            return (stored.status_code, stored.body), None
-        if decision is Decision.REUSE:
-            problem = ProblemError(
-                IDEMPOTENCY_REUSE,
-                "This key was already used with a different request; use a new key.",
-            )
-            return problem, None
+        before = claim_in_batch(row, keyed.fingerprint, item.now, keyed.ttl)
+        if before is not None:
+            return before, None
     account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None
     payment: NewPayment | None = None
     try:
@@ -291,7 +258,7 @@ class PaymentCreation:
     """Group commit of payment requests within one process (db/group_commit.py): the way
     `create_payments` is run for requests under an Idempotency-Key."""
 
-    def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
+    def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
         async def run(
             conn: Connection, batch: Sequence[PaymentToCreate]
         ) -> list[tuple[Outcome, NewPayment | None]]:

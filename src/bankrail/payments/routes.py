@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from bankrail.context import AppContext
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE
 from bankrail.core.problems import Unauthenticated
 from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody, bearer_token
@@ -29,11 +28,11 @@ from bankrail.http.openapi import (
     Needs,
     documents,
 )
-from bankrail.http.responses import json_response
+from bankrail.http.responses import answer_response, json_response
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import Caller, aliased_routes
-from bankrail.payments.creation import KeyedRequest, NewPayment, PaymentToCreate
+from bankrail.payments.creation import NewPayment, PaymentToCreate
 from bankrail.payments.flow_routes import router as flow_router
 from bankrail.payments.legacy_routes import router as legacy_router
 from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
@@ -47,7 +46,7 @@ from bankrail.payments.schemas import (
     RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
-from bankrail.security.idempotency import fingerprint
+from bankrail.security.idempotency import KeyedRequest, fingerprint
 from bankrail.security.tokens import AccessClaims, TokenError
 
 router = APIRouter(tags=["payments v3"])
@@ -102,8 +101,7 @@ async def create_payment(
             ),
         )
     )
-    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
-    return Response(answer, status_code=status, media_type=media_type)
+    return answer_response(status, answer)
 
 
 async def _create_on_mandate(

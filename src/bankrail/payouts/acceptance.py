@@ -9,7 +9,7 @@ caller's transaction. `PayoutAcceptance` runs it as group commit within one proc
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +17,6 @@ from typing import Any
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import (
-    IDEMPOTENCY_CONCURRENCY,
     IDEMPOTENCY_REUSE,
     ProblemError,
     ProblemType,
@@ -37,7 +36,7 @@ from bankrail.payouts.models import (
 )
 from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import normalise_name
-from bankrail.security.idempotency import Decision, StoredAnswer, decide, lock_key
+from bankrail.security.idempotency import Outcome, ProblemRenderer, claim_in_batch, lock_key
 
 ADVANCE_JOB = "payout.advance"
 
@@ -56,11 +55,6 @@ class Keyed:
     answer: dict[str, Any] | None = None  # the 202 body; None: {"id": <payout id>}
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
-
-
-# An answer to send (status, body) or a problem to raise, unstored.
-Outcome = tuple[int, bytes] | ProblemError
-RenderProblem = Callable[[ProblemError], bytes]
 
 
 def _read_item(keyed: Keyed) -> dict[str, Any]:
@@ -151,7 +145,7 @@ _WRITE = "SELECT bankrail_write_payout_acceptances({})".format(
 
 
 async def accept_payouts(
-    conn: Connection, batch: Sequence[Keyed], render_problem: RenderProblem
+    conn: Connection, batch: Sequence[Keyed], render_problem: ProblemRenderer
 ) -> list[Outcome]:
     """Accept payout requests, in the caller's transaction: the one path of every payout
     created, whatever its API; a batch of one is the general case.
@@ -180,29 +174,13 @@ def _decide(
     row: Any,
     write: _Write,
     left: dict[uuid.UUID, tuple[int, int, str]],
-    render_problem: RenderProblem,
+    render_problem: ProblemRenderer,
 ) -> Outcome:
     request = keyed.request
     now = request.now
-    if not row["locked"]:
-        return ProblemError(
-            IDEMPOTENCY_CONCURRENCY,
-            "A request with this Idempotency-Key is still in flight; retry when it completes.",
-        )
-    stored = None
-    if row["stored_fingerprint"] is not None:
-        stored = StoredAnswer(
-            row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
-        )
-    decision = decide(stored, keyed.fingerprint, now, keyed.ttl)
-    if decision is Decision.REPLAY:
-        assert stored is not None
-        return stored.status_code, stored.body
-    if decision is Decision.REUSE:
-        return ProblemError(
-            keyed.reuse_problem,
-            "This key was already used with a different request; use a new key.",
-        )
+    before = claim_in_batch(row, keyed.fingerprint, now, keyed.ttl, keyed.reuse_problem)
+    if before is not None:
+        return before
     facts = _facts(row)
     account = facts.account
     if account is not None and account.id not in left:
@@ -307,7 +285,7 @@ class PayoutAcceptance:
     `accept_payouts` is run. Every answer is sent only after the transaction that holds it
     has committed."""
 
-    def __init__(self, pool: Pool, render_problem: RenderProblem, max_batch: int = 64) -> None:
+    def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
         async def run(conn: Connection, batch: Sequence[Keyed]) -> list[Outcome]:
             return await accept_payouts(conn, batch, render_problem)
 

@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
-from bankrail.core.jsonbody import JSON_MEDIA_TYPE, PROBLEM_MEDIA_TYPE
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
@@ -19,7 +18,7 @@ from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
-from bankrail.http.responses import json_response
+from bankrail.http.responses import answer_response, json_response
 from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts import service
 from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
@@ -109,12 +108,7 @@ async def create_v3_payout(
             ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
         )
     )
-    return _answer(status, answer)
-
-
-def _answer(status: int, body: bytes) -> Response:
-    media_type = PROBLEM_MEDIA_TYPE if status >= 400 else JSON_MEDIA_TYPE
-    return Response(body, status_code=status, media_type=media_type)
+    return answer_response(status, answer)
 
 
 @router.get(
@@ -221,7 +215,7 @@ async def create_v1_payout(
             store_client_errors=False,
         )
     )
-    return _answer(status, answer)
+    return answer_response(status, answer)
 
 
 def _v1_record(row: Any) -> dict[str, Any]:

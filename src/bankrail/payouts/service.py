@@ -26,9 +26,7 @@ from bankrail.events.outbox import Ordering
 from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts.acceptance import ADVANCE_JOB as ADVANCE_JOB
 from bankrail.payouts.acceptance import Keyed as Keyed
-from bankrail.payouts.acceptance import Outcome as Outcome
 from bankrail.payouts.acceptance import PayoutAcceptance as PayoutAcceptance
-from bankrail.payouts.acceptance import RenderProblem as RenderProblem
 from bankrail.payouts.acceptance import accept_payouts as accept_payouts
 from bankrail.payouts.models import (
     REJECTIONS,

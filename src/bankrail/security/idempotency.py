@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
 from bankrail.core.problems import (
     IDEMPOTENCY_CONCURRENCY,
@@ -25,7 +26,12 @@ __all__ = [
     "DELETE_EXPIRED_SQL",
     "EXPIRING_SCOPES",
     "Decision",
+    "KeyedRequest",
+    "Outcome",
+    "ProblemRenderer",
     "StoredAnswer",
+    "claim",
+    "claim_in_batch",
     "decide",
     "delete_expired",
     "fingerprint",
@@ -88,6 +94,67 @@ def decide(
     return Decision.REUSE
 
 
+@dataclass(frozen=True)
+class KeyedRequest:
+    """What identifies a request under its Idempotency-Key, and how long its answer stays
+    valid."""
+
+    scope: str
+    key: str
+    fingerprint: bytes
+    ttl: timedelta
+
+
+# An answer to send (status, body), or a problem to raise, unstored.
+Outcome = tuple[int, bytes] | ProblemError
+
+
+def claim(
+    locked: bool,
+    stored: StoredAnswer | None,
+    request_fingerprint: bytes,
+    now: datetime,
+    ttl: timedelta,
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+) -> Outcome | None:
+    """What a request under a key gets before it runs, from whether its transaction holds
+    the key's lock and the answer stored under the key: 409 while the key is in flight,
+    `reuse_problem` when the key was used with another request, the stored answer to
+    replay, or None: run the request."""
+    if not locked:
+        return ProblemError(
+            IDEMPOTENCY_CONCURRENCY,
+            "A request with this Idempotency-Key is still in flight; retry when it completes.",
+        )
+    decision = decide(stored, request_fingerprint, now, ttl)
+    if decision is Decision.REPLAY:
+        assert stored is not None
+        return stored.status_code, stored.body
+    if decision is Decision.REUSE:
+        return ProblemError(
+            reuse_problem, "This key was already used with a different request; use a new key."
+        )
+    return None
+
+
+def claim_in_batch(
+    row: Any,
+    request_fingerprint: bytes,
+    now: datetime,
+    ttl: timedelta,
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+) -> Outcome | None:
+    """`claim`, for a row of a batch read that took the keys' locks
+    (db/functions/idempotency.sql): its columns `locked` and `stored_fingerprint`,
+    `stored_status`, `stored_body`, `stored_at`."""
+    stored = None
+    if row["stored_fingerprint"] is not None:
+        stored = StoredAnswer(
+            row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
+        )
+    return claim(row["locked"], stored, request_fingerprint, now, ttl, reuse_problem)
+
+
 def lock_key(scope: str, key: str) -> int:
     """The transaction-level advisory lock that marks (scope, key) as in flight."""
     digest = hashlib.sha256(f"{scope}\0{key}".encode()).digest()
@@ -119,32 +186,25 @@ async def run_idempotent(
     is stored.
     """
     locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock_key(scope, key))
-    if not locked:
-        raise ProblemError(
-            IDEMPOTENCY_CONCURRENCY,
-            "A request with this Idempotency-Key is still in flight; retry when it completes.",
+    stored = None
+    if locked:
+        # After the lock, in a statement of its own: an answer committed by the transaction
+        # that held the lock before is seen. (One request's path takes two prepared
+        # statements here and writes its answer with a third: a PL/pgSQL function doing the
+        # same cost PostgreSQL 0.06 ms more per request, measured on authorization-flow. The
+        # batch paths use db/functions/idempotency.sql.)
+        row = await conn.fetchrow(
+            "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
+            " WHERE scope = $1 AND key = $2",
+            scope,
+            key,
         )
-    # After the lock, in a statement of its own: an answer committed by the transaction that
-    # held the lock before is seen. (One request's path takes two prepared statements here
-    # and writes its answer with a third: a PL/pgSQL function doing the same cost PostgreSQL
-    # 0.06 ms more per request, measured on authorization-flow. The batch paths use
-    # db/functions/idempotency.sql.)
-    row = await conn.fetchrow(
-        "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
-        " WHERE scope = $1 AND key = $2",
-        scope,
-        key,
-    )
-    stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
-    decision = decide(stored, request_fingerprint, now, ttl)
-    if decision is Decision.REPLAY:
-        assert stored is not None
-        return stored.status_code, stored.body
-    if decision is Decision.REUSE:
-        raise ProblemError(
-            reuse_problem,
-            "This key was already used with a different request; use a new key.",
-        )
+        stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
+    before = claim(locked, stored, request_fingerprint, now, ttl, reuse_problem)
+    if isinstance(before, ProblemError):
+        raise before
+    if before is not None:
+        return before
     try:
         async with conn.transaction():  # a savepoint: a 4xx leaves no partial effect
             status, body = await handler(conn)

@@ -20,9 +20,10 @@ import orjson
 from bankrail.core.clock import ServiceClock
 from bankrail.core.problems import ProblemError
 from bankrail.merchants.models import MerchantAccount
-from bankrail.payments.creation import KeyedRequest, NewPayment, PaymentCreation, PaymentToCreate
+from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
 from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.schemas import PaymentRequest
+from bankrail.security.idempotency import KeyedRequest
 from support.accounts import funded_account
 from support.payouts import render_problem
 

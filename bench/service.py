@@ -192,8 +192,8 @@ def seed(server: Server, balance: int) -> Merchant:
     return Merchant(token, kid, key, account["id"], merchant["id"])
 
 
-def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> bytes:
-    """A prepared, signed POST with a fresh Idempotency-Key."""
+def _signed(merchant: Merchant, path: str, body: dict[str, Any]) -> tuple[bytes, str, str]:
+    """A POST's body, a fresh Idempotency-Key, and the signature over both."""
     raw = json.dumps(body).encode()
     key = str(uuid.uuid4())
     signature = signing.sign_request(
@@ -204,6 +204,12 @@ def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, A
         headers=[("Idempotency-Key", key)],
         body=raw,
     )
+    return raw, key, signature
+
+
+def signed_post(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> bytes:
+    """A prepared, signed POST with a fresh Idempotency-Key."""
+    raw, key, signature = _signed(merchant, path, body)
     return http_request(
         "POST",
         path,
@@ -252,16 +258,7 @@ def payment_body(merchant: Merchant) -> dict[str, Any]:
 
 def signed_call(server: Server, merchant: Merchant, path: str, body: dict[str, Any]) -> Any:
     """One signed JSON POST with a fresh Idempotency-Key (used for seeding, not measured)."""
-    raw = json.dumps(body).encode()
-    key = str(uuid.uuid4())
-    signature = signing.sign_request(
-        merchant.key,
-        merchant.kid,
-        method="POST",
-        path=path,
-        headers=[("Idempotency-Key", key)],
-        body=raw,
-    )
+    raw, key, signature = _signed(merchant, path, body)
     headers = {"Idempotency-Key": key, "Svc-Signature": signature}
     return server.call("POST", path, token=merchant.token, headers=headers, raw=raw)
 

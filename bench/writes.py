@@ -204,7 +204,20 @@ async def _refunds_executed(
     finally:
         await conn.close()
     assert counts is not None
+    return {
+        **_executed(accepted, counts, (left_at_end, left, drain)),
+        "refunded_amount_matches": int(refunded) == int(counts["amount"]),
+    }
+
+
+def _executed(
+    accepted: dict[str, Any], counts: Any, drained: tuple[int, int, float]
+) -> dict[str, Any]:
+    """What a batch of writes that execute in the background left: how many were accepted,
+    executed and failed (`counts`), how many were still on their way when the load ended
+    and after the drain, how long the drain took, and how many accepted were not executed."""
     created = _accepted(accepted)
+    left_at_end, left, drain = drained
     return {
         "accepted": created,
         "executed": int(counts["executed"]),
@@ -213,7 +226,6 @@ async def _refunds_executed(
         "unexecuted_after_drain": left,
         "drain_seconds": drain,
         "lost": created - int(counts["executed"]),
-        "refunded_amount_matches": int(refunded) == int(counts["amount"]),
     }
 
 
@@ -354,13 +366,4 @@ async def _v1_payouts_executed(
     finally:
         await conn.close()
     assert counts is not None
-    created = _accepted(accepted)
-    return {
-        "accepted": created,
-        "executed": int(counts["executed"]),
-        "failed": int(counts["failed"]),
-        "unexecuted_when_load_ended": left_at_end,
-        "unexecuted_after_drain": left,
-        "drain_seconds": drain,
-        "lost": created - int(counts["executed"]),
-    }
+    return _executed(accepted, counts, (left_at_end, left, drain))

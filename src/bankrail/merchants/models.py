@@ -41,6 +41,22 @@ class AccountIdentifiers:
         return items
 
 
+@dataclass(frozen=True)
+class AccountFacts:
+    """A merchant account as a batch's read found it, its ledger rows locked: what the
+    rules of an outgoing payment (a payout, a refund) need to know of the account paying it."""
+
+    id: uuid.UUID
+    merchant_id: uuid.UUID
+    currency: str
+    available_ledger_id: int
+    held_ledger_id: int
+    balance_threshold: int | None
+    notification_state: str
+    available: int
+    held: int
+
+
 def new_account_identifiers(currency: str) -> AccountIdentifiers:
     """Fresh, valid identifiers for a new account in `currency` (GBP or EUR)."""
     account_number = f"{secrets.randbelow(10**8):08d}"

@@ -8,7 +8,6 @@ caller's transaction. `PayoutAcceptance` runs it as group commit within one proc
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,11 +22,9 @@ from bankrail.core.problems import (
 )
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
-from bankrail.events import notifications
-from bankrail.events.outbox import NewEvent, new_event
-from bankrail.merchants.models import AccountIdentifiers
+from bankrail.merchants.batch_holds import BatchHolds
+from bankrail.merchants.models import AccountFacts, AccountIdentifiers
 from bankrail.payouts.models import (
-    AccountFacts,
     NewPayout,
     PayoutFacts,
     PayoutRequest,
@@ -113,28 +110,15 @@ class _Write:
 
     payouts: list[dict[str, Any]] = field(default_factory=list)
     answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
-    holds: list[tuple[uuid.UUID, uuid.UUID, int, int, int, datetime]] = field(default_factory=list)
-    states: dict[uuid.UUID, str] = field(default_factory=dict)
-    events: list[tuple[NewEvent, datetime]] = field(default_factory=list)
+    holds: BatchHolds = field(default_factory=BatchHolds)
 
     def arguments(self) -> list[Any]:
         answers = list(zip(*self.answers, strict=True)) or [()] * 6
-        holds = list(zip(*self.holds, strict=True)) or [()] * 6
-        events = [e for e, _ in self.events]
         return [
             self.payouts,
             ADVANCE_JOB,
             *(list(column) for column in answers),
-            *(list(column) for column in holds),
-            list(self.states),
-            list(self.states.values()),
-            [e.id for e in events],
-            [e.delivery_id for e in events],
-            [e.merchant_id for e in events],
-            [e.family for e in events],
-            [e.event_type for e in events],
-            [e.payload for e in events],
-            [at for _, at in self.events],
+            *self.holds.arguments(),
         ]
 
 
@@ -161,31 +145,21 @@ async def accept_payouts(
     """
     rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
     write = _Write()
-    outcomes: list[Outcome] = []
-    left: dict[uuid.UUID, tuple[int, int, str]] = {}  # available, held, notification state
-    for keyed, row in zip(batch, rows, strict=True):
-        outcomes.append(_decide(keyed, row, write, left, render_problem))
+    outcomes = [
+        _decide(keyed, row, write, render_problem) for keyed, row in zip(batch, rows, strict=True)
+    ]
     await conn.execute(_WRITE, *write.arguments())
     return outcomes
 
 
-def _decide(
-    keyed: Keyed,
-    row: Any,
-    write: _Write,
-    left: dict[uuid.UUID, tuple[int, int, str]],
-    render_problem: ProblemRenderer,
-) -> Outcome:
+def _decide(keyed: Keyed, row: Any, write: _Write, render_problem: ProblemRenderer) -> Outcome:
     request = keyed.request
     now = request.now
     before = claim_in_batch(row, keyed.fingerprint, now, keyed.ttl, keyed.reuse_problem)
     if before is not None:
         return before
     facts = _facts(row)
-    account = facts.account
-    if account is not None and account.id not in left:
-        left[account.id] = (account.available, account.held, account.notification_state)
-    available = left[account.id][0] if account is not None else 0
+    available = write.holds.available(facts.account) if facts.account is not None else 0
     try:
         payout = decide_payout(request, facts, available, new_id())
     except ProblemError as problem:
@@ -194,17 +168,12 @@ def _decide(
         answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
     else:
         answer = (202, dumps(keyed.answer or {"id": str(payout.id)}))
-        _add_payout(write, keyed, payout, left)
+        _add_payout(write, keyed, payout)
     write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
     return answer
 
 
-def _add_payout(
-    write: _Write,
-    keyed: Keyed,
-    payout: NewPayout,
-    left: dict[uuid.UUID, tuple[int, int, str]],
-) -> None:
+def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
     request = keyed.request
     account = payout.account
     now = request.now
@@ -244,40 +213,8 @@ def _add_payout(
             "now": now,
         }
     )
-    if not payout.holds_funds:
-        return
-    available, held, state = left[account.id]
-    available, held = available - request.amount, held + request.amount
-    write.holds.append(
-        (
-            new_id(),
-            payout.id,
-            account.available_ledger_id,
-            account.held_ledger_id,
-            request.amount,
-            now,
-        )
-    )
-    if account.balance_threshold is not None:
-        step = notifications.next_state(state, account.balance_threshold, available)
-        if step.state != state:
-            write.states[account.id] = step.state
-        state = step.state
-        if step.notify is not None:
-            event = new_event(
-                merchant_id=account.merchant_id,
-                family="payments",
-                event_type="balance_notification",
-                body={
-                    "merchant_account_id": str(account.id),
-                    "status": step.notify,
-                    "threshold_in_minor": account.balance_threshold,
-                    "current_balance_in_minor": available + held,
-                    "available_balance_in_minor": available,
-                },
-            )
-            write.events.append((event, now))
-    left[account.id] = (available, held, state)
+    if payout.holds_funds:
+        write.holds.hold(account, request.amount, payout.id, now)
 
 
 class PayoutAcceptance:

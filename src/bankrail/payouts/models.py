@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
-from bankrail.merchants.models import AccountIdentifiers
+from bankrail.merchants.models import AccountFacts, AccountIdentifiers
 
 # The least gap between two steps of one payout: PostgreSQL keeps timestamps to the
 # microsecond, so steps apart by this much stay apart once stored.
@@ -287,21 +287,6 @@ class PayoutRequest:
     def payee_identifiers(self) -> AccountIdentifiers | None:
         """The identifiers to look the payee up by (open loop, when valid)."""
         return self.identifiers if isinstance(self.identifiers, AccountIdentifiers) else None
-
-
-@dataclass(frozen=True)
-class AccountFacts:
-    """The paying account as the acceptance read found it, its ledger rows locked."""
-
-    id: uuid.UUID
-    merchant_id: uuid.UUID
-    currency: str
-    available_ledger_id: int
-    held_ledger_id: int
-    balance_threshold: int | None
-    notification_state: str
-    available: int
-    held: int
 
 
 @dataclass(frozen=True)

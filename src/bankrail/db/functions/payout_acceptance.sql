@@ -121,11 +121,8 @@ $$;
 --   p_payouts:  a jsonb array, one object per accepted payout (the payouts row and its
 --               activity row's details), each with its first job;
 --   answers:    the answers to store under their keys (p_answer_*), replacing an expired one;
---   holds:      one ledger transaction per payout whose funds are held, available to held,
---               through bankrail_post_transactions (the CHECK on ledger_accounts still
---               refuses an overdraft);
---   notification states of accounts with a balance threshold, and events
---               (bankrail_record_events).
+--   the holds of the payouts whose funds are held, the accounts' notification states and
+--               the balance notifications (bankrail_write_holds, holds.sql).
 CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
     p_payouts jsonb,
     p_job_kind text,
@@ -186,18 +183,9 @@ BEGIN
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
         p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
-    PERFORM bankrail_post_transactions(
-        p_hold_ids, array_fill('payout_hold'::text, ARRAY[cardinality(p_hold_ids)]),
-        p_hold_payouts, p_hold_at, p_hold_ids || p_hold_ids, p_hold_from || p_hold_to,
-        ARRAY(SELECT -h FROM unnest(p_hold_amounts) WITH ORDINALITY AS a (h, n) ORDER BY n)
-            || p_hold_amounts);
-    UPDATE merchant_accounts ma SET notification_state = x.state
-        FROM unnest(p_state_accounts, p_states) AS x (id, state)
-        WHERE ma.id = x.id;
-    -- Balance notifications: delivered in no particular order.
-    PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
-        p_event_families, p_event_types, p_event_payloads, p_event_at,
-        array_fill(NULL::uuid, ARRAY[cardinality(p_event_ids)]),
-        array_fill(NULL::integer, ARRAY[cardinality(p_event_ids)]));
+    PERFORM bankrail_write_holds('payout_hold', p_hold_ids, p_hold_payouts, p_hold_from,
+        p_hold_to, p_hold_amounts, p_hold_at, p_state_accounts, p_states, p_event_ids,
+        p_delivery_ids, p_event_merchants, p_event_families, p_event_types, p_event_payloads,
+        p_event_at);
 END
 $$;

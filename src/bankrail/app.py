@@ -45,6 +45,7 @@ from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import router as payouts_router
 from bankrail.process import open_process
 from bankrail.rails.admin_routes import router as rails_admin_router
+from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.ratelimit import RateLimiter
@@ -95,6 +96,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 admin_token_hash=admin_hash,
                 payout_acceptance=payouts_service.PayoutAcceptance(process.pool, render),
                 payment_creation=PaymentCreation(process.pool, render),
+                refund_acceptance=RefundAcceptance(process.pool, render),
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from datetime import timedelta
 
 from fastapi import APIRouter, Request, Response
 
-from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.idempotent import idempotency_key
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
-from bankrail.http.responses import json_response
+from bankrail.http.responses import answer_response, json_response
 from bankrail.refunds import service
+from bankrail.refunds.acceptance import RefundToAccept
 from bankrail.refunds.schemas import RefundCreated, RefundList, RefundOut, RefundRequest
+from bankrail.security.idempotency import KeyedRequest, fingerprint
 
 router = APIRouter(tags=["refunds"])
 
@@ -33,27 +34,26 @@ async def create_refund(
     """Refund part or all of a settled payment to the account that paid it.
 
     Funds are held at once; the outcome arrives as `refund_executed` or `refund_failed`."""
-
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        refund_id = await service.accept_refund(
-            conn,
+    key = idempotency_key(request)
+    assert key is not None  # the signature requires one
+    now = context.clock.now()
+    (status, answer), _ = await context.refund_acceptance.accept(
+        RefundToAccept(
             merchant_id=merchant.merchant_id,
             payment_id=payment_id,
             amount=body.amount_in_minor,
             reference=body.reference,
             metadata=body.metadata,
-            now=context.clock.now(),
+            now=now,
+            keyed=KeyedRequest(
+                scope=f"v3:{merchant.client_id}",
+                key=key,
+                fingerprint=fingerprint(request.method, request.url.path, raw),
+                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+            ),
         )
-        return 201, {"id": str(refund_id)}
-
-    return await respond_once(
-        context,
-        request,
-        scope=f"v3:{merchant.client_id}",
-        key=idempotency_key(request),
-        body=raw,
-        effect=effect,
     )
+    return answer_response(status, answer)
 
 
 async def list_refunds(payment_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:

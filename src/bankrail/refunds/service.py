@@ -1,10 +1,10 @@
-"""Refund use cases: accept a refund of a settled pay-in, take its steps on the simulated
+"""Refund use cases after acceptance (acceptance.py): take a refund's steps on the simulated
 rails, and read refunds back.
 
-Acceptance holds the funds in the merchant account that received the payment (available
-balance falls at the 201), counts the refund against the payment in the same transaction,
-and schedules the refund's first step. Each later step runs as a durable job in the
-transaction that also moves the money and records its event, as a payout's does.
+Acceptance held the funds in the merchant account that received the payment (available
+balance fell at the 201), counted the refund against the payment, and scheduled the refund's
+first step. Each later step runs as a durable job in the transaction that also moves the
+money and records its event, as a payout's does.
 """
 
 from __future__ import annotations
@@ -13,31 +13,27 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from bankrail.core.ids import new_id
 from bankrail.core.problems import NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
 from bankrail.ledger.holds import consume_hold
-from bankrail.ledger.models import InsufficientFunds
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import hold_funds, release_hold
+from bankrail.merchants.balances import release_hold
 from bankrail.merchants.service import get_account
 from bankrail.payouts.models import FailureReason, PayoutState, Stage, advance
 from bankrail.payouts.service import state_of
-from bankrail.rails.schemes import sandbox_outcome, scheme_for
-from bankrail.refunds.models import RefundablePayment, check_refundable
+from bankrail.rails.schemes import sandbox_outcome
+from bankrail.refunds.acceptance import ADVANCE_JOB
 
 __all__ = [
     "ADVANCE_JOB",
-    "accept_refund",
     "advance_refund",
     "get_refund",
     "list_refunds",
 ]
 
-ADVANCE_JOB = "refund.advance"
 PURPOSE = "refund"  # the ledger transactions of a refund are refund_hold, _release, _execution
 
 _COLUMNS = (
@@ -45,84 +41,6 @@ _COLUMNS = (
     " metadata, scheme_id, stage, pending_failure, failure_reason, created_at, authorized_at,"
     " submitted_at, executed_at, failed_at"
 )
-
-
-async def accept_refund(
-    conn: Connection,
-    *,
-    merchant_id: uuid.UUID,
-    payment_id: uuid.UUID,
-    amount: int,
-    reference: str,
-    metadata: dict[str, str] | None,
-    now: datetime,
-) -> uuid.UUID:
-    """Accept a refund of the merchant's settled payment and hold its funds; 404 for a
-    payment that is not the merchant's, 409 unless it has settled, 400 on `amount_in_minor`
-    for more than is left to refund. Not enough available funds is no error: the refund is
-    accepted and then fails with `insufficient_funds`, as a payout does."""
-    payment = await conn.fetchrow(
-        "SELECT merchant_account_id, currency, status, amount_in_minor, refunded_amount_in_minor"
-        " FROM payments WHERE id = $1 AND merchant_id = $2 FOR UPDATE",
-        payment_id,
-        merchant_id,
-    )
-    if payment is None:
-        raise NotFound(f"Payment {payment_id} not found.")
-    check_refundable(
-        RefundablePayment(
-            payment["status"], payment["amount_in_minor"], payment["refunded_amount_in_minor"]
-        ),
-        amount,
-    )
-    account = await get_account(conn, payment["merchant_account_id"])
-    assert account is not None
-    refund_id = new_id()
-    await conn.execute(
-        "UPDATE payments SET refunded_amount_in_minor = refunded_amount_in_minor + $2"
-        " WHERE id = $1",
-        payment_id,
-        amount,
-    )
-    await conn.execute(
-        f"INSERT INTO refunds ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-        " 'pending', NULL, NULL, $10, NULL, NULL, NULL, NULL)",
-        refund_id,
-        merchant_id,
-        payment_id,
-        account.id,
-        amount,
-        account.currency,
-        reference,
-        metadata,
-        scheme_for(account.currency, False),
-        now,
-    )
-    await _record_activity(
-        conn,
-        refund_id,
-        account.id,
-        amount,
-        account.currency,
-        "pending",
-        now,
-        details={"payment_id": str(payment_id), "reference": reference},
-    )
-    await enqueue(conn, ADVANCE_JOB, {"refund_id": str(refund_id)}, now)
-    # The hold last: it locks the account's ledger rows until the commit, and every other
-    # refund and payout of the account waits for them.
-    try:
-        async with conn.transaction():
-            await hold_funds(
-                conn, account, amount=amount, reference_id=refund_id, now=now, purpose=PURPOSE
-            )
-    except InsufficientFunds:
-        await conn.execute(
-            "UPDATE refunds SET pending_failure = $2 WHERE id = $1",
-            refund_id,
-            FailureReason.INSUFFICIENT_FUNDS.value,
-        )
-    return refund_id
 
 
 async def advance_refund(conn: Connection, payload: dict[str, Any], now: datetime) -> None:

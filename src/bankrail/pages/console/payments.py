@@ -16,7 +16,6 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters
 from bankrail.db.pool import Connection
-from bankrail.http.problems import render_problem_bytes
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
@@ -44,7 +43,8 @@ from bankrail.pages.console.data import (
 from bankrail.pages.console.forms import parse_amount, parse_choice, parse_day_or_time, parse_text
 from bankrail.payments.models import PaymentStatus
 from bankrail.refunds import service as refunds_service
-from bankrail.security.idempotency import fingerprint, run_idempotent
+from bankrail.refunds.acceptance import RefundToAccept
+from bankrail.security.idempotency import KeyedRequest, fingerprint
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -189,40 +189,29 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
     if errors or amount is None or reference is None:
         return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
     merchant_id: uuid.UUID = payment["merchant_id"]
-    ran = False
-
-    async def handler(conn: Connection) -> tuple[int, bytes]:
-        nonlocal ran
-        ran = True
-        refund_id = await refunds_service.accept_refund(
-            conn,
-            merchant_id=merchant_id,
-            payment_id=payment_uuid,
-            amount=amount,
-            reference=reference,
-            metadata=None,
-            now=context.clock.now(),
-        )
-        return 201, dumps({"id": str(refund_id)})
-
     key = text(form, "idempotency_key").strip()[:200]
     body = dumps({"payment": str(payment_uuid), "amount": amount, "reference": reference})
+    now = context.clock.now()
     try:
-        async with context.pool.acquire() as conn, conn.transaction():
-            if key:
-                await run_idempotent(
-                    conn,
+        _, refund_id = await context.refund_acceptance.accept(
+            RefundToAccept(
+                merchant_id=merchant_id,
+                payment_id=payment_uuid,
+                amount=amount,
+                reference=reference,
+                metadata=None,
+                now=now,
+                keyed=KeyedRequest(
                     scope=f"console:refund:{merchant_id}",
                     key=key,
-                    request_fingerprint=fingerprint("POST", request.url.path, body),
-                    now=context.clock.now(),
+                    fingerprint=fingerprint("POST", request.url.path, body),
                     ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
-                    handler=handler,
-                    render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
-                    store_client_errors=False,
                 )
-            else:
-                await handler(conn)
+                if key
+                else None,
+                store_client_errors=False,
+            )
+        )
     except Conflict as exc:
         errors = {"status": [exc.detail]}
         return await _payment_page(request, viewer, payment_uuid, 409, errors=errors, values=values)
@@ -236,7 +225,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
         errors = {"amount": [f"must be at most {left}, what is left to refund of this payment"]}
         return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
     refunded = format_amount(amount, currency)
-    if ran:
+    if refund_id is not None:
         message = f"Refund of {refunded} accepted; it is paid to the payer's account shortly."
     else:
         message = f"This refund was already made ({refunded}); it was not made twice."

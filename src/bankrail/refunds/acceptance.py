@@ -1,0 +1,215 @@
+"""Accepting refunds: the one path of every refund, whatever asks for it (the API, the
+console).
+
+`accept_refunds` reads what the rules need for a batch of requests in one statement (the
+keys' locks and stored answers, the payments with their rows locked, the accounts that
+received them with their ledger rows locked and their balances), decides each request in
+order (`models.check_refundable` on what is left after the batch's earlier refunds, then the
+hold on what is left available), and writes the refunds, their first jobs, the payments'
+refunded amounts, the answers under their keys, the holds and the balance notifications in
+one statement, in the caller's transaction. `RefundAcceptance` runs it as group commit within
+one process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bankrail.core.ids import new_id
+from bankrail.core.jsonbody import dumps
+from bankrail.core.problems import NotFound, ProblemError
+from bankrail.db.group_commit import GroupCommit
+from bankrail.db.pool import Connection, Pool
+from bankrail.merchants.batch_holds import BatchHolds
+from bankrail.merchants.models import AccountFacts
+from bankrail.payouts.models import FailureReason
+from bankrail.rails.schemes import scheme_for
+from bankrail.refunds.models import RefundablePayment, check_refundable
+from bankrail.security.idempotency import (
+    KeyedRequest,
+    Outcome,
+    ProblemRenderer,
+    claim_in_batch,
+    lock_key,
+)
+
+__all__ = ["ADVANCE_JOB", "RefundAcceptance", "RefundToAccept", "accept_refunds"]
+
+ADVANCE_JOB = "refund.advance"
+
+
+@dataclass(frozen=True)
+class RefundToAccept:
+    """A request to refund part or all of a merchant's payment. `keyed` None: the caller
+    stores no answer; `store_client_errors` False: a 4xx is raised, not stored (the console
+    shows it on its form and lets the merchant try again under the same key)."""
+
+    merchant_id: uuid.UUID
+    payment_id: uuid.UUID
+    amount: int
+    reference: str
+    metadata: dict[str, str] | None
+    now: datetime
+    keyed: KeyedRequest | None = None
+    store_client_errors: bool = True
+
+
+# A request's outcome (its answer, or a problem not stored) and the refund it created.
+Accepted = tuple[Outcome, uuid.UUID | None]
+
+
+@dataclass
+class _Write:
+    """The rows of one batch's write (`bankrail_write_refund_acceptances`)."""
+
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+    refunded: dict[uuid.UUID, int] = field(default_factory=dict)  # payment: amount added
+    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    holds: BatchHolds = field(default_factory=BatchHolds)
+
+    def arguments(self) -> list[Any]:
+        answers = list(zip(*self.answers, strict=True)) or [()] * 6
+        return [
+            self.refunds,
+            ADVANCE_JOB,
+            list(self.refunded),
+            list(self.refunded.values()),
+            *(list(column) for column in answers),
+            *self.holds.arguments(),
+        ]
+
+
+_READ = "SELECT * FROM bankrail_read_refund_requests($1::jsonb)"
+_WRITE = "SELECT bankrail_write_refund_acceptances({})".format(
+    ", ".join(f"${i}" for i in range(1, 26))
+)
+
+
+async def accept_refunds(
+    conn: Connection, batch: Sequence[RefundToAccept], render_problem: ProblemRenderer
+) -> list[Accepted]:
+    """Accept refunds, in the caller's transaction: the one path of every refund; a batch of
+    one is the general case. Returns each request's outcome in order, with the refund it
+    created (None when it created none): the answer (a 201 `{"id": ...}`, or a 4xx problem:
+    404 for a payment that is not the merchant's, 409 unless it has settled, 400 on
+    `amount_in_minor` for more than is left to refund), stored under its key if it has one;
+    or a problem not stored (the key in flight or reused with another request, or a 4xx the
+    caller does not store).
+
+    Funds are held at once from the account that received the payment; when its available
+    balance cannot cover the refund, the refund is still accepted and then fails with
+    `insufficient_funds`, as a payout does.
+    """
+    rows = await conn.fetch(_READ, [_read_item(item) for item in batch])
+    write = _Write()
+    outcomes = [
+        _decide(item, row, write, render_problem) for item, row in zip(batch, rows, strict=True)
+    ]
+    if write.refunds or write.answers:
+        await conn.execute(_WRITE, *write.arguments())
+    return outcomes
+
+
+def _read_item(item: RefundToAccept) -> dict[str, Any]:
+    keyed = item.keyed
+    return {
+        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
+        "scope": keyed.scope if keyed else None,
+        "key": keyed.key if keyed else None,
+        "merchant_id": str(item.merchant_id),
+        "payment_id": str(item.payment_id),
+    }
+
+
+def _decide(
+    item: RefundToAccept, row: Any, write: _Write, render_problem: ProblemRenderer
+) -> Accepted:
+    keyed = item.keyed
+    if keyed is not None:
+        before = claim_in_batch(row, keyed.fingerprint, item.now, keyed.ttl)
+        if before is not None:
+            return before, None
+    try:
+        refund_id, account = _check(item, row, write)
+    except ProblemError as problem:
+        if problem.problem.status >= 500 or keyed is None or not item.store_client_errors:
+            return problem, None
+        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+        return answer, None
+    _add_refund(write, item, refund_id, account)
+    answer = (201, dumps({"id": str(refund_id)}))
+    if keyed is not None:
+        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+    return answer, refund_id
+
+
+def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts]:
+    """The new refund's id and the account it is paid from, once the rules allow it."""
+    if row["payment_id"] is None:
+        raise NotFound(f"Payment {item.payment_id} not found.")
+    refunded = row["refunded_amount"] + write.refunded.get(item.payment_id, 0)
+    check_refundable(
+        RefundablePayment(row["payment_status"], row["payment_amount"], refunded), item.amount
+    )
+    account = AccountFacts(
+        id=row["account_id"],
+        merchant_id=row["account_merchant_id"],
+        currency=row["account_currency"],
+        available_ledger_id=row["available_ledger_id"],
+        held_ledger_id=row["held_ledger_id"],
+        balance_threshold=row["balance_threshold"],
+        notification_state=row["notification_state"],
+        available=row["available"],
+        held=row["held"],
+    )
+    return new_id(), account
+
+
+def _add_refund(
+    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts
+) -> None:
+    covered = write.holds.available(account) >= item.amount
+    if covered:
+        write.holds.hold(account, item.amount, refund_id, item.now)
+    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + item.amount
+    write.refunds.append(
+        {
+            "id": str(refund_id),
+            "merchant_id": str(item.merchant_id),
+            "payment_id": str(item.payment_id),
+            "account_id": str(account.id),
+            "amount": item.amount,
+            "currency": account.currency,
+            "reference": item.reference,
+            "metadata": item.metadata,
+            "scheme": scheme_for(account.currency, False),
+            "pending_failure": None if covered else FailureReason.INSUFFICIENT_FUNDS.value,
+            "details": {"payment_id": str(item.payment_id), "reference": item.reference},
+            "now": item.now,
+        }
+    )
+
+
+class RefundAcceptance:
+    """Group commit of refund requests within one process (db/group_commit.py): the way
+    `accept_refunds` is run. Every answer is sent only after the transaction that holds it
+    has committed."""
+
+    def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
+        async def run(conn: Connection, batch: Sequence[RefundToAccept]) -> list[Accepted]:
+            return await accept_refunds(conn, batch, render_problem)
+
+        self._commits: GroupCommit[RefundToAccept, Accepted] = GroupCommit(pool, run, max_batch)
+
+    async def accept(self, item: RefundToAccept) -> tuple[tuple[int, bytes], uuid.UUID | None]:
+        """The request's answer, once committed, and the refund it created (None for a
+        replayed answer); raises the problems that are not stored."""
+        outcome, refund_id = await self._commits.submit(item)
+        if isinstance(outcome, ProblemError):
+            raise outcome
+        return outcome, refund_id

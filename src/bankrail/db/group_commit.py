@@ -4,7 +4,9 @@ Requests that arrive while a batch is being committed wait for the next one, so 
 each commit (one WAL flush, one round of locks) carries many requests, and with no load a
 request is committed at once, alone. Every result is handed back only after the transaction
 that holds it has committed. A batch that storage refuses (a data error, a constraint) is run
-again one request at a time, so that a request's failure is its own; any other failure (the
+again one request at a time, so that a request's failure is its own. A batch that PostgreSQL
+rolled back to break a deadlock or a serialization conflict with another transaction is run
+again, as a whole, up to `ATTEMPTS` times: nothing of it was written. Any other failure (the
 database unreachable) is every request's.
 """
 
@@ -18,7 +20,10 @@ import asyncpg
 
 from bankrail.db.pool import Connection, Pool
 
-__all__ = ["GroupCommit"]
+__all__ = ["ATTEMPTS", "GroupCommit"]
+
+ATTEMPTS = 3
+"""Runs of a batch that PostgreSQL rolls back to resolve a conflict, before it fails."""
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -70,8 +75,14 @@ class GroupCommit(Generic[Item, Result]):
                 _fail(batch, exc)
 
     async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
-            results = await self._run(conn, [item for item, _ in batch])
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    results = await self._run(conn, [item for item, _ in batch])
+                break
+            except asyncpg.TransactionRollbackError:
+                if attempt == ATTEMPTS:
+                    raise
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)

@@ -1,0 +1,78 @@
+"""Group commit (`db.group_commit.GroupCommit`) on real PostgreSQL.
+
+Promise: requests submitted together are committed in one transaction, each getting its own
+result once it has committed; a batch that PostgreSQL rolls back to break a deadlock is run
+again as a whole, with nothing of the rolled-back attempt left, and fails every request only
+after `ATTEMPTS` such rollbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import asyncpg
+
+from bankrail.db.group_commit import ATTEMPTS, GroupCommit
+from bankrail.db.pool import Connection
+
+# What PostgreSQL raises in the transaction it chooses to end a deadlock.
+_DEADLOCK = "DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$"
+
+
+async def _table(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE written (item integer NOT NULL, attempt integer)")
+
+
+async def _written(pool: asyncpg.Pool) -> list[tuple[int, int]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT item, attempt FROM written ORDER BY item")
+    return [(r["item"], r["attempt"]) for r in rows]
+
+
+def _committer(pool: asyncpg.Pool, deadlocks: int) -> tuple[GroupCommit[int, int], list[int]]:
+    """A GroupCommit whose batches write their items, the first `deadlocks` attempts ending
+    in a deadlock after writing; returns it with the sizes of the batches it ran."""
+    sizes: list[int] = []
+
+    async def run(conn: Connection, items: Sequence[int]) -> list[int]:
+        sizes.append(len(items))
+        attempt = len(sizes)
+        await conn.executemany(
+            "INSERT INTO written (item, attempt) VALUES ($1, $2)", [(i, attempt) for i in items]
+        )
+        if attempt <= deadlocks:
+            await conn.execute(_DEADLOCK)
+        return [item * 10 for item in items]
+
+    return GroupCommit(pool, run), sizes
+
+
+async def test_requests_submitted_together_are_committed_together(pool: asyncpg.Pool) -> None:
+    await _table(pool)
+    commits, sizes = _committer(pool, deadlocks=0)
+    results = await asyncio.gather(*(commits.submit(i) for i in range(5)))
+    assert results == [0, 10, 20, 30, 40]
+    assert sizes == [5]
+    assert await _written(pool) == [(i, 1) for i in range(5)]
+
+
+async def test_a_batch_rolled_back_by_a_deadlock_runs_again_once_written(
+    pool: asyncpg.Pool,
+) -> None:
+    await _table(pool)
+    commits, sizes = _committer(pool, deadlocks=ATTEMPTS - 1)
+    results = await asyncio.gather(*(commits.submit(i) for i in range(3)))
+    assert results == [0, 10, 20]
+    assert sizes == [3] * ATTEMPTS
+    assert await _written(pool) == [(i, ATTEMPTS) for i in range(3)]  # the last attempt only
+
+
+async def test_a_batch_that_keeps_deadlocking_fails_every_request(pool: asyncpg.Pool) -> None:
+    await _table(pool)
+    commits, sizes = _committer(pool, deadlocks=ATTEMPTS)
+    results = await asyncio.gather(*(commits.submit(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, asyncpg.DeadlockDetectedError) for r in results)
+    assert sizes == [3] * ATTEMPTS
+    assert await _written(pool) == []

@@ -38,6 +38,7 @@ from bankrail.pages.hpp import router as hpp_router
 from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
+from bankrail.payments.mandate_creation import MandatePaymentCreation
 from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
@@ -96,6 +97,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 admin_token_hash=admin_hash,
                 payout_acceptance=payouts_service.PayoutAcceptance(process.pool, render),
                 payment_creation=PaymentCreation(process.pool, render),
+                mandate_payment_creation=MandatePaymentCreation(process.pool, render),
                 refund_acceptance=RefundAcceptance(process.pool, render),
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(

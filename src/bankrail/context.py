@@ -15,6 +15,7 @@ from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
     from bankrail.payments.creation import PaymentCreation
+    from bankrail.payments.mandate_creation import MandatePaymentCreation
     from bankrail.payouts.service import PayoutAcceptance
     from bankrail.refunds.acceptance import RefundAcceptance
     from bankrail.security.verifier import VerifierProcesses
@@ -31,6 +32,7 @@ class AppContext:
     admin_token_hash: bytes | None
     payout_acceptance: PayoutAcceptance
     payment_creation: PaymentCreation
+    mandate_payment_creation: MandatePaymentCreation
     refund_acceptance: RefundAcceptance
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))

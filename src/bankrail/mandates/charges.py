@@ -1,6 +1,7 @@
 """What a mandate lets payments take: the funds check, the constraints with what each current
-period has left, the charge a payment on a mandate makes against them (decided with the
-mandate row locked), and the console's overview of mandates with their limits and payments.
+period has left, the rules of a payment on a mandate (`decide_charge`; the payments are
+created by payments/mandate_creation.py, the mandate row locked), and the console's overview
+of mandates with their limits and payments.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from bankrail.mandates.schemas import PERIODS
 __all__ = [
     "COUNTED",
     "MandateCharge",
-    "charge",
     "confirm_funds",
     "current_constraints",
+    "decide_charge",
     "overview",
     "taken_in_periods",
 ]
@@ -102,36 +103,23 @@ class MandateCharge:
     pending_failure: str | None
 
 
-async def charge(
-    conn: Connection,
-    merchant_id: uuid.UUID,
-    mandate_id: uuid.UUID,
-    amount: int,
-    currency: str,
-    now: datetime,
+def decide_charge(
+    row: Any, amount: int, currency: str, now: datetime, taken: dict[Period, int]
 ) -> MandateCharge:
-    """Decide a payment on the merchant's mandate, with the mandate row locked until the
-    payment is recorded in the same transaction. 400 (on `payment_method.mandate_id`) for a
-    mandate that is unknown, another merchant's, or not authorised; a payment outside the
-    constraints is accepted with pending failure `constraint_violation`, one over the payer's
-    balance with `insufficient_funds`."""
-    field = "payment_method.mandate_id"
-    row = await conn.fetchrow(
-        f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = $1 AND merchant_id = $2 FOR UPDATE",
-        mandate_id,
-        merchant_id,
-    )
-    if row is None:
-        raise invalid_field(field, "no such mandate")
+    """Decide a payment of `amount` at `now` on the mandate `row` (the merchant's, read with
+    its row locked), `taken` being what the payments that count already took in each of its
+    limits' current periods (`Constraints.current_periods`). 400 (on
+    `payment_method.mandate_id`) for a mandate that is not authorised, on `currency` for
+    another currency; a payment outside the constraints is accepted with pending failure
+    `constraint_violation`, one over the payer's balance with `insufficient_funds`."""
     if row["status"] != MandateStatus.AUTHORIZED:
-        raise invalid_field(field, f"the mandate is {row['status']}, not authorized")
+        raise invalid_field(
+            "payment_method.mandate_id", f"the mandate is {row['status']}, not authorized"
+        )
     if currency != row["currency"]:
         raise invalid_field("currency", f"must be {row['currency']}, the mandate's currency")
-    constraints = constraints_of(row)
-    periods = constraints.current_periods(row["authorized_at"], now)
-    taken = await taken_in_periods(conn, row, periods)
     failure: str | None = None
-    if not constraints.allows(amount, now, taken):
+    if not constraints_of(row).allows(amount, now, taken):
         failure = "constraint_violation"
     elif amount > row["remitter_balance_in_minor"]:
         failure = "insufficient_funds"

@@ -37,9 +37,9 @@ from bankrail.mandates._store import (
 from bankrail.mandates.charges import (
     COUNTED,
     MandateCharge,
-    charge,
     confirm_funds,
     current_constraints,
+    decide_charge,
     overview,
     taken_in_periods,
 )
@@ -68,11 +68,11 @@ __all__ = [
     "RESOURCE_TOKEN_KIND",
     "MandateCharge",
     "bank_action",
-    "charge",
     "confirm_funds",
     "constraints_of",
     "create_mandate",
     "current_constraints",
+    "decide_charge",
     "expire_mandate",
     "flow_answer",
     "get_mandate_row",

@@ -14,12 +14,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from bankrail.context import AppContext
 from bankrail.core.problems import Unauthenticated
-from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, SignedBody, bearer_token
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key, respond_once
+from bankrail.http.idempotent import idempotency_key
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import (
     ERRORS_AUTH,
@@ -35,6 +33,7 @@ from bankrail.payments._route_support import Caller, aliased_routes
 from bankrail.payments.creation import NewPayment, PaymentToCreate
 from bankrail.payments.flow_routes import router as flow_router
 from bankrail.payments.legacy_routes import router as legacy_router
+from bankrail.payments.mandate_creation import MandatePaymentToCreate
 from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
 from bankrail.payments.schemas import (
     BankAction,
@@ -47,7 +46,7 @@ from bankrail.payments.schemas import (
 )
 from bankrail.payments.sources import list_payment_sources
 from bankrail.security.idempotency import KeyedRequest, fingerprint
-from bankrail.security.tokens import AccessClaims, TokenError
+from bankrail.security.tokens import TokenError
 
 router = APIRouter(tags=["payments v3"])
 sandbox_router = APIRouter(tags=["mock bank"])
@@ -72,11 +71,19 @@ async def create_payment(
     """Create a payment into a merchant account; the payer then authorises it at their bank.
     A payment on an authorised mandate (`payment_method.type` `mandate`) needs no payer: it is
     `authorized` at once."""
-    if body.payment_method.type == "mandate":
-        return await _create_on_mandate(body, request, context, merchant, raw)
     key = idempotency_key(request)
     assert key is not None  # the signature requires one
     now = context.clock.now()
+    keyed = KeyedRequest(
+        scope=f"v3:{merchant.client_id}",
+        key=key,
+        fingerprint=fingerprint(request.method, request.url.path, raw),
+        ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+    )
+    if body.payment_method.type == "mandate":
+        on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
+        status, answer = await context.mandate_payment_creation.create(on_mandate)
+        return answer_response(status, answer)
 
     def respond(payment: NewPayment) -> tuple[int, Any]:
         token = context.tokens.issue_resource_token(payment.id, now, AUTHORIZATION_WINDOW)
@@ -88,47 +95,9 @@ async def create_payment(
         }
 
     status, answer = await context.payment_creation.create(
-        PaymentToCreate(
-            body,
-            merchant.merchant_id,
-            now,
-            respond,
-            KeyedRequest(
-                scope=f"v3:{merchant.client_id}",
-                key=key,
-                fingerprint=fingerprint(request.method, request.url.path, raw),
-                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
-            ),
-        )
+        PaymentToCreate(body, merchant.merchant_id, now, respond, keyed)
     )
     return answer_response(status, answer)
-
-
-async def _create_on_mandate(
-    body: PaymentRequest,
-    request: Request,
-    context: AppContext,
-    merchant: AccessClaims,
-    raw: bytes,
-) -> Response:
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        created = await service.create_payment(
-            conn, merchant.merchant_id, body, context.clock.now()
-        )
-        return 201, {
-            "id": str(created["id"]),
-            "user": {"id": created["user_id"]},
-            "status": created["status"],
-        }
-
-    return await respond_once(
-        context,
-        request,
-        scope=f"v3:{merchant.client_id}",
-        key=idempotency_key(request),
-        body=raw,
-        effect=effect,
-    )
 
 
 @_routes(

@@ -15,12 +15,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from bankrail.core.ids import new_id
 from bankrail.core.problems import Conflict, ProblemError
-from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
-from bankrail.jobs.queue import enqueue
-from bankrail.mandates import service as mandates
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     get_payment_row,
@@ -44,8 +40,8 @@ from bankrail.payments.authorization import (
 )
 from bankrail.payments.creation import PaymentToCreate, create_payments
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
-from bankrail.payments.models import CANCELLABLE, FailureReason, PaymentStatus
-from bankrail.payments.providers import find_provider
+from bankrail.payments.mandate_creation import MandatePaymentToCreate, create_mandate_payments
+from bankrail.payments.models import CANCELLABLE, FailureReason
 from bankrail.payments.schemas import PaymentRequest
 
 __all__ = [
@@ -81,9 +77,9 @@ async def create_payment(
     one path that creates them (`creation.create_payments`, a batch of one); 400/404 for a
     bad request.
 
-    A payment on a mandate is decided here too, while the mandate row is locked (see
-    `mandates.service.charge`): it is recorded `authorized` with no payer journey, and its
-    next step executes it, or fails it with the failure decided now."""
+    A payment on a mandate is created by its own path (`mandate_creation`, a batch of one):
+    it is recorded `authorized` with no payer journey, and its next step executes it, or
+    fails it with the failure decided now."""
     if request.payment_method.type == "mandate":
         return await _create_on_mandate(conn, merchant_id, request, now)
     [(outcome, payment)] = await create_payments(
@@ -98,45 +94,13 @@ async def create_payment(
 async def _create_on_mandate(
     conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest, now: datetime
 ) -> dict[str, Any]:
-    method = request.payment_method
-    assert method.mandate_id is not None
-    charge = await mandates.charge(
-        conn,
-        merchant_id,
-        uuid.UUID(method.mandate_id),
-        request.amount_in_minor,
-        request.currency,
-        now,
+    [(outcome, value)] = await create_mandate_payments(
+        conn, [MandatePaymentToCreate(request, merchant_id, now)]
     )
-    provider = find_provider(charge.provider_id) if charge.provider_id else None
-    payment_id = new_id()
-    # The mandate is the payer's authorisation: the payment starts `authorized`.
-    history = [{"status": PaymentStatus.AUTHORIZED.value, "at": iso_utc(now)}]
-    await conn.execute(
-        "INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor, currency,"
-        " user_id, user_details, selection_type, provider_id, scheme_id, metadata, status,"
-        " created_at, authorized_at, history, mandate_id, mandate_reference, pending_failure)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, 'preselected', $8, $9, $10, $11, $12, $12, $13,"
-        " $14, $15, $16)",
-        payment_id,
-        merchant_id,
-        charge.merchant_account_id,
-        request.amount_in_minor,
-        request.currency,
-        charge.user_id,
-        charge.user_details,
-        charge.provider_id,
-        provider.schemes[0] if provider else None,
-        request.metadata,
-        PaymentStatus.AUTHORIZED.value,
-        now,
-        history,
-        charge.mandate_id,
-        method.reference,
-        charge.pending_failure,
-    )
-    await enqueue(conn, ADVANCE_JOB, {"payment_id": str(payment_id)}, now)
-    return {"id": payment_id, "user_id": charge.user_id, "status": PaymentStatus.AUTHORIZED.value}
+    if isinstance(outcome, ProblemError):
+        raise outcome
+    assert value is not None
+    return {"id": uuid.UUID(value["id"]), "user_id": value["user"]["id"], "status": value["status"]}
 
 
 async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:

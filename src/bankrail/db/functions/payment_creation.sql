@@ -45,7 +45,11 @@ END
 $$;
 
 -- Writes a batch's decisions: the payments (p_payments, a jsonb array of rows), each with its
--- expiry job of kind p_job_kind, and the answers under the requests' keys.
+-- first job, and the answers under the requests' keys. A payment awaiting its payer has an
+-- expiry job of kind p_job_kind at its expires_at; a payment on a mandate
+-- (payments/mandate_creation.py) is authorised already (authorized_at, mandate_id,
+-- mandate_reference, and the pending_failure decided at acceptance) and names its own job
+-- (job_kind, due at its creation).
 CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_payments jsonb,
     p_job_kind text,
@@ -66,22 +70,68 @@ BEGIN
                 account_id uuid, amount bigint, currency text, user_id text,
                 user_details jsonb, selection_type text, selection_filter jsonb,
                 provider_id text, scheme_id text, metadata jsonb, status text,
-                created_at timestamptz, history jsonb, expires_at timestamptz)),
+                created_at timestamptz, history jsonb, expires_at timestamptz,
+                authorized_at timestamptz, mandate_id uuid, mandate_reference text,
+                pending_failure text, job_kind text)),
         p AS (
             INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor,
                 currency, user_id, user_details, selection_type, selection_filter,
-                provider_id, scheme_id, metadata, status, created_at, history)
+                provider_id, scheme_id, metadata, status, created_at, history, authorized_at,
+                mandate_id, mandate_reference, pending_failure)
             SELECT x.id, x.merchant_id, x.account_id, x.amount, x.currency, x.user_id,
                 x.user_details, x.selection_type, NULLIF(x.selection_filter, 'null'::jsonb),
                 x.provider_id, x.scheme_id, NULLIF(x.metadata, 'null'::jsonb), x.status,
-                x.created_at, x.history
+                x.created_at, x.history, x.authorized_at, x.mandate_id, x.mandate_reference,
+                x.pending_failure
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
-            SELECT p_job_kind, jsonb_build_object('payment_id', x.id::text), x.expires_at
+            SELECT coalesce(x.job_kind, p_job_kind), jsonb_build_object('payment_id', x.id::text),
+                CASE WHEN x.job_kind IS NULL THEN x.expires_at ELSE x.created_at END
             FROM x;
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
         p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
+END
+$$;
+
+-- What the rules of payments on mandates need for each request of p_items (a jsonb array of
+-- objects: lock_key, scope and key, all null for a request without an Idempotency-Key,
+-- merchant_id and mandate_id), one row per item in item order: the key's lock and stored
+-- answer (as bankrail_read_payment_requests), and the mandate's id if it is the merchant's,
+-- its row locked FOR UPDATE in id order until the commit: every payment on a mandate waits
+-- for the previous one's commit, in every process, and counts what it took. The caller reads
+-- the mandates' rows and what their current periods have taken in later statements.
+CREATE OR REPLACE FUNCTION bankrail_read_mandate_payment_requests(p_items jsonb)
+RETURNS TABLE (
+    locked boolean,
+    stored_fingerprint bytea,
+    stored_status integer,
+    stored_body bytea,
+    stored_at timestamptz,
+    mandate_id uuid
+) LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked boolean[];
+BEGIN
+    v_locked := bankrail_lock_idempotency_keys(p_items);
+    PERFORM 1 FROM mandates m
+        WHERE m.id IN (SELECT i.mandate_id
+                       FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+                       CROSS JOIN LATERAL jsonb_to_record(e.v) AS i (mandate_id uuid)
+                       WHERE v_locked[e.n])
+        ORDER BY m.id FOR UPDATE;
+    RETURN QUERY
+    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at, m.id
+    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+    CROSS JOIN LATERAL jsonb_to_record(e.v)
+        AS i (scope text, key text, merchant_id uuid, mandate_id uuid)
+    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+    LEFT JOIN mandates m ON v_locked[e.n] AND m.id = i.mandate_id
+        AND m.merchant_id = i.merchant_id
+    ORDER BY e.n;
 END
 $$;

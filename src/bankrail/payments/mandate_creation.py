@@ -1,0 +1,244 @@
+"""Creating payments on mandates: the one path of every payment a merchant takes on a payer's
+mandate (`POST /v3/payments` with `payment_method.type` `mandate`).
+
+`create_mandate_payments` locks the requests' keys and mandates and reads their stored
+answers (one statement), reads the mandates and what their limits' current periods have taken
+(two statements), decides each request in order (`mandates.charges.decide_charge`, each seeing
+what the batch's earlier payments took), and writes the payments, their first jobs and the
+answers under their keys in one statement, through the same writer as every other payment
+(`bankrail_write_payment_creations`), in the caller's transaction. `MandatePaymentCreation`
+runs it as group commit within one process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bankrail.core.ids import new_id
+from bankrail.core.jsonbody import dumps
+from bankrail.core.problems import ProblemError, invalid_field
+from bankrail.core.timefmt import iso_utc
+from bankrail.db.group_commit import GroupCommit
+from bankrail.db.pool import Connection, Pool
+from bankrail.mandates._store import MANDATE_COLUMNS, constraints_of
+from bankrail.mandates.charges import COUNTED, MandateCharge, decide_charge
+from bankrail.mandates.models import Period
+from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB
+from bankrail.payments.models import PaymentStatus
+from bankrail.payments.providers import find_provider
+from bankrail.payments.schemas import PaymentRequest
+from bankrail.security.idempotency import (
+    KeyedRequest,
+    Outcome,
+    ProblemRenderer,
+    claim_in_batch,
+    lock_key,
+)
+
+__all__ = ["MandatePaymentCreation", "MandatePaymentToCreate", "create_mandate_payments"]
+
+# A limit's current period on one mandate: what the payments of a batch are counted under.
+_PeriodKey = tuple[uuid.UUID, datetime, datetime]
+
+
+@dataclass(frozen=True)
+class MandatePaymentToCreate:
+    """A request for a payment on a mandate; `keyed` None: the caller stores no answer."""
+
+    request: PaymentRequest
+    merchant_id: uuid.UUID
+    now: datetime
+    keyed: KeyedRequest | None = None
+
+    @property
+    def mandate_id(self) -> uuid.UUID:
+        """The mandate the payment is taken on."""
+        assert self.request.payment_method.mandate_id is not None
+        return uuid.UUID(self.request.payment_method.mandate_id)
+
+
+# A request's outcome, with the answer's JSON value when it created a payment.
+Created = tuple[Outcome, dict[str, Any] | None]
+
+
+@dataclass
+class _Write:
+    payments: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
+
+    def arguments(self) -> list[Any]:
+        answers = list(zip(*self.answers, strict=True)) or [()] * 6
+        return [self.payments, EXPIRE_JOB, *(list(column) for column in answers)]
+
+
+_READ = "SELECT * FROM bankrail_read_mandate_payment_requests($1::jsonb)"
+_MANDATES = f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = ANY($1::uuid[])"
+_TAKEN = (
+    "SELECT x.n, (SELECT coalesce(sum(p.amount_in_minor), 0) FROM payments p"
+    f" WHERE p.mandate_id = x.mandate_id AND p.created_at >= x.start AND p.created_at < x.stop"
+    f" AND {COUNTED}) AS taken"
+    " FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[])"
+    " WITH ORDINALITY AS x (mandate_id, start, stop, n)"
+)
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+
+
+async def create_mandate_payments(
+    conn: Connection,
+    batch: Sequence[MandatePaymentToCreate],
+    render_problem: ProblemRenderer | None = None,
+) -> list[Created]:
+    """Create payments on mandates, in the caller's transaction; a batch of one is the
+    general case. Returns each request's outcome in order: the answer (a 201 with the
+    payment `authorized`, or a 4xx problem: 400 on `payment_method.mandate_id` for a mandate
+    that is unknown, another merchant's or not authorised, on `currency` for another
+    currency), stored under its key if it has one; or a problem not stored (the key in
+    flight or reused with another request, or any problem of a request without a key).
+
+    A payment outside the mandate's constraints is accepted and then fails with
+    `constraint_violation`, one over the payer's balance with `insufficient_funds`; the
+    payments of one mandate, in a batch or in concurrent batches, never together exceed a
+    limit."""
+    rows = await conn.fetch(_READ, [_read_item(item) for item in batch])
+    found = {row["mandate_id"] for row in rows if row["mandate_id"] is not None}
+    mandates = {m["id"]: m for m in await conn.fetch(_MANDATES, list(found))} if found else {}
+    periods = [
+        _periods(mandates[row["mandate_id"]], item.now) if row["mandate_id"] else {}
+        for item, row in zip(batch, rows, strict=True)
+    ]
+    write = _Write(taken=await _taken(conn, periods))
+    outcomes = [
+        _decide(item, row, mandates.get(row["mandate_id"]), item_periods, write, render_problem)
+        for item, row, item_periods in zip(batch, rows, periods, strict=True)
+    ]
+    if write.payments or write.answers:
+        await conn.execute(_WRITE, *write.arguments())
+    return outcomes
+
+
+def _read_item(item: MandatePaymentToCreate) -> dict[str, Any]:
+    keyed = item.keyed
+    return {
+        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
+        "scope": keyed.scope if keyed else None,
+        "key": keyed.key if keyed else None,
+        "merchant_id": str(item.merchant_id),
+        "mandate_id": str(item.mandate_id),
+    }
+
+
+def _periods(mandate: Any, now: datetime) -> dict[Period, _PeriodKey]:
+    """Each of the mandate's limits' current period at `now`."""
+    bounds = constraints_of(mandate).current_periods(mandate["authorized_at"], now)
+    return {period: (mandate["id"], start, stop) for period, (start, stop) in bounds.items()}
+
+
+async def _taken(
+    conn: Connection, periods: list[dict[Period, _PeriodKey]]
+) -> dict[_PeriodKey, int]:
+    """What the counted payments took in each of these periods (each read once)."""
+    keys = list({key for item in periods for key in item.values()})
+    if not keys:
+        return {}
+    columns = list(zip(*keys, strict=True))
+    rows = await conn.fetch(_TAKEN, *(list(column) for column in columns))
+    return {keys[row["n"] - 1]: int(row["taken"]) for row in rows}
+
+
+def _decide(
+    item: MandatePaymentToCreate,
+    row: Any,
+    mandate: Any,
+    periods: dict[Period, _PeriodKey],
+    write: _Write,
+    render_problem: ProblemRenderer | None,
+) -> Created:
+    keyed = item.keyed
+    if keyed is not None:
+        before = claim_in_batch(row, keyed.fingerprint, item.now, keyed.ttl)
+        if before is not None:
+            return before, None
+    request = item.request
+    try:
+        if mandate is None:
+            raise invalid_field("payment_method.mandate_id", "no such mandate")
+        taken = {period: write.taken[key] for period, key in periods.items()}
+        charge = decide_charge(mandate, request.amount_in_minor, request.currency, item.now, taken)
+    except ProblemError as problem:
+        if problem.problem.status >= 500 or keyed is None:
+            return problem, None
+        assert render_problem is not None, "a keyed request's problems are stored rendered"
+        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+        return answer, None
+    if charge.pending_failure is None:  # it counts against the limits from now on
+        for key in periods.values():
+            write.taken[key] += request.amount_in_minor
+    value = _add_payment(write, item, charge)
+    answer = (201, dumps(value))
+    if keyed is not None:
+        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+    return answer, value
+
+
+def _add_payment(
+    write: _Write, item: MandatePaymentToCreate, charge: MandateCharge
+) -> dict[str, Any]:
+    """Add the payment's row (authorised: the mandate is the payer's authorisation) and
+    return its answer."""
+    request = item.request
+    provider = find_provider(charge.provider_id) if charge.provider_id else None
+    payment_id = new_id()
+    at = iso_utc(item.now)
+    status = PaymentStatus.AUTHORIZED.value
+    write.payments.append(
+        {
+            "id": str(payment_id),
+            "merchant_id": str(item.merchant_id),
+            "account_id": str(charge.merchant_account_id),
+            "amount": request.amount_in_minor,
+            "currency": request.currency,
+            "user_id": charge.user_id,
+            "user_details": charge.user_details,
+            "selection_type": "preselected",
+            "selection_filter": None,
+            "provider_id": charge.provider_id,
+            "scheme_id": provider.schemes[0] if provider else None,
+            "metadata": request.metadata,
+            "status": status,
+            "created_at": at,
+            "history": [{"status": status, "at": at}],
+            "authorized_at": at,
+            "mandate_id": str(charge.mandate_id),
+            "mandate_reference": request.payment_method.reference,
+            "pending_failure": charge.pending_failure,
+            "job_kind": ADVANCE_JOB,
+        }
+    )
+    return {"id": str(payment_id), "user": {"id": charge.user_id}, "status": status}
+
+
+class MandatePaymentCreation:
+    """Group commit of requests for payments on mandates within one process
+    (db/group_commit.py): the way `create_mandate_payments` is run for requests under an
+    Idempotency-Key."""
+
+    def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
+        async def run(conn: Connection, batch: Sequence[MandatePaymentToCreate]) -> list[Created]:
+            return await create_mandate_payments(conn, batch, render_problem)
+
+        self._commits: GroupCommit[MandatePaymentToCreate, Created] = GroupCommit(
+            pool, run, max_batch
+        )
+
+    async def create(self, item: MandatePaymentToCreate) -> tuple[int, bytes]:
+        """The request's answer, once committed; raises the problems that are not stored."""
+        outcome, _ = await self._commits.submit(item)
+        if isinstance(outcome, ProblemError):
+            raise outcome
+        return outcome

@@ -294,6 +294,31 @@ def test_the_console_cookies_are_secure_http_only_and_same_site(
         assert "samesite=lax" in cookie.lower(), cookie
 
 
+def test_the_console_sign_out_deletes_its_cookie_with_secure_too(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    """The deletion cookie of `/console/logout` carries the attributes the session cookie was
+    set with (Secure by the same production-mode rule), or a browser may keep the session."""
+    merchant = prod_operator.new_merchant("Prod Logout Ltd")
+    console = Console(production.base_url)
+    try:
+        assert console.login_merchant(merchant).status_code == 303
+        signed_out = console.post("/console/logout", {}, csrf=console.csrf("/console"))
+        assert signed_out.status_code == 303, signed_out.text
+        assert signed_out.headers["location"] == "/console/login"
+        cookies = signed_out.headers.get_list("set-cookie")
+    finally:
+        console.close()
+    by_name = {cookie.split("=", 1)[0]: cookie for cookie in cookies}
+    assert set(by_name) == {"bankrail_console", "bankrail_console_flash"}, cookies
+    deleted = by_name["bankrail_console"].lower()
+    assert "max-age=0" in deleted or "expires=thu, 01 jan 1970" in deleted, deleted
+    for cookie in cookies:
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+        assert {"secure", "httponly", "samesite", "path"} <= attributes, cookie
+        assert "path=/console" in cookie.lower(), cookie
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 

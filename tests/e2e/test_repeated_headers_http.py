@@ -5,9 +5,10 @@ A header sent twice has no one value: the signature was once verified over the l
 sent again with a fresh key ahead of the signed one made a new payout each time, without the
 private key. Promises proved:
 
-- on every signed POST (v1 and v3), a request that repeats `Idempotency-Key`, its signature
-  header, or a header named in its signature's `tl_headers` is 400 Invalid Parameters naming
-  the header, and has no effect;
+- on every signed POST (v1 and v3: payments, their authorization-flow actions, refunds,
+  mandates and theirs), a request that repeats `Idempotency-Key`, its signature header, or a
+  header named in its signature's `tl_headers` is 400 Invalid Parameters naming the header,
+  and has no effect;
 - the replay of the report (same bytes, `Idempotency-Key: <new>` then the signed key) is 400
   however often it is sent and creates no payout; the same replay of a `POST /v3/payments` is
   400 too, and the signed request still gets its stored answer;
@@ -26,7 +27,22 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import assert_invalid, bearer
-from pay_in_helpers import authorised_pay_in, balances, payment_body, settled_payment
+from mandate_helpers import (
+    GB_REDIRECT,
+    MANDATES,
+    RETURN_URI,
+    authorised_mandate,
+    create_mandate,
+    mandate_body,
+)
+from pay_in_helpers import (
+    PAYMENTS,
+    authorised_pay_in,
+    balances,
+    next_action,
+    payment_body,
+    settled_payment,
+)
 from payout_helpers import SORT_CODE, external_beneficiary, funded_merchant, payout_body
 
 from support.api import MerchantClient, Operator
@@ -199,17 +215,53 @@ def test_v1_payout_repeating_a_header_is_400(
 
 @dataclass(frozen=True)
 class SignedPost:
-    """A signed POST of one route: its path, body and whether it needs an Idempotency-Key."""
+    """A signed POST of one route: its path, body, whether it needs an Idempotency-Key, and
+    the GET whose answer it would change (the refused request must leave it as it was)."""
 
     path: str
     body: Any
     keyed: bool = True
+    state: str = PAYMENTS
 
 
-def _new_payment_id(merchant: MerchantClient) -> str:
-    answer = merchant.signed_post("/v3/payments", payment_body(merchant))
+def _new_payment_id(merchant: MerchantClient, **body: Any) -> str:
+    answer = merchant.signed_post(PAYMENTS, payment_body(merchant, **body))
     assert answer.status_code == 201, answer.text
     return str(answer.json()["id"])
+
+
+def _payment_at(merchant: MerchantClient, action: str, **body: Any) -> str:
+    """A new payment whose authorization flow was started and now waits for `action`."""
+    payment_id = _new_payment_id(merchant, **body)
+    flow = merchant.signed_post(f"{PAYMENTS}/{payment_id}/authorization-flow", FLOW)
+    assert flow.status_code == 200, flow.text
+    assert next_action(flow.json())["type"] == action, flow.text
+    return payment_id
+
+
+def _mandate_at_provider_selection(merchant: MerchantClient) -> str:
+    """A new user-selected mandate whose consent journey waits for the payer's bank."""
+    mandate_id = str(create_mandate(merchant, mandate_body(merchant, provider_id=None))["id"])
+    flow = merchant.signed_post(f"{MANDATES}/{mandate_id}/authorization-flow", MANDATE_FLOW)
+    assert flow.status_code == 200, flow.text
+    assert next_action(flow.json())["type"] == "provider_selection", flow.text
+    return mandate_id
+
+
+def _payment_post(path: str, body: Any, payment_id: str) -> SignedPost:
+    """A POST under the payment; its state is the payment (its refunds, for a refund)."""
+    state = f"{PAYMENTS}/{payment_id}" + ("/refunds" if path == "refunds" else "")
+    return SignedPost(f"{PAYMENTS}/{payment_id}/{path}", body, state=state)
+
+
+def _mandate_post(path: str, body: Any, mandate_id: str) -> SignedPost:
+    return SignedPost(f"{MANDATES}/{mandate_id}/{path}", body, state=f"{MANDATES}/{mandate_id}")
+
+
+def _read(merchant: MerchantClient, path: str) -> Any:
+    answer = merchant.get(path)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
 
 
 def _settled_payment_id(merchant: MerchantClient) -> str:
@@ -218,6 +270,9 @@ def _settled_payment_id(merchant: MerchantClient) -> str:
 
 
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}}
+MANDATE_FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
+DE_EMBEDDED = "mock-payments-de-embedded"
+FORM = {"inputs": {"psu-username": "test_executed", "psu-password": "secret"}}
 DEPOSIT = {
     "user_id": "u1",
     "deposit": {"deposit_id": "d-repeat", "amount_in_minor": 1_000, "currency": "GBP"},
@@ -226,16 +281,34 @@ DEPOSIT = {
 ROUTES: dict[str, Callable[[MerchantClient], SignedPost]] = {
     "POST /v3/payments": lambda m: SignedPost("/v3/payments", payment_body(m)),
     "POST /payments": lambda m: SignedPost("/payments", payment_body(m)),
-    "POST authorization-flow": lambda m: SignedPost(
-        f"/v3/payments/{_new_payment_id(m)}/authorization-flow", FLOW
+    "POST authorization-flow": lambda m: _payment_post(
+        "authorization-flow", FLOW, _new_payment_id(m)
     ),
-    "POST actions/cancel": lambda m: SignedPost(
-        f"/v3/payments/{_new_payment_id(m)}/actions/cancel", None
+    "POST actions/provider-selection": lambda m: _payment_post(
+        "authorization-flow/actions/provider-selection",
+        {"provider_id": GB_REDIRECT},
+        _payment_at(m, "provider_selection"),
     ),
+    "POST actions/form": lambda m: _payment_post(
+        "authorization-flow/actions/form",
+        FORM,
+        _payment_at(m, "form", currency="EUR", provider_id=DE_EMBEDDED),
+    ),
+    "POST actions/cancel": lambda m: _payment_post("actions/cancel", None, _new_payment_id(m)),
     "POST /v1/users/deposits": lambda m: SignedPost("/v1/users/deposits", DEPOSIT, keyed=False),
-    "POST refunds": lambda m: SignedPost(
-        f"/v3/payments/{_settled_payment_id(m)}/refunds", {"amount_in_minor": 100, "reference": "r"}
+    "POST refunds": lambda m: _payment_post(
+        "refunds", {"amount_in_minor": 100, "reference": "r"}, _settled_payment_id(m)
     ),
+    "POST /v3/mandates": lambda m: SignedPost(MANDATES, mandate_body(m), state=MANDATES),
+    "POST mandate authorization-flow": lambda m: _mandate_post(
+        "authorization-flow", MANDATE_FLOW, str(create_mandate(m)["id"])
+    ),
+    "POST mandate actions/provider-selection": lambda m: _mandate_post(
+        "authorization-flow/actions/provider-selection",
+        {"provider_id": GB_REDIRECT},
+        _mandate_at_provider_selection(m),
+    ),
+    "POST mandate revoke": lambda m: _mandate_post("revoke", None, authorised_mandate(m)[0]),
 }
 
 
@@ -255,9 +328,12 @@ def test_every_signed_post_refuses_a_repeated_header(
     extra = 1 if repeated in signed else 2  # legacy deposits take no Idempotency-Key
     twice = [*once, *((repeated, str(uuid.uuid4())) for _ in range(extra))]
 
+    before = _read(merchant, post.state)
     _assert_repeated(_send(merchant, post.path, content, twice), repeated)
+    assert _read(merchant, post.state) == before
     answer = _send(merchant, post.path, content, once)
     assert answer.status_code < 300, answer.text
+    assert _read(merchant, post.state) != before
 
 
 def test_sandbox_bank_transfer_refuses_a_repeated_idempotency_key(operator: Operator) -> None:

@@ -1,9 +1,9 @@
 """Allowed return URIs over HTTP against `bankrail serve`: the operator sets them per merchant
 (`PUT /admin/merchants/{id}/return-uris` or the console's settings form), and in production
-mode the hosted payment page, the authorisation flow and the legacy deposit API refuse a
-`return_uri` they do not cover (400: problem+json naming the field, or an HTML page that
-links nowhere), so the service cannot be used as an open redirect. Sandbox mode stores the
-list and keeps accepting any absolute http(s) `return_uri`.
+mode the hosted payment and mandate pages, the payment and mandate authorisation flows and the
+legacy deposit API refuse a `return_uri` they do not cover (400: problem+json naming the
+field, or an HTML page that links nowhere), so the service cannot be used as an open redirect.
+Sandbox mode stores the list and keeps accepting any absolute http(s) `return_uri`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import assert_invalid, assert_problem, bearer
+from mandate_helpers import GB_REDIRECT, MANDATES, create_mandate
 from pay_in_helpers import payment_body
 from test_console_http import Console
 
@@ -283,6 +284,75 @@ def test_the_hosted_page_refuses_a_return_uri_not_allowed(
     )
     assert result.status_code == 200, result.text
     assert f'href="{ALLOWED}?payment_id={payment["id"]}"' in result.text
+
+
+# --- mandates ----------------------------------------------------------------------------------
+
+
+def _mandate_flow(merchant: MerchantClient, mandate_id: str, return_uri: str) -> httpx.Response:
+    body = {"provider_selection": {}, "redirect": {"return_uri": return_uri}}
+    return merchant.signed_post(f"{MANDATES}/{mandate_id}/authorization-flow", body)
+
+
+def _mandate_status(merchant: MerchantClient, mandate_id: str) -> str:
+    answer = merchant.get(f"{MANDATES}/{mandate_id}")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["status"])
+
+
+@pytest.mark.parametrize("return_uri", REFUSED_RETURN_URIS)
+def test_production_refuses_a_mandate_return_uri_not_allowed(
+    prod_operator: Operator, return_uri: str
+) -> None:
+    merchant = _allowed_merchant(prod_operator, "Return Mandate Ltd")
+    mandate = create_mandate(merchant)
+    answer = _mandate_flow(merchant, mandate["id"], return_uri)
+    body = assert_invalid(answer, "redirect.return_uri")
+    assert list(body["errors"]) == ["redirect.return_uri"]
+    assert _mandate_status(merchant, mandate["id"]) == "authorization_required"
+
+
+@pytest.mark.parametrize("return_uri", ACCEPTED_RETURN_URIS)
+def test_production_accepts_an_allowed_mandate_return_uri(
+    prod_operator: Operator, return_uri: str
+) -> None:
+    merchant = _allowed_merchant(prod_operator, "Return Mandate Ltd")
+    mandate = create_mandate(merchant)
+    answer = _mandate_flow(merchant, mandate["id"], return_uri)
+    assert answer.status_code == 200, answer.text
+    assert _mandate_status(merchant, mandate["id"]) == "authorizing"
+
+
+def test_the_hosted_mandate_page_refuses_a_return_uri_not_allowed(
+    prod_operator: Operator, payer: httpx.Client
+) -> None:
+    merchant = _allowed_merchant(prod_operator, "Return Mandate Page Ltd")
+    mandate = create_mandate(merchant)
+
+    def params(return_uri: str) -> dict[str, str]:
+        return {
+            "mandate_id": mandate["id"],
+            "resource_token": mandate["resource_token"],
+            "return_uri": return_uri,
+        }
+
+    for return_uri in REFUSED_RETURN_URIS:
+        _assert_refused_page(payer.get("/hpp/mandates", params=params(return_uri)), return_uri)
+    # An allowed return_uri shows the page, whose cancel link goes there.
+    page = payer.get("/hpp/mandates", params=params(f"{ALLOWED}/done"))
+    assert page.status_code == 200, page.text
+    assert f'href="{ALLOWED}/done?mandate_id={mandate["id"]}"' in page.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    # Choosing the bank with a forged return_uri is refused and changes nothing.
+    form = {
+        "resource_token": mandate["resource_token"],
+        "return_uri": EVIL,
+        "csrf": csrf.group(1),
+        "provider_id": GB_REDIRECT,
+    }
+    _assert_refused_page(payer.post(f"/hpp/mandates/{mandate['id']}/provider", data=form), EVIL)
+    assert _mandate_status(merchant, mandate["id"]) == "authorization_required"
 
 
 # --- the console -------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ __all__ = [
     "Session",
     "SessionSigner",
     "clear_cookies",
+    "clear_session_cookie",
     "console_signer",
     "is_revoked",
     "revoke",
@@ -259,13 +260,23 @@ def set_flash(
     )
 
 
+def _delete_cookie(response: Response, request: Request, name: str) -> None:
+    """Delete a console cookie with the attributes it was set with (Secure by `_secure`)."""
+    response.delete_cookie(
+        name, path=COOKIE_PATH, httponly=True, samesite="lax", secure=_secure(request)
+    )
+
+
 def clear_cookies(response: Response, request: Request, *, flash_only: bool = False) -> None:
     """Delete the flash cookie (and the session cookie unless `flash_only`)."""
     names = [FLASH_COOKIE_NAME] if flash_only else [FLASH_COOKIE_NAME, COOKIE_NAME]
     for name in names:
-        response.delete_cookie(
-            name, path=COOKIE_PATH, httponly=True, samesite="lax", secure=_secure(request)
-        )
+        _delete_cookie(response, request, name)
+
+
+def clear_session_cookie(response: Response, request: Request) -> None:
+    """Delete the session cookie (signing out), keeping the flash cookie the response sets."""
+    _delete_cookie(response, request, COOKIE_NAME)
 
 
 async def is_revoked(conn: Connection, sid: str) -> bool:

@@ -20,7 +20,7 @@ from bankrail.pages.console.core import (
     text,
 )
 from bankrail.pages.console.session import (
-    COOKIE_NAME,
+    clear_session_cookie,
     console_signer,
     is_revoked,
     new_session,
@@ -159,12 +159,6 @@ async def logout(request: Request) -> Response:
     async with context.pool.acquire() as conn:
         await revoke(conn, session, now)
     response = RedirectResponse("/console/login", status_code=303)
-    response.delete_cookie(
-        COOKIE_NAME,
-        path="/console",
-        httponly=True,
-        samesite="lax",
-        secure=context.settings.public_url.startswith("https://"),
-    )
+    clear_session_cookie(response, request)
     set_flash(response, request, signer, now, "success", "You are signed out.")
     return response

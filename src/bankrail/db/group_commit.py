@@ -31,27 +31,32 @@ Result = TypeVar("Result")
 
 class GroupCommit(Generic[Item, Result]):
     """Runs `run(conn, items)` (one result per item, in order) for the items submitted
-    meanwhile, in one transaction per batch of at most `max_batch`."""
+    meanwhile, in one transaction per batch of at most `max_batch`, with at most
+    `in_flight` batches being committed at once (1: each batch waits for the one before)."""
 
     def __init__(
         self,
         pool: Pool,
         run: Callable[[Connection, Sequence[Item]], Awaitable[list[Result]]],
         max_batch: int = 64,
+        in_flight: int = 1,
     ) -> None:
         self._pool = pool
         self._run = run
         self._max_batch = max_batch
+        self._in_flight = in_flight
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: Item) -> Result:
         """The item's result, once its transaction has committed."""
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
-        if self._flusher is None or self._flusher.done():
+        if len(self._flushers) < self._in_flight:
             # A task of its own: a request that goes away does not cancel the others' commit.
-            self._flusher = asyncio.create_task(self._flush())
+            flusher = asyncio.create_task(self._flush())
+            self._flushers.add(flusher)
+            flusher.add_done_callback(self._flushers.discard)
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:

@@ -3,7 +3,8 @@
 Promise: requests submitted together are committed in one transaction, each getting its own
 result once it has committed; a batch that PostgreSQL rolls back to break a deadlock is run
 again as a whole, with nothing of the rolled-back attempt left, and fails every request only
-after `ATTEMPTS` such rollbacks.
+after `ATTEMPTS` such rollbacks; with room for more than one batch in flight, a batch that
+waits does not hold up the next.
 """
 
 from __future__ import annotations
@@ -76,3 +77,24 @@ async def test_a_batch_that_keeps_deadlocking_fails_every_request(pool: asyncpg.
     assert all(isinstance(r, asyncpg.DeadlockDetectedError) for r in results)
     assert sizes == [3] * ATTEMPTS
     assert await _written(pool) == []
+
+
+async def test_a_waiting_batch_holds_up_the_next_only_without_room_for_it(
+    pool: asyncpg.Pool,
+) -> None:
+    release = asyncio.Event()
+
+    async def run(conn: Connection, items: Sequence[str]) -> list[str]:
+        if "waits" in items:
+            await release.wait()  # a row another transaction holds, say
+        return list(items)
+
+    for in_flight, next_is_held_up in ((1, True), (2, False)):
+        release.clear()
+        commits: GroupCommit[str, str] = GroupCommit(pool, run, in_flight=in_flight)
+        waiting = asyncio.create_task(commits.submit("waits"))
+        await asyncio.sleep(0)  # its batch has started
+        done, _ = await asyncio.wait([asyncio.create_task(commits.submit("next"))], timeout=1.0)
+        assert (not done) is next_is_held_up
+        release.set()
+        assert await waiting == "waits"

@@ -49,6 +49,7 @@ from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.security.idempotent_commit import IdempotentCommit
 from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
@@ -99,6 +100,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 payment_creation=PaymentCreation(process.pool, render),
                 mandate_payment_creation=MandatePaymentCreation(process.pool, render),
                 refund_acceptance=RefundAcceptance(process.pool, render),
+                idempotent_commit=IdempotentCommit(process.pool, render),
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from bankrail.payments.mandate_creation import MandatePaymentCreation
     from bankrail.payouts.service import PayoutAcceptance
     from bankrail.refunds.acceptance import RefundAcceptance
+    from bankrail.security.idempotent_commit import IdempotentCommit
     from bankrail.security.verifier import VerifierProcesses
 
 
@@ -34,6 +35,7 @@ class AppContext:
     payment_creation: PaymentCreation
     mandate_payment_creation: MandatePaymentCreation
     refund_acceptance: RefundAcceptance
+    idempotent_commit: IdempotentCommit
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))

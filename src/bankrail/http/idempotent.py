@@ -12,10 +12,10 @@ from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
-from bankrail.http.problems import render_problem_bytes
 from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
-from bankrail.security.idempotency import fingerprint, run_idempotent
+from bankrail.security.idempotency import KeyedRequest, fingerprint
+from bankrail.security.idempotent_commit import IdempotentWork
 
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
 
@@ -38,7 +38,9 @@ async def respond_once(
     ttl: timedelta | None = None,
     store_client_errors: bool = True,
 ) -> Response:
-    """Run `effect` in one transaction and answer its (status, JSON value).
+    """Run `effect` once and answer its (status, JSON value): in a transaction committed with
+    the other requests of the moment (security/idempotent_commit.py), in a savepoint of its
+    own.
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
     of the same request within the validity window (docs/api.md). Answers under a scope that
@@ -56,20 +58,14 @@ async def respond_once(
         status, value = await effect(conn)
         return status, dumps(value)
 
-    async with context.pool.acquire() as conn, conn.transaction():
-        if key is None:
-            status, payload = await handler(conn)
-        else:
-            status, payload = await run_idempotent(
-                conn,
-                scope=scope,
-                key=key,
-                request_fingerprint=fingerprint(request.method, request.url.path, body),
-                now=now,
-                ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
-                handler=handler,
-                render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
-                reuse_problem=reuse_problem,
-                store_client_errors=store_client_errors,
-            )
+    keyed = None
+    if key is not None:
+        keyed = KeyedRequest(
+            scope=scope,
+            key=key,
+            fingerprint=fingerprint(request.method, request.url.path, body),
+            ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
+        )
+    work = IdempotentWork(keyed, handler, now, reuse_problem, store_client_errors)
+    status, payload = await context.idempotent_commit.run(work)
     return answer_response(status, payload)

@@ -29,3 +29,31 @@ CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(
         status_code = EXCLUDED.status_code, body = EXCLUDED.body,
         created_at = EXCLUDED.created_at
 $$;
+
+-- The keys' locks (bankrail_lock_idempotency_keys) and then, with a snapshot taken after
+-- them, the answers stored under the keys that are locked, one row per item of p_items (a
+-- jsonb array of objects: lock_key, scope and key, all null for a request without a key), in
+-- item order: what security/idempotent_commit.py decides each request's claim from.
+CREATE OR REPLACE FUNCTION bankrail_claim_idempotency_keys(p_items jsonb)
+RETURNS TABLE (
+    locked boolean,
+    stored_fingerprint bytea,
+    stored_status integer,
+    stored_body bytea,
+    stored_at timestamptz
+) LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked boolean[];
+BEGIN
+    v_locked := bankrail_lock_idempotency_keys(p_items);
+    RETURN QUERY
+    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at
+    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+    CROSS JOIN LATERAL jsonb_to_record(e.v) AS i (scope text, key text)
+    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+    ORDER BY e.n;
+END
+$$;

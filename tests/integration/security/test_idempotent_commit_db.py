@@ -1,0 +1,111 @@
+"""Idempotent requests committed together (`security.idempotent_commit`) on real PostgreSQL.
+
+Promise: in a batch, each request's effect runs at most once per key and its answer is stored
+with it; a key's second use in the batch is in flight (409) and a later repeat is replayed
+byte for byte; a request whose effect fails (a 4xx, or any other error) leaves none of its
+own writes and does not undo the others'; a 4xx is stored and replayed like a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import orjson
+
+from bankrail.core.problems import NotFound, ProblemError
+from bankrail.db.pool import Connection
+from bankrail.security.idempotency import Handler, KeyedRequest, fingerprint
+from bankrail.security.idempotent_commit import (
+    IdempotentCommit,
+    IdempotentWork,
+    Result,
+    run_batch,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TTL = timedelta(hours=6)
+
+
+def render(problem: ProblemError) -> bytes:
+    return orjson.dumps({"status": problem.problem.status, "detail": problem.detail})
+
+
+async def _prepare(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute("CREATE TABLE effects (id uuid PRIMARY KEY, name text NOT NULL)")
+
+
+async def _effects(pool: asyncpg.Pool) -> list[str]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT name FROM effects ORDER BY name")
+    return [row["name"] for row in rows]
+
+
+def _work(name: str, key: str | None = None, *, fails: Exception | None = None) -> IdempotentWork:
+    """A request that writes a row named `name` and answers 201 with its id, then raises
+    `fails` if given (after its write)."""
+
+    async def effect(conn: Connection) -> tuple[int, bytes]:
+        row_id = uuid.uuid4()
+        await conn.execute("INSERT INTO effects (id, name) VALUES ($1, $2)", row_id, name)
+        if fails is not None:
+            raise fails
+        return 201, orjson.dumps({"id": str(row_id)})
+
+    handler: Handler = effect
+    keyed = None
+    if key is not None:
+        keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/x", name.encode()), TTL)
+    return IdempotentWork(keyed, handler, NOW)
+
+
+async def _batch(pool: asyncpg.Pool, *batch: IdempotentWork) -> list[Result]:
+    """The results of requests run as one batch, committed in one transaction."""
+    async with pool.acquire() as conn, conn.transaction():
+        return await run_batch(conn, batch, render)
+
+
+async def test_each_request_of_a_batch_runs_once_and_is_replayed(pool: asyncpg.Pool) -> None:
+    await _prepare(pool)
+    first = await _batch(pool, _work("a", "ka"), _work("b", "kb"), _work("c"))
+    assert [r[0] for r in first if isinstance(r, tuple)] == [201, 201, 201]
+    again = await _batch(pool, _work("a", "ka"), _work("b", "kb"))
+    assert again == first[:2]  # byte for byte, and no effect again
+    assert await _effects(pool) == ["a", "b", "c"]
+
+
+async def test_a_key_used_twice_in_a_batch_is_in_flight_the_second_time(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+    first, second = await _batch(pool, _work("a", "same"), _work("a", "same"))
+    assert isinstance(first, tuple)
+    assert isinstance(second, ProblemError)
+    assert second.problem.status == 409
+    assert await _effects(pool) == ["a"]
+
+
+async def test_a_failing_request_undoes_only_its_own_writes(pool: asyncpg.Pool) -> None:
+    await _prepare(pool)
+    refused = _work("refused", "k1", fails=NotFound("gone"))
+    broken = _work("broken", "k2", fails=RuntimeError("bug"))
+    results = await _batch(pool, _work("before", "k0"), refused, broken, _work("after", "k3"))
+    assert isinstance(results[1], tuple)
+    assert results[1][0] == 404  # a 4xx is an answer, stored under its key
+    assert isinstance(results[2], RuntimeError)  # raised to its request, nothing stored
+    assert await _effects(pool) == ["after", "before"]
+    assert await _batch(pool, refused) == [results[1]]  # replayed, not run again
+    assert await _effects(pool) == ["after", "before"]
+    [retried] = await _batch(pool, broken)  # its key was not taken: it runs again
+    assert isinstance(retried, RuntimeError)
+
+
+async def test_requests_sent_together_share_a_commit(pool: asyncpg.Pool) -> None:
+    await _prepare(pool)
+    commit = IdempotentCommit(pool, render)
+    answers = await asyncio.gather(*(commit.run(_work(f"w{n}", f"k{n}")) for n in range(5)))
+    assert [status for status, _ in answers] == [201] * 5
+    assert await _effects(pool) == [f"w{n}" for n in range(5)]

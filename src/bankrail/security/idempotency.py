@@ -1,8 +1,11 @@
-"""Idempotent request execution (docs/api.md).
+"""The rules of an Idempotency-Key (docs/api.md): in flight, replayed, reused, expired.
 
 The stored answer is written in the same database transaction as the request's effect, and a
 transaction-scoped advisory lock marks the key as in flight: a request that dies before commit
-releases the key at once, and a retry then performs the request exactly once.
+releases the key at once, and a retry then performs the request exactly once. The batch
+paths (payouts, payments, refunds) and every other idempotent write
+(`idempotent_commit.py`) take the keys' locks and store the answers through
+db/functions/idempotency.sql, and decide each key with `claim_in_batch`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "DELETE_EXPIRED_SQL",
     "EXPIRING_SCOPES",
     "Decision",
+    "Handler",
     "KeyedRequest",
     "Outcome",
     "ProblemRenderer",
@@ -36,7 +40,6 @@ __all__ = [
     "delete_expired",
     "fingerprint",
     "lock_key",
-    "run_idempotent",
 ]
 
 # The scopes whose keys are valid for the configured time (`idempotency_ttl_seconds`): v3
@@ -163,69 +166,6 @@ def lock_key(scope: str, key: str) -> int:
 
 Handler = Callable[[Connection], Awaitable[tuple[int, bytes]]]
 ProblemRenderer = Callable[[ProblemError], bytes]
-
-
-async def run_idempotent(
-    conn: Connection,
-    *,
-    scope: str,
-    key: str,
-    request_fingerprint: bytes,
-    now: datetime,
-    ttl: timedelta,
-    handler: Handler,
-    render_problem: ProblemRenderer,
-    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
-    store_client_errors: bool = True,
-) -> tuple[int, bytes]:
-    """Run `handler` at most once per (scope, key) and return its (status, body).
-
-    The handler runs inside the caller's transaction on `conn`. Its 4xx problems are stored
-    and replayed like successes (its partial writes are rolled back to a savepoint first)
-    unless `store_client_errors` is false; anything else it raises propagates, and nothing
-    is stored.
-    """
-    locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock_key(scope, key))
-    stored = None
-    if locked:
-        # After the lock, in a statement of its own: an answer committed by the transaction
-        # that held the lock before is seen. (One request's path takes two prepared
-        # statements here and writes its answer with a third: a PL/pgSQL function doing the
-        # same cost PostgreSQL 0.06 ms more per request, measured on authorization-flow. The
-        # batch paths use db/functions/idempotency.sql.)
-        row = await conn.fetchrow(
-            "SELECT fingerprint, status_code, body, created_at FROM idempotency_keys"
-            " WHERE scope = $1 AND key = $2",
-            scope,
-            key,
-        )
-        stored = StoredAnswer(row[0], row[1], row[2], row[3]) if row else None
-    before = claim(locked, stored, request_fingerprint, now, ttl, reuse_problem)
-    if isinstance(before, ProblemError):
-        raise before
-    if before is not None:
-        return before
-    try:
-        async with conn.transaction():  # a savepoint: a 4xx leaves no partial effect
-            status, body = await handler(conn)
-    except ProblemError as problem:
-        if problem.problem.status >= 500 or not store_client_errors:
-            raise
-        status, body = problem.problem.status, render_problem(problem)
-    await conn.execute(
-        "INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6)"
-        " ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
-        " status_code = EXCLUDED.status_code, body = EXCLUDED.body,"
-        " created_at = EXCLUDED.created_at",
-        scope,
-        key,
-        request_fingerprint,
-        status,
-        body,
-        now,
-    )
-    return status, body
 
 
 async def delete_expired(conn: Connection, expired_before: datetime, limit: int) -> int:

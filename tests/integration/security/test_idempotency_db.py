@@ -1,4 +1,5 @@
-"""Integration tests for bankrail.security.idempotency.run_idempotent (docs/api.md)."""
+"""Integration tests of the rules of an Idempotency-Key (docs/api.md), for one request at a
+time through the path every idempotent write takes (`security.idempotent_commit.run_batch`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from bankrail.core.problems import (
     UNKNOWN_ERROR,
     NotFound,
     ProblemError,
+    ProblemType,
 )
 from bankrail.db.pool import Connection
-from bankrail.security.idempotency import fingerprint, run_idempotent
+from bankrail.security.idempotency import KeyedRequest, ProblemRenderer, fingerprint
+from bankrail.security.idempotent_commit import IdempotentWork, run_batch
 
 TTL = timedelta(hours=6)
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -28,6 +31,28 @@ FP = fingerprint("POST", "/v3/payments", b'{"amount_in_minor":100}')
 OTHER_FP = fingerprint("POST", "/v3/payments", b'{"amount_in_minor":200}')
 
 Handler = Callable[[Connection], Awaitable[tuple[int, bytes]]]
+
+
+async def _run_one(
+    conn: Connection,
+    *,
+    scope: str,
+    key: str,
+    request_fingerprint: bytes,
+    now: datetime,
+    ttl: timedelta,
+    handler: Handler,
+    render_problem: ProblemRenderer,
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+    store_client_errors: bool = True,
+) -> tuple[int, bytes]:
+    """One request, as a batch of one; raises what the request is to raise."""
+    keyed = KeyedRequest(scope, key, request_fingerprint, ttl)
+    work = IdempotentWork(keyed, handler, now, reuse_problem, store_client_errors)
+    [result] = await run_batch(conn, [work], render_problem)
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def render(problem: ProblemError) -> bytes:
@@ -71,7 +96,7 @@ async def _call(
     now: datetime = NOW,
 ) -> tuple[int, bytes]:
     async with pool.acquire() as conn, conn.transaction():
-        return await run_idempotent(
+        return await _run_one(
             conn,
             scope=SCOPE,
             key=key,
@@ -122,7 +147,7 @@ async def test_keys_are_scoped(pool: asyncpg.Pool) -> None:
     calls: list[str] = []
     await _call(pool, "k1", _creating("k1", calls))
     async with pool.acquire() as conn, conn.transaction():
-        await run_idempotent(
+        await _run_one(
             conn,
             scope="client-2",
             key="k1",
@@ -156,7 +181,7 @@ async def test_reuse_problem_type_can_be_chosen(pool: asyncpg.Pool) -> None:
     await _call(pool, "k1", _creating("k1", calls))
     with pytest.raises(ProblemError) as caught:
         async with pool.acquire() as conn, conn.transaction():
-            await run_idempotent(
+            await _run_one(
                 conn,
                 scope=SCOPE,
                 key="k1",
@@ -237,7 +262,7 @@ async def test_a_4xx_problem_is_stored_and_its_partial_writes_rolled_back(
 
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("INSERT INTO effects (id, key) VALUES ($1, 'caller')", uuid.uuid4())
-        status, body = await run_idempotent(
+        status, body = await _run_one(
             conn,
             scope=SCOPE,
             key="k404",
@@ -266,7 +291,7 @@ async def test_client_errors_can_be_left_unstored(pool: asyncpg.Pool) -> None:
 
     with pytest.raises(ProblemError) as caught:
         async with pool.acquire() as conn, conn.transaction():
-            await run_idempotent(
+            await _run_one(
                 conn,
                 scope=SCOPE,
                 key="k",
@@ -361,7 +386,7 @@ async def test_a_request_that_dies_in_flight_frees_the_key_at_once(pool: asyncpg
 
 async def _call_on(conn: Connection, key: str, handler: Handler) -> tuple[int, bytes]:
     async with conn.transaction():
-        return await run_idempotent(
+        return await _run_one(
             conn,
             scope=SCOPE,
             key=key,

@@ -15,7 +15,6 @@ from fastapi.responses import HTMLResponse, Response
 from bankrail.core.jsonbody import dumps, loads
 from bankrail.core.money import format_amount
 from bankrail.db.pool import Connection
-from bankrail.http.problems import render_problem_bytes
 from bankrail.merchants import service as merchants_service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.models import MerchantAccount
@@ -45,7 +44,8 @@ from bankrail.pages.console.forms import (
 from bankrail.pages.console.session import SESSION_TTL, set_session_cookie
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list, screening_list
-from bankrail.security.idempotency import fingerprint, run_idempotent
+from bankrail.security.idempotency import KeyedRequest, fingerprint
+from bankrail.security.idempotent_commit import IdempotentWork
 
 router = APIRouter(prefix="/operator", route_class=ConsoleRoute)
 
@@ -238,21 +238,18 @@ async def sandbox_bank_transfer(request: Request) -> Response:
             "reference": reference or "",
         }
     )
+    keyed = None
+    if key:
+        keyed = KeyedRequest(
+            scope="console:sandbox-bank-transfer",
+            key=key,
+            fingerprint=fingerprint("POST", request.url.path, body),
+            ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+        )
     try:
-        async with context.pool.acquire() as conn, conn.transaction():
-            if key:
-                status, answer = await run_idempotent(
-                    conn,
-                    scope="console:sandbox-bank-transfer",
-                    key=key,
-                    request_fingerprint=fingerprint("POST", request.url.path, body),
-                    now=context.clock.now(),
-                    ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
-                    handler=handler,
-                    render_problem=lambda e: render_problem_bytes(e, context.settings.public_url),
-                )
-            else:
-                status, answer = await handler(conn)
+        status, answer = await context.idempotent_commit.run(
+            IdempotentWork(keyed, handler, context.clock.now())
+        )
     except asyncpg.exceptions.NumericValueOutOfRangeError:
         errors = {"amount": ["is too large: the balance would exceed what can be stored"]}
         return await _panel(

@@ -46,20 +46,31 @@ class GroupCommit(Generic[Item, Result]):
         self._max_batch = max_batch
         self._in_flight = in_flight
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._flushers: set[asyncio.Task[None]] = set()
+        self._flushing = 0  # flushers that have not yet found `_pending` empty
+        self._flushers: set[asyncio.Task[None]] = set()  # held, so none is collected
 
     async def submit(self, item: Item) -> Result:
         """The item's result, once its transaction has committed."""
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
-        if len(self._flushers) < self._in_flight:
+        if self._flushing < self._in_flight:
             # A task of its own: a request that goes away does not cancel the others' commit.
+            self._flushing += 1
             flusher = asyncio.create_task(self._flush())
             self._flushers.add(flusher)
             flusher.add_done_callback(self._flushers.discard)
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:
+        try:
+            await self._flush_pending()
+        finally:
+            # In the step that found nothing pending: an item submitted after it starts a
+            # flusher of its own. (A task's done callbacks run a step later; counting
+            # tasks until then left such an item waiting for the next submission.)
+            self._flushing -= 1
+
+    async def _flush_pending(self) -> None:
         while self._pending:
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]

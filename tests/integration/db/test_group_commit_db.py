@@ -4,7 +4,8 @@ Promise: requests submitted together are committed in one transaction, each gett
 result once it has committed; a batch that PostgreSQL rolls back to break a deadlock is run
 again as a whole, with nothing of the rolled-back attempt left, and fails every request only
 after `ATTEMPTS` such rollbacks; with room for more than one batch in flight, a batch that
-waits does not hold up the next.
+waits does not hold up the next; a request submitted as the last batch ends is committed
+without waiting for another.
 """
 
 from __future__ import annotations
@@ -98,3 +99,38 @@ async def test_a_waiting_batch_holds_up_the_next_only_without_room_for_it(
         assert (not done) is next_is_held_up
         release.set()
         assert await waiting == "waits"
+
+
+async def _send_next_after(pool: asyncpg.Pool, hops: int) -> str:
+    """Commit a first request, sending the next one `hops` loop steps after the first
+    batch's statement; the next one's result."""
+    loop = asyncio.get_running_loop()
+    sent: list[asyncio.Task[str]] = []
+
+    def send_later(left: int) -> None:
+        if left:
+            loop.call_soon(send_later, left - 1)
+        else:
+            sent.append(asyncio.create_task(commits.submit("next")))
+
+    async def run(conn: Connection, items: Sequence[str]) -> list[str]:
+        await conn.execute("SELECT 1")
+        if items == ["first"]:
+            loop.call_soon(send_later, hops)
+        return list(items)
+
+    commits: GroupCommit[str, str] = GroupCommit(pool, run)
+    assert await commits.submit("first") == "first"
+    while not sent:  # the chain of hops has not reached its end yet
+        await asyncio.sleep(0)
+    return await asyncio.wait_for(sent[0], timeout=5)
+
+
+async def test_a_request_sent_as_the_last_batch_ends_is_committed(pool: asyncpg.Pool) -> None:
+    # A request can arrive at any step of the event loop, the one in which the flusher of
+    # the last batch finds nothing else pending included: here, every step from the first
+    # batch's statement to well past its commit. Each must be committed without waiting
+    # for a third request (with the flusher counted until its done callbacks ran, one was
+    # left waiting: 30 s, the request timeout, in a bench run).
+    for hops in range(40):
+        assert await _send_next_after(pool, hops) == "next", hops

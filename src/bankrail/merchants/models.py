@@ -56,6 +56,23 @@ class AccountFacts:
     available: int
     held: int
 
+    @classmethod
+    def from_row(cls, row: Any) -> AccountFacts:
+        """The account of a batch read's row, whose columns name it `account_id`,
+        `account_merchant_id`, `account_currency`, and its ledger rows, threshold,
+        notification state and balances by their own names."""
+        return cls(
+            id=row["account_id"],
+            merchant_id=row["account_merchant_id"],
+            currency=row["account_currency"],
+            available_ledger_id=row["available_ledger_id"],
+            held_ledger_id=row["held_ledger_id"],
+            balance_threshold=row["balance_threshold"],
+            notification_state=row["notification_state"],
+            available=row["available"],
+            held=row["held"],
+        )
+
 
 def new_account_identifiers(currency: str) -> AccountIdentifiers:
     """Fresh, valid identifiers for a new account in `currency` (GBP or EUR)."""

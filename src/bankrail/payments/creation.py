@@ -32,11 +32,13 @@ from bankrail.payments.models import PaymentState, PaymentStatus
 from bankrail.payments.providers import search
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.security.idempotency import (
+    AnswersToStore,
     KeyedRequest,
     Outcome,
     ProblemRenderer,
     claim_in_batch,
-    lock_key,
+    key_item,
+    refusal,
 )
 
 __all__ = [
@@ -165,11 +167,10 @@ class _Write:
     """The rows of one batch's write (`bankrail_write_payment_creations`)."""
 
     payments: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    answers: AnswersToStore = field(default_factory=AnswersToStore)
 
     def arguments(self) -> list[Any]:
-        answers = list(zip(*self.answers, strict=True)) or [()] * 6
-        return [self.payments, EXPIRE_JOB, *(list(column) for column in answers)]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
 
 
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
@@ -196,11 +197,8 @@ async def create_payments(
 
 
 def _read_item(item: PaymentToCreate) -> dict[str, Any]:
-    keyed = item.keyed
     return {
-        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
-        "scope": keyed.scope if keyed else None,
-        "key": keyed.key if keyed else None,
+        **key_item(item.keyed),
         "merchant_id": str(item.merchant_id),
         "account_id": item.request.account_id,
     }
@@ -219,16 +217,16 @@ def _decide(
     try:
         payment = plan_payment(item.request, item.merchant_id, account, item.now)
     except ProblemError as problem:
-        if problem.problem.status >= 500 or keyed is None:
-            return problem, None
-        assert render_problem is not None, "a keyed request's problems are stored rendered"
-        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+        refused = refusal(problem, render_problem, keyed is not None)
+        if isinstance(refused, ProblemError):
+            return refused, None
+        answer = refused
     else:
         status, value = item.respond(payment)
         answer = (status, dumps(value))
         write.payments.append(_payment_row(payment))
     if keyed is not None:
-        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+        write.answers.add(keyed, answer, item.now)
     return answer, payment
 
 

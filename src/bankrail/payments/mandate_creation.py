@@ -32,11 +32,13 @@ from bankrail.payments.models import PaymentStatus
 from bankrail.payments.providers import find_provider
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.security.idempotency import (
+    AnswersToStore,
     KeyedRequest,
     Outcome,
     ProblemRenderer,
     claim_in_batch,
-    lock_key,
+    key_item,
+    refusal,
 )
 
 __all__ = ["MandatePaymentCreation", "MandatePaymentToCreate", "create_mandate_payments"]
@@ -68,12 +70,11 @@ Created = tuple[Outcome, dict[str, Any] | None]
 @dataclass
 class _Write:
     payments: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    answers: AnswersToStore = field(default_factory=AnswersToStore)
     taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
 
     def arguments(self) -> list[Any]:
-        answers = list(zip(*self.answers, strict=True)) or [()] * 6
-        return [self.payments, EXPIRE_JOB, *(list(column) for column in answers)]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
 
 
 _READ = "SELECT * FROM bankrail_read_mandate_payment_requests($1::jsonb)"
@@ -122,11 +123,8 @@ async def create_mandate_payments(
 
 
 def _read_item(item: MandatePaymentToCreate) -> dict[str, Any]:
-    keyed = item.keyed
     return {
-        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
-        "scope": keyed.scope if keyed else None,
-        "key": keyed.key if keyed else None,
+        **key_item(item.keyed),
         "merchant_id": str(item.merchant_id),
         "mandate_id": str(item.mandate_id),
     }
@@ -170,19 +168,19 @@ def _decide(
         taken = {period: write.taken[key] for period, key in periods.items()}
         charge = decide_charge(mandate, request.amount_in_minor, request.currency, item.now, taken)
     except ProblemError as problem:
-        if problem.problem.status >= 500 or keyed is None:
-            return problem, None
-        assert render_problem is not None, "a keyed request's problems are stored rendered"
-        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
-        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
-        return answer, None
+        refused = refusal(problem, render_problem, keyed is not None)
+        if isinstance(refused, ProblemError):
+            return refused, None
+        assert keyed is not None
+        write.answers.add(keyed, refused, item.now)
+        return refused, None
     if charge.pending_failure is None:  # it counts against the limits from now on
         for key in periods.values():
             write.taken[key] += request.amount_in_minor
     value = _add_payment(write, item, charge)
     answer = (201, dumps(value))
     if keyed is not None:
-        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+        write.answers.add(keyed, answer, item.now)
     return answer, value
 
 

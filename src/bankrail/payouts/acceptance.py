@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from bankrail.core.ids import new_id
@@ -33,7 +33,14 @@ from bankrail.payouts.models import (
 )
 from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import normalise_name
-from bankrail.security.idempotency import Outcome, ProblemRenderer, claim_in_batch, lock_key
+from bankrail.security.idempotency import (
+    AnswersToStore,
+    Outcome,
+    ProblemRenderer,
+    claim_in_batch,
+    key_item,
+    refusal,
+)
 
 ADVANCE_JOB = "payout.advance"
 
@@ -58,9 +65,7 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
     request = keyed.request
     payee = request.payee_identifiers
     item: dict[str, Any] = {
-        "lock_key": lock_key(keyed.scope, keyed.key),
-        "scope": keyed.scope,
-        "key": keyed.key,
+        **key_item(keyed),
         "merchant_id": str(request.merchant_id),
         "account_id": str(request.account_id) if request.account_id else None,
         "currency": request.currency,
@@ -79,17 +84,7 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
 def _facts(row: Any) -> PayoutFacts:
     account = None
     if row["account_id"] is not None:
-        account = AccountFacts(
-            id=row["account_id"],
-            merchant_id=row["account_merchant_id"],
-            currency=row["account_currency"],
-            available_ledger_id=row["available_ledger_id"],
-            held_ledger_id=row["held_ledger_id"],
-            balance_threshold=row["balance_threshold"],
-            notification_state=row["notification_state"],
-            available=row["available"],
-            held=row["held"],
-        )
+        account = AccountFacts.from_row(row)
     source = None
     screened = bool(row["screened"])
     if row["source_id"] is not None:
@@ -109,17 +104,11 @@ class _Write:
     """The rows of one batch's write (`bankrail_write_payout_acceptances`)."""
 
     payouts: list[dict[str, Any]] = field(default_factory=list)
-    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    answers: AnswersToStore = field(default_factory=AnswersToStore)
     holds: BatchHolds = field(default_factory=BatchHolds)
 
     def arguments(self) -> list[Any]:
-        answers = list(zip(*self.answers, strict=True)) or [()] * 6
-        return [
-            self.payouts,
-            ADVANCE_JOB,
-            *(list(column) for column in answers),
-            *self.holds.arguments(),
-        ]
+        return [self.payouts, ADVANCE_JOB, *self.answers.arguments(), *self.holds.arguments()]
 
 
 _READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
@@ -163,13 +152,14 @@ def _decide(keyed: Keyed, row: Any, write: _Write, render_problem: ProblemRender
     try:
         payout = decide_payout(request, facts, available, new_id())
     except ProblemError as problem:
-        if problem.problem.status >= 500 or not keyed.store_client_errors:
-            return problem
-        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
+        refused = refusal(problem, render_problem, keyed.store_client_errors)
+        if isinstance(refused, ProblemError):
+            return refused
+        answer = refused
     else:
         answer = (202, dumps(keyed.answer or {"id": str(payout.id)}))
         _add_payout(write, keyed, payout)
-    write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
+    write.answers.add(keyed, answer, now)
     return answer
 
 

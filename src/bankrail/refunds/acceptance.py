@@ -30,11 +30,13 @@ from bankrail.payouts.models import FailureReason
 from bankrail.rails.schemes import scheme_for
 from bankrail.refunds.models import RefundablePayment, check_refundable
 from bankrail.security.idempotency import (
+    AnswersToStore,
     KeyedRequest,
     Outcome,
     ProblemRenderer,
     claim_in_batch,
-    lock_key,
+    key_item,
+    refusal,
 )
 
 __all__ = ["ADVANCE_JOB", "RefundAcceptance", "RefundToAccept", "accept_refunds"]
@@ -68,17 +70,16 @@ class _Write:
 
     refunds: list[dict[str, Any]] = field(default_factory=list)
     refunded: dict[uuid.UUID, int] = field(default_factory=dict)  # payment: amount added
-    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    answers: AnswersToStore = field(default_factory=AnswersToStore)
     holds: BatchHolds = field(default_factory=BatchHolds)
 
     def arguments(self) -> list[Any]:
-        answers = list(zip(*self.answers, strict=True)) or [()] * 6
         return [
             self.refunds,
             ADVANCE_JOB,
             list(self.refunded),
             list(self.refunded.values()),
-            *(list(column) for column in answers),
+            *self.answers.arguments(),
             *self.holds.arguments(),
         ]
 
@@ -115,11 +116,8 @@ async def accept_refunds(
 
 
 def _read_item(item: RefundToAccept) -> dict[str, Any]:
-    keyed = item.keyed
     return {
-        "lock_key": lock_key(keyed.scope, keyed.key) if keyed else None,
-        "scope": keyed.scope if keyed else None,
-        "key": keyed.key if keyed else None,
+        **key_item(item.keyed),
         "merchant_id": str(item.merchant_id),
         "payment_id": str(item.payment_id),
     }
@@ -136,15 +134,16 @@ def _decide(
     try:
         refund_id, account = _check(item, row, write)
     except ProblemError as problem:
-        if problem.problem.status >= 500 or keyed is None or not item.store_client_errors:
-            return problem, None
-        answer: tuple[int, bytes] = (problem.problem.status, render_problem(problem))
-        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
-        return answer, None
+        refused = refusal(problem, render_problem, keyed is not None and item.store_client_errors)
+        if isinstance(refused, ProblemError):
+            return refused, None
+        assert keyed is not None
+        write.answers.add(keyed, refused, item.now)
+        return refused, None
     _add_refund(write, item, refund_id, account)
     answer = (201, dumps({"id": str(refund_id)}))
     if keyed is not None:
-        write.answers.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, item.now))
+        write.answers.add(keyed, answer, item.now)
     return answer, refund_id
 
 
@@ -156,17 +155,7 @@ def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, Ac
     check_refundable(
         RefundablePayment(row["payment_status"], row["payment_amount"], refunded), item.amount
     )
-    account = AccountFacts(
-        id=row["account_id"],
-        merchant_id=row["account_merchant_id"],
-        currency=row["account_currency"],
-        available_ledger_id=row["available_ledger_id"],
-        held_ledger_id=row["held_ledger_id"],
-        balance_threshold=row["balance_threshold"],
-        notification_state=row["notification_state"],
-        available=row["available"],
-        held=row["held"],
-    )
+    account = AccountFacts.from_row(row)
     return new_id(), account
 
 

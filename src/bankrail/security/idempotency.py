@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from bankrail.core.problems import (
     IDEMPOTENCY_CONCURRENCY,
@@ -28,8 +28,10 @@ from bankrail.db.pool import Connection
 __all__ = [
     "DELETE_EXPIRED_SQL",
     "EXPIRING_SCOPES",
+    "AnswersToStore",
     "Decision",
     "Handler",
+    "KeyIdentity",
     "KeyedRequest",
     "Outcome",
     "ProblemRenderer",
@@ -39,7 +41,9 @@ __all__ = [
     "decide",
     "delete_expired",
     "fingerprint",
+    "key_item",
     "lock_key",
+    "refusal",
 ]
 
 # The scopes whose keys are valid for the configured time (`idempotency_ttl_seconds`): v3
@@ -110,6 +114,52 @@ class KeyedRequest:
 
 # An answer to send (status, body), or a problem to raise, unstored.
 Outcome = tuple[int, bytes] | ProblemError
+# A request's effect, in the transaction that stores its answer: (status, body).
+Handler = Callable[[Connection], Awaitable[tuple[int, bytes]]]
+# How a problem is rendered as a stored answer's body (problem+json).
+ProblemRenderer = Callable[[ProblemError], bytes]
+
+
+class KeyIdentity(Protocol):
+    """What names a request's key and tells its request apart (a `KeyedRequest`)."""
+
+    @property
+    def scope(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> bytes: ...
+
+
+@dataclass
+class AnswersToStore:
+    """The answers a batch stores under its requests' keys, as
+    `bankrail_store_idempotent_answers` (db/functions/idempotency.sql) takes them."""
+
+    _rows: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+
+    def add(self, keyed: KeyIdentity, answer: tuple[int, bytes], now: datetime) -> None:
+        """Store `answer` under the request's key, dated `now`."""
+        self._rows.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
+
+    def __bool__(self) -> bool:
+        return bool(self._rows)
+
+    def arguments(self) -> list[list[Any]]:
+        """The function's six arrays: scopes, keys, fingerprints, statuses, bodies, dates."""
+        return [list(column) for column in zip(*self._rows, strict=True)] or [[]] * 6
+
+
+def refusal(problem: ProblemError, render_problem: ProblemRenderer | None, store: bool) -> Outcome:
+    """What a request refused with `problem` gets: the problem rendered as its answer, to
+    store under its key, when `store` (a keyed request whose client errors are kept) and it
+    is a 4xx; else the problem itself, to raise unstored."""
+    if not store or problem.problem.status >= 500:
+        return problem
+    assert render_problem is not None, "a stored problem is stored rendered"
+    return problem.problem.status, render_problem(problem)
 
 
 def claim(
@@ -158,14 +208,18 @@ def claim_in_batch(
     return claim(row["locked"], stored, request_fingerprint, now, ttl, reuse_problem)
 
 
+def key_item(keyed: KeyIdentity | None) -> dict[str, Any]:
+    """A request's key as a batch read takes it (db/functions/idempotency.sql): its lock,
+    scope and key, all None for a request without a key."""
+    if keyed is None:
+        return {"lock_key": None, "scope": None, "key": None}
+    return {"lock_key": lock_key(keyed.scope, keyed.key), "scope": keyed.scope, "key": keyed.key}
+
+
 def lock_key(scope: str, key: str) -> int:
     """The transaction-level advisory lock that marks (scope, key) as in flight."""
     digest = hashlib.sha256(f"{scope}\0{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-Handler = Callable[[Connection], Awaitable[tuple[int, bytes]]]
-ProblemRenderer = Callable[[ProblemError], bytes]
 
 
 async def delete_expired(conn: Connection, expired_before: datetime, limit: int) -> int:

@@ -22,11 +22,13 @@ from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemError, ProblemType
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.security.idempotency import (
+    AnswersToStore,
     Handler,
     KeyedRequest,
     ProblemRenderer,
     claim_in_batch,
-    lock_key,
+    key_item,
+    refusal,
 )
 
 __all__ = ["IdempotentCommit", "IdempotentWork", "Result", "run_batch"]
@@ -68,9 +70,9 @@ async def run_batch(
     return each request's result in order: its answer (stored under its key: the effect's,
     or its 4xx problem rendered), a stored answer replayed, or what to raise (the key in
     flight or reused, an unstored problem, the effect's error)."""
-    rows = await conn.fetch(_CLAIM, [_claim_item(work.keyed) for work in batch])
+    rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
     results: list[Result] = []
-    answers: list[tuple[str, str, bytes, int, bytes, datetime]] = []
+    answers = AnswersToStore()
     for work, row in zip(batch, rows, strict=True):
         keyed = work.keyed
         if keyed is not None:
@@ -80,17 +82,11 @@ async def run_batch(
                 continue
         result = await _run(conn, work, render_problem)
         if keyed is not None and isinstance(result, tuple):
-            answers.append((keyed.scope, keyed.key, keyed.fingerprint, *result, work.now))
+            answers.add(keyed, result, work.now)
         results.append(result)
     if answers:
-        await conn.execute(_STORE, *(list(column) for column in zip(*answers, strict=True)))
+        await conn.execute(_STORE, *answers.arguments())
     return results
-
-
-def _claim_item(keyed: KeyedRequest | None) -> dict[str, object]:
-    if keyed is None:
-        return {"lock_key": None, "scope": None, "key": None}
-    return {"lock_key": lock_key(keyed.scope, keyed.key), "scope": keyed.scope, "key": keyed.key}
 
 
 async def _run(conn: Connection, work: IdempotentWork, render_problem: ProblemRenderer) -> Result:
@@ -98,9 +94,7 @@ async def _run(conn: Connection, work: IdempotentWork, render_problem: ProblemRe
         async with conn.transaction():  # a savepoint: a failure leaves no partial effect
             return await work.effect(conn)
     except ProblemError as problem:
-        if problem.problem.status >= 500 or work.keyed is None or not work.store_client_errors:
-            return problem
-        return problem.problem.status, render_problem(problem)
+        return refusal(problem, render_problem, work.keyed is not None and work.store_client_errors)
     except _BATCH_ERRORS:
         raise
     except Exception as error:  # the request's own failure: its savepoint is rolled back

@@ -32,11 +32,18 @@ AS $$
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
+    -- Each job's payout and account are looked up by id (OFFSET 0 keeps each lookup a
+    -- subquery of its own): joined as tables, the generic plan of an account with many
+    -- payouts read all of them for every due job (1.1 million rows for 193 jobs, 340 ms).
     WITH due AS (
         SELECT j.id
         FROM jobs j
-        JOIN payouts p ON p.id = (j.payload ->> 'payout_id')::uuid
-        JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
+        CROSS JOIN LATERAL (
+            SELECT p.merchant_account_id, p.destination_account_id FROM payouts p
+            WHERE p.id = (j.payload ->> 'payout_id')::uuid OFFSET 0) p
+        CROSS JOIN LATERAL (
+            SELECT ma.balance_threshold FROM merchant_accounts ma
+            WHERE ma.id = p.merchant_account_id OFFSET 0) ma
         WHERE j.kind = p_kind AND j.run_at <= p_now
           AND (j.lease_until IS NULL OR j.lease_until <= p_now)
           AND p.destination_account_id IS NULL AND ma.balance_threshold IS NULL
@@ -47,10 +54,13 @@ BEGIN
         UPDATE jobs j SET lease_until = p_now + p_lease FROM due
         WHERE j.id = due.id
         RETURNING j.id, (j.payload ->> 'payout_id')::uuid AS payout_id)
-    SELECT l.id, p, ma.held_ledger_id, ma.available_ledger_id
+    SELECT l.id, found.payout, ma.held_ledger_id, ma.available_ledger_id
     FROM leased l
-    JOIN payouts p ON p.id = l.payout_id
-    JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
+    CROSS JOIN LATERAL (
+        SELECT p AS payout FROM payouts p WHERE p.id = l.payout_id OFFSET 0) found
+    CROSS JOIN LATERAL (
+        SELECT ma.held_ledger_id, ma.available_ledger_id FROM merchant_accounts ma
+        WHERE ma.id = (found.payout).merchant_account_id OFFSET 0) ma
     ORDER BY l.id;
 END
 $$;

@@ -244,8 +244,8 @@ async def _drain(conn: asyncpg.Connection, unfinished: str, *args: Any) -> tuple
 async def mandate_payments(
     server: Server, merchant: Merchant, count: int, concurrency: int, options: Options
 ) -> dict[str, Any]:
-    """Signed POST /v3/payments of 1 penny on one authorised mandate. Every payment on a
-    mandate is decided with the mandate locked: this measures that serialised path. After
+    """Signed POST /v3/payments of 1 penny on one authorised mandate, whose payments are
+    decided with its row locked, a batch at a time. After
     each batch, the wait until its payments settled and the count of those that did (under
     `execution`): their jobs would otherwise run during the next scenario."""
     mandate_id = authorised_mandate(server, merchant)

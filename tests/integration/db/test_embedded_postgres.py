@@ -108,7 +108,7 @@ def test_commits_are_durable_and_new_wal_segments_are_not_zero_filled(
     data_dir: Path, servers: Callable[[Path], EmbeddedPostgres]
 ) -> None:
     # Durability is never traded for speed; zero-filling each new WAL segment would stall
-    # every commit while it runs (docs/performance.md, "Session 16: WAL segments").
+    # every commit while it runs (docs/performance.md, "Settings measured here").
     dsn = servers(data_dir).start()
     settings = "('fsync', 'synchronous_commit', 'full_page_writes', 'wal_init_zero')"
     rows = sql(dsn, f"SELECT name || '=' || setting FROM pg_settings WHERE name IN {settings}")

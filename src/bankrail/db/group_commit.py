@@ -63,32 +63,32 @@ class GroupCommit(Generic[Item, Result]):
 
     async def _flush(self) -> None:
         try:
-            await self._flush_pending()
+            while self._pending:
+                batch = self._pending[: self._max_batch]
+                del self._pending[: self._max_batch]
+                await self._commit_or_fail(batch)
         finally:
             # In the step that found nothing pending: an item submitted after it starts a
             # flusher of its own. (A task's done callbacks run a step later; counting
             # tasks until then left such an item waiting for the next submission.)
             self._flushing -= 1
 
-    async def _flush_pending(self) -> None:
-        while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
-            try:
-                await self._commit(batch)
-            except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
-                # A row of one request that storage refuses (a balance at the edge of the
-                # 64-bit range): each request alone, so that the failure is its own.
-                if len(batch) == 1:
-                    _fail(batch, exc)
-                    continue
-                for one in batch:
-                    try:
-                        await self._commit([one])
-                    except Exception as alone:
-                        _fail([one], alone)
-            except Exception as exc:
+    async def _commit_or_fail(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
+        try:
+            await self._commit(batch)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+            # A row of one request that storage refuses (a balance at the edge of the
+            # 64-bit range): each request alone, so that the failure is its own.
+            if len(batch) == 1:
                 _fail(batch, exc)
+                return
+            for one in batch:
+                try:
+                    await self._commit([one])
+                except Exception as alone:
+                    _fail([one], alone)
+        except Exception as exc:
+            _fail(batch, exc)
 
     async def _commit(self, batch: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         for attempt in range(1, ATTEMPTS + 1):

@@ -20,6 +20,26 @@ from bankrail.security.idempotent_commit import IdempotentWork
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
 
 
+def keyed_request(
+    context: AppContext,
+    request: Request,
+    *,
+    scope: str,
+    key: str,
+    body: bytes,
+    ttl: timedelta | None = None,
+) -> KeyedRequest:
+    """The request under its key in `scope`: told apart from another by its method, path and
+    `body` (the signed bytes, or a form's canonical encoding), its answer kept for `ttl`, by
+    default the configured validity."""
+    return KeyedRequest(
+        scope=scope,
+        key=key,
+        fingerprint=fingerprint(request.method, request.url.path, body),
+        ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
+    )
+
+
 def idempotency_key(request: Request) -> str | None:
     """The request's `Idempotency-Key`, the same value its signature was verified over
     (security/headers.py); RepeatedHeader (400) when the header was sent more than once."""
@@ -60,12 +80,7 @@ async def respond_once(
 
     keyed = None
     if key is not None:
-        keyed = KeyedRequest(
-            scope=scope,
-            key=key,
-            fingerprint=fingerprint(request.method, request.url.path, body),
-            ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
-        )
+        keyed = keyed_request(context, request, scope=scope, key=key, body=body, ttl=ttl)
     work = IdempotentWork(keyed, handler, now, reuse_problem, store_client_errors)
     status, payload = await context.idempotent_commit.run(work)
     return answer_response(status, payload)

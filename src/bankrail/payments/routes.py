@@ -9,7 +9,6 @@ the OpenAPI document."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -17,7 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from bankrail.core.problems import Unauthenticated
 from bankrail.http.auth import Merchant, SignedBody, bearer_token
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key
+from bankrail.http.idempotent import idempotency_key, keyed_request
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import (
     ERRORS_AUTH,
@@ -45,7 +44,6 @@ from bankrail.payments.schemas import (
     RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
-from bankrail.security.idempotency import KeyedRequest, fingerprint
 from bankrail.security.tokens import TokenError
 
 router = APIRouter(tags=["payments v3"])
@@ -74,12 +72,7 @@ async def create_payment(
     key = idempotency_key(request)
     assert key is not None  # the signature requires one
     now = context.clock.now()
-    keyed = KeyedRequest(
-        scope=f"v3:{merchant.client_id}",
-        key=key,
-        fingerprint=fingerprint(request.method, request.url.path, raw),
-        ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
-    )
+    keyed = keyed_request(context, request, scope=f"v3:{merchant.client_id}", key=key, body=raw)
     if body.payment_method.type == "mandate":
         on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
         status, answer = await context.mandate_payment_creation.create(on_mandate)

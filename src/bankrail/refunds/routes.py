@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 from fastapi import APIRouter, Request, Response
 
 from bankrail.http.auth import Merchant, SignedBody
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key
+from bankrail.http.idempotent import idempotency_key, keyed_request
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import answer_response, json_response
 from bankrail.refunds import service
 from bankrail.refunds.acceptance import RefundToAccept
 from bankrail.refunds.schemas import RefundCreated, RefundList, RefundOut, RefundRequest
-from bankrail.security.idempotency import KeyedRequest, fingerprint
 
 router = APIRouter(tags=["refunds"])
 
@@ -45,11 +43,8 @@ async def create_refund(
             reference=body.reference,
             metadata=body.metadata,
             now=now,
-            keyed=KeyedRequest(
-                scope=f"v3:{merchant.client_id}",
-                key=key,
-                fingerprint=fingerprint(request.method, request.url.path, raw),
-                ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+            keyed=keyed_request(
+                context, request, scope=f"v3:{merchant.client_id}", key=key, body=raw
             ),
         )
     )

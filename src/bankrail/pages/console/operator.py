@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -15,6 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 from bankrail.core.jsonbody import dumps, loads
 from bankrail.core.money import format_amount
 from bankrail.db.pool import Connection
+from bankrail.http.idempotent import keyed_request
 from bankrail.merchants import service as merchants_service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.models import MerchantAccount
@@ -44,7 +44,6 @@ from bankrail.pages.console.forms import (
 from bankrail.pages.console.session import SESSION_TTL, set_session_cookie
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list, screening_list
-from bankrail.security.idempotency import KeyedRequest, fingerprint
 from bankrail.security.idempotent_commit import IdempotentWork
 
 router = APIRouter(prefix="/operator", route_class=ConsoleRoute)
@@ -240,11 +239,8 @@ async def sandbox_bank_transfer(request: Request) -> Response:
     )
     keyed = None
     if key:
-        keyed = KeyedRequest(
-            scope="console:sandbox-bank-transfer",
-            key=key,
-            fingerprint=fingerprint("POST", request.url.path, body),
-            ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+        keyed = keyed_request(
+            context, request, scope="console:sandbox-bank-transfer", key=key, body=body
         )
     try:
         status, answer = await context.idempotent_commit.run(

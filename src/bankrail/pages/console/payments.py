@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -16,6 +15,7 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters
 from bankrail.db.pool import Connection
+from bankrail.http.idempotent import keyed_request
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
@@ -44,7 +44,6 @@ from bankrail.pages.console.forms import parse_amount, parse_choice, parse_day_o
 from bankrail.payments.models import PaymentStatus
 from bankrail.refunds import service as refunds_service
 from bankrail.refunds.acceptance import RefundToAccept
-from bankrail.security.idempotency import KeyedRequest, fingerprint
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -201,11 +200,8 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
                 reference=reference,
                 metadata=None,
                 now=now,
-                keyed=KeyedRequest(
-                    scope=f"console:refund:{merchant_id}",
-                    key=key,
-                    fingerprint=fingerprint("POST", request.url.path, body),
-                    ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+                keyed=keyed_request(
+                    context, request, scope=f"console:refund:{merchant_id}", key=key, body=body
                 )
                 if key
                 else None,

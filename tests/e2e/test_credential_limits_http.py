@@ -293,3 +293,17 @@ def test_wrong_operator_tokens_through_the_console_sign_in_are_refused_past_the_
         for _ in range(LIMIT + 1)
     ]
     assert statuses == [401] * LIMIT + [429], statuses
+
+
+def test_addresses_of_one_ipv6_64_count_as_one(http: httpx.Client, server: RunningServer) -> None:
+    prefix = f"2001:db8:36:{next(_addresses):x}"
+
+    def guess(index: int) -> httpx.Response:
+        wrong = {**bearer(secrets.token_urlsafe(32)), **_from(f"{prefix}::{index + 1:x}")}
+        return http.get("/admin/merchants", headers=wrong)
+
+    _spend(guess, 401)
+    right = {**bearer(server.admin_token), **_from(f"{prefix}:1:2:3:4")}
+    _assert_blocked(http.get("/admin/merchants", headers=right))
+    elsewhere = {**bearer(server.admin_token), **_from(f"2001:db8:37:{next(_addresses):x}::1")}
+    assert http.get("/admin/merchants", headers=elsewhere).status_code == 200

@@ -15,6 +15,7 @@ from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
 from bankrail.security.headers import RequestHeaders, request_headers
+from bankrail.security.ratelimit import address_key
 from bankrail.security.signing import (
     SignatureError,
     mismatch,
@@ -104,7 +105,7 @@ def record_wrong_credential(request: Request, identity: str | None = None) -> No
 
 
 def _limited_keys(request: Request, identity: str | None) -> tuple[str, ...]:
-    address = "address:" + client_address(request)
+    address = address_key(client_address(request))
     return (address, identity) if identity else (address,)
 
 

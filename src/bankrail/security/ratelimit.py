@@ -3,6 +3,8 @@ window per client address and per claimed identity), in this process's memory.""
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import math
 import time
 from collections import OrderedDict
@@ -10,7 +12,7 @@ from collections.abc import Callable
 
 from bankrail.core.problems import RATE_LIMITED, ProblemError
 
-__all__ = ["CredentialLimiter", "RateLimited", "RateLimiter"]
+__all__ = ["CredentialLimiter", "RateLimited", "RateLimiter", "address_key"]
 
 
 class RateLimited(ProblemError):
@@ -70,6 +72,24 @@ class RateLimiter:
 
 
 WRONG_CREDENTIALS = "Too many wrong credentials from this address or for this identity"
+# Longer keys (a client id or a token's `sub` are the caller's to choose) are kept as their
+# SHA-256, so that the memory a key takes is bounded as well as their number.
+_LONGEST_KEY = 100
+
+
+def address_key(host: str) -> str:
+    """The credential limiter's key of a calling address: an IPv6 address counts as its /64,
+    the smallest block a subscriber is given (one address each would let a guesser with a
+    /64 go on for ever); an IPv4 address, or an IPv4-mapped IPv6 one, as itself."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "address:" + host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return f"address:{address.ipv4_mapped}"
+        return f"address:{ipaddress.IPv6Network((address, 64), strict=False)}"
+    return f"address:{address}"
 
 
 class CredentialLimiter:
@@ -111,7 +131,7 @@ class CredentialLimiter:
         """Raise RateLimited when any of `keys` is blocked."""
         if not self._blocked:
             return
-        until = max(self._blocked.get(key, 0.0) for key in keys)
+        until = max(self._blocked.get(_bounded(key), 0.0) for key in keys)
         if until:
             now = self._now()
             if now < until:
@@ -125,7 +145,7 @@ class CredentialLimiter:
             return
         self.refuse_blocked(*keys)
         now = self._now()
-        for key in keys:
+        for key in map(_bounded, keys):
             start, count = self._counts.pop(key, (now, 0))
             if now - start >= self.window:
                 start, count = now, 0
@@ -147,3 +167,9 @@ class CredentialLimiter:
             if self._blocked[first] > now:
                 return
             del self._blocked[first]
+
+
+def _bounded(key: str) -> str:
+    if len(key) <= _LONGEST_KEY:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from bankrail.core.problems import RATE_LIMITED
-from bankrail.security.ratelimit import CredentialLimiter, RateLimited
+from bankrail.security.ratelimit import CredentialLimiter, RateLimited, address_key
 
 LIMIT = 5
 WINDOW = 60.0
@@ -148,3 +148,26 @@ def test_a_limit_of_zero_turns_the_limiter_off(clock: FakeClock) -> None:
         limiter.count_wrong("address:a", "client:x")
     assert not limiter.blocking
     limiter.refuse_blocked("address:a", "client:x")
+
+
+def test_long_keys_are_kept_by_their_digest(limiter: CredentialLimiter) -> None:
+    # A client id or a token's `sub` is the caller's to choose: a huge one is not kept whole.
+    huge = "client:" + "x" * 100_000
+    _count(limiter, LIMIT, huge)
+    assert all(len(key) <= 100 for key in limiter._blocked)
+    _refused(limiter.refuse_blocked, huge)
+    limiter.refuse_blocked(huge[:-1] + "y")  # another huge one is another key
+
+
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("203.0.113.7", "address:203.0.113.7"),
+        ("2001:db8:1:2:3:4:5:6", "address:2001:db8:1:2::/64"),
+        ("2001:DB8:1:2:ffff::1", "address:2001:db8:1:2::/64"),  # the same /64
+        ("::ffff:203.0.113.7", "address:203.0.113.7"),  # IPv4-mapped: the IPv4 address
+        ("unknown", "address:unknown"),
+    ],
+)
+def test_an_ipv6_address_counts_as_its_64(host: str, key: str) -> None:
+    assert address_key(host) == key

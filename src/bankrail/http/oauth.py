@@ -97,7 +97,8 @@ async def _read_form_or_json(request: Request) -> dict[str, Any] | None:
 )
 async def issue_token(request: Request, context: Context) -> Response:
     """Exchange client credentials for a bearer token valid for one hour of service time."""
-    # Limited per calling address, before the secret is checked, to slow down guessing.
+    # Requests per calling address, before anything is read (no client is known yet); wrong
+    # secrets are limited apart, per address and per client (refuse_if_blocked below).
     context.token_rate_limits.take(client_address(request))
     fields = await _read_form_or_json(request)
     if fields is None:

@@ -81,15 +81,15 @@ def address_key(host: str) -> str:
     """The credential limiter's key of a calling address: an IPv6 address counts as its /64,
     the smallest block a subscriber is given (one address each would let a guesser with a
     /64 go on for ever); an IPv4 address, or an IPv4-mapped IPv6 one, as itself."""
+    if ":" not in host:
+        return "address:" + host  # IPv4 (or not an address at all): as it is
     try:
-        address = ipaddress.ip_address(host)
+        address = ipaddress.IPv6Address(host)
     except ValueError:
         return "address:" + host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return f"address:{address.ipv4_mapped}"
-        return f"address:{ipaddress.IPv6Network((address, 64), strict=False)}"
-    return f"address:{address}"
+    if address.ipv4_mapped is not None:
+        return f"address:{address.ipv4_mapped}"
+    return f"address:{ipaddress.IPv6Network((address, 64), strict=False)}"
 
 
 class CredentialLimiter:
@@ -129,9 +129,12 @@ class CredentialLimiter:
 
     def refuse_blocked(self, *keys: str) -> None:
         """Raise RateLimited when any of `keys` is blocked."""
-        if not self._blocked:
+        blocked = self._blocked
+        if not blocked:
             return
-        until = max(self._blocked.get(_bounded(key), 0.0) for key in keys)
+        until = 0.0
+        for key in keys:
+            until = max(until, blocked.get(_bounded(key), 0.0))
         if until:
             now = self._now()
             if now < until:

@@ -50,7 +50,7 @@ from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.idempotent_commit import IdempotentCommit
-from bankrail.security.ratelimit import RateLimiter
+from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
 from bankrail.security.verifier import VerifierProcesses
@@ -104,6 +104,11 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst
+                ),
+                credential_limits=CredentialLimiter(
+                    settings.wrong_credential_limit,
+                    settings.wrong_credential_window_seconds,
+                    now=lambda: process.clock.now().timestamp(),  # the service clock
                 ),
                 verifier=(
                     VerifierProcesses(settings.verify_processes)

@@ -102,6 +102,10 @@ class Settings:
     rate_limit_burst: int = 2000
     token_rate_limit_per_second: float = 50.0
     token_rate_limit_burst: int = 200
+    # Wrong credentials per client address and per claimed identity within the window, past
+    # which both are refused for a window (security.ratelimit.CredentialLimiter); 0: off.
+    wrong_credential_limit: int = 100
+    wrong_credential_window_seconds: float = 60.0
     request_timeout_seconds: float = 30.0
     # The request line and headers of a request, up to and including the blank line after
     # them: a longer head is answered 431 (http/connection_guard.py).
@@ -187,6 +191,10 @@ def settings_from_env() -> Settings:
         rate_limit_burst=_env_int("BANKRAIL_RATE_LIMIT_BURST", 2000),
         token_rate_limit_per_second=_env_float("BANKRAIL_TOKEN_RATE_LIMIT_PER_SECOND", 50.0),
         token_rate_limit_burst=_env_int("BANKRAIL_TOKEN_RATE_LIMIT_BURST", 200),
+        wrong_credential_limit=_env_int("BANKRAIL_WRONG_CREDENTIAL_LIMIT", 100),
+        wrong_credential_window_seconds=_env_positive_float(
+            "BANKRAIL_WRONG_CREDENTIAL_WINDOW_SECONDS", 60.0
+        ),
         request_timeout_seconds=_env_float("BANKRAIL_REQUEST_TIMEOUT_SECONDS", 30.0),
         max_head_bytes=_env_positive_int("BANKRAIL_MAX_HEAD_BYTES", 16 * 1024),
         head_timeout_seconds=_env_positive_float("BANKRAIL_HEAD_TIMEOUT_SECONDS", 10.0),

@@ -10,7 +10,7 @@ import asyncpg
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.security.keys import PublicKeyCache
-from bankrail.security.ratelimit import RateLimiter
+from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
@@ -39,5 +39,6 @@ class AppContext:
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
+    credential_limits: CredentialLimiter = field(default_factory=lambda: CredentialLimiter(0, 1))
     # Request signatures are verified by these processes, or on the thread lane when None.
     verifier: VerifierProcesses | None = None

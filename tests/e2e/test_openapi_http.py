@@ -98,6 +98,24 @@ def test_every_authenticated_route_documents_401(spec: dict[str, Any]) -> None:
     assert not lacking, lacking
 
 
+def test_every_route_taking_a_credential_documents_429_with_retry_after(
+    spec: dict[str, Any],
+) -> None:
+    # Wrong credentials are limited per address and identity (docs/operations.md).
+    lacking = []
+    for path, method, operation in _operations(spec):
+        if not (operation.get("security") or path == "/connect/token"):
+            continue
+        answer = operation["responses"].get("429", {})
+        retry_after = answer.get("headers", {}).get("Retry-After", {})
+        if "wrong credentials" not in answer.get("description", "") or not retry_after.get(
+            "required"
+        ):
+            lacking.append(f"{method.upper()} {path}")
+    assert not lacking, lacking
+    assert spec["paths"]["/admin/merchants"]["post"]["security"] == [{"operatorToken": []}]
+
+
 def test_merchant_routes_document_403_and_their_404s(spec: dict[str, Any]) -> None:
     for path in ("/v3/merchant-accounts", "/v1/balances"):
         assert "403" in spec["paths"][path]["get"]["responses"], path

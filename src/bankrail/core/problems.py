@@ -102,7 +102,9 @@ RATE_LIMITED = ProblemType(
     "rate-limit-exceeded",
     429,
     "Rate Limit Exceeded",
-    "Too many requests from this client. Wait for the number of seconds in `Retry-After`.",
+    "Too many requests from this client, or too many wrong credentials (client secrets, "
+    "tokens, passwords) from this address or for this identity, which then refuses right "
+    "ones too for a while. Wait for the number of seconds in `Retry-After`.",
 )
 HEADERS_TOO_LARGE = ProblemType(
     "request-header-fields-too-large",

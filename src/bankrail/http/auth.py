@@ -15,6 +15,7 @@ from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
 from bankrail.security.headers import RequestHeaders, request_headers
+from bankrail.security.ratelimit import address_key
 from bankrail.security.signing import (
     SignatureError,
     mismatch,
@@ -22,7 +23,13 @@ from bankrail.security.signing import (
     verification_inputs,
     verify_any,
 )
-from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
+from bankrail.security.tokens import (
+    AccessClaims,
+    TokenError,
+    TokenExpired,
+    claimed_subject,
+    hash_secret,
+)
 
 __all__ = [
     "Admin",
@@ -33,7 +40,12 @@ __all__ = [
     "access_claims",
     "bearer_of",
     "bearer_token",
+    "client_address",
+    "client_identity",
     "may_use_mandates",
+    "operator_token_matches",
+    "record_wrong_credential",
+    "refuse_if_blocked",
     "require_mandate_scope",
     "require_operator",
     "require_payments_audience",
@@ -58,22 +70,72 @@ def bearer_of(authorization: str | None) -> str | None:
     return token.strip()
 
 
-def access_claims(authorization: str | None, context: AppContext) -> AccessClaims:
-    """The claims of the access token in an Authorization header value; raises
-    Unauthenticated (401) when it is missing or invalid. Does not charge the rate limit."""
-    token = bearer_of(authorization)
+def client_address(request: Request) -> str:
+    """The calling address, as the server reports it (X-Forwarded-For only from the proxies
+    uvicorn trusts: docs/operations.md, "Wrong credentials")."""
+    return request.client.host if request.client else "unknown"
+
+
+def client_identity(client_id: str) -> str:
+    """The identity of an API client for the credential limiter (the key its client secret,
+    its console sign-in and its access tokens share)."""
+    return "client:" + client_id
+
+
+def refuse_if_blocked(request: Request, identity: str | None = None) -> None:
+    """429 (RateLimited, with Retry-After) while the caller's address, or `identity`, is
+    blocked for presenting too many wrong credentials; call it before checking a credential
+    (a right one is refused too while blocked). While nothing is blocked it costs one test.
+
+    `identity` names whom the credential claims to be, one namespace per kind:
+    `client_identity(client_id)`, `"console-user:" + email`; None when it claims nobody in
+    particular (the operator token)."""
+    limiter = get_context(request).credential_limits
+    if limiter.blocking:
+        limiter.refuse_blocked(*_limited_keys(request, identity))
+
+
+def record_wrong_credential(request: Request, identity: str | None = None) -> None:
+    """Count a wrong credential (client secret, token, password; not a missing one, not a bad
+    request signature) against the caller's address and `identity` (as for
+    `refuse_if_blocked`); the caller then answers its own 401. Raises RateLimited (429)
+    instead, counting nothing, when either is blocked already. More than the limit within
+    the window (BANKRAIL_WRONG_CREDENTIAL_LIMIT, _WINDOW_SECONDS) blocks both."""
+    get_context(request).credential_limits.count_wrong(*_limited_keys(request, identity))
+
+
+def _limited_keys(request: Request, identity: str | None) -> tuple[str, ...]:
+    address = address_key(client_address(request))
+    return (address, identity) if identity else (address,)
+
+
+def access_claims(request: Request, context: AppContext) -> AccessClaims:
+    """The claims of the request's access token; raises Unauthenticated (401) when it is
+    missing or invalid, and RateLimited (429) while the caller is blocked for wrong
+    credentials. An invalid token (not an expired one: that was issued here) is counted as a
+    wrong credential, against the client it claims to be. Does not charge the rate limit."""
+    token = bearer_of(request.headers.get("authorization"))
     if token is None:
         raise Unauthenticated("Missing bearer access token.")
     try:
-        return context.tokens.read_access_token(token, context.clock.now())
-    except TokenError as exc:
+        claims = context.tokens.read_access_token(token, context.clock.now())
+    except TokenExpired as exc:
+        refuse_if_blocked(request)
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
+    except TokenError as exc:
+        claimed = claimed_subject(token)
+        record_wrong_credential(request, client_identity(claimed) if claimed else None)
+        raise Unauthenticated(f"Invalid access token: {exc}.") from exc
+    if context.credential_limits.blocking:
+        refuse_if_blocked(request, client_identity(claims.client_id))
+    return claims
 
 
 async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
     """The caller's access-token claims, charged to the caller's rate limit; 401 when the
-    token is missing or invalid, 429 when the client is over its rate."""
-    claims = access_claims(request.headers.get("authorization"), context)
+    token is missing or invalid, 429 when the client is over its rate or blocked for wrong
+    credentials."""
+    claims = access_claims(request, context)
     context.rate_limits.take(claims.client_id)
     return claims
 
@@ -147,13 +209,23 @@ MandateClient = Annotated[AccessClaims, Depends(_mandates_client)]
 
 
 async def require_operator(request: Request, context: AppContext) -> None:
-    """401 unless the request carries the operator token."""
+    """401 unless the request carries the operator token; a wrong one counts against the
+    caller's address, and 429 while that is blocked for wrong credentials."""
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing operator bearer token.")
-    expected = context.admin_token_hash
-    if expected is None or not hmac.compare_digest(hash_secret(token), expected):
+    refuse_if_blocked(request)
+    if not operator_token_matches(token, context):
+        record_wrong_credential(request)
         raise Unauthenticated("Invalid operator token.")
+
+
+def operator_token_matches(token: str, context: AppContext) -> bool:
+    """Whether `token` is the operator token (constant time). A wrong one claims nobody in
+    particular: it counts against the caller's address alone, so that nobody can lock the
+    operator out by guessing from many addresses."""
+    expected = context.admin_token_hash
+    return expected is not None and hmac.compare_digest(hash_secret(token), expected)
 
 
 @documents(Needs(schemes=("operatorToken",)))

@@ -13,6 +13,12 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from bankrail.http.auth import (
+    client_address,
+    client_identity,
+    record_wrong_credential,
+    refuse_if_blocked,
+)
 from bankrail.http.deps import Context
 from bankrail.http.responses import json_response
 from bankrail.security.tokens import secret_matches
@@ -91,8 +97,9 @@ async def _read_form_or_json(request: Request) -> dict[str, Any] | None:
 )
 async def issue_token(request: Request, context: Context) -> Response:
     """Exchange client credentials for a bearer token valid for one hour of service time."""
-    # Limited per calling address, before the secret is checked, to slow down guessing.
-    context.token_rate_limits.take(request.client.host if request.client else "unknown")
+    # Requests per calling address, before anything is read (no client is known yet); wrong
+    # secrets are limited apart, per address and per client (refuse_if_blocked below).
+    context.token_rate_limits.take(client_address(request))
     fields = await _read_form_or_json(request)
     if fields is None:
         return _oauth_error("invalid_request", "Send a form-encoded or JSON object body.")
@@ -114,10 +121,12 @@ async def issue_token(request: Request, context: Context) -> Response:
         return _oauth_error("invalid_request", "Fields must not contain NUL characters.")
     if grant_type != "client_credentials":
         return _oauth_error("unsupported_grant_type", "Only client_credentials is supported.")
+    refuse_if_blocked(request, client_identity(client_id))
     row = await context.pool.fetchrow(
         "SELECT merchant_id, secret_hash, scopes FROM api_clients WHERE client_id = $1", client_id
     )
     if row is None or not secret_matches(client_secret, row["secret_hash"]):
+        record_wrong_credential(request, client_identity(client_id))
         return _oauth_error("invalid_client", "Client authentication failed.")
     allowed = frozenset(row["scopes"])
     requested = frozenset(scope.split()) if isinstance(scope, str) and scope.strip() else allowed

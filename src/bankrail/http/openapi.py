@@ -51,9 +51,23 @@ ERRORS_ADMIN_IDEMPOTENT: Responses = {**ERRORS_ADMIN, **_422}
 
 _EVERY_ROUTE = (
     ("408", "Request Timeout (the head or body did not arrive in time)"),
-    ("429", "Rate Limit Exceeded"),
+    ("429", "Rate Limit Exceeded (retry after Retry-After)"),
     ("431", "Request Header Fields Too Large"),
     ("503", "Service Unavailable (retry after Retry-After)"),
+)
+
+# Every 429 says when to come back.
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Whole seconds after which the request may pass.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+# What a 429 means on an operation that checks a credential (security.ratelimit).
+_CREDENTIAL_429 = (
+    "Rate Limit Exceeded: too many requests from the client, or too many wrong credentials "
+    "from the calling address or for the identity claimed (retry after Retry-After)"
 )
 
 
@@ -201,6 +215,7 @@ def _document_needs(schema: dict[str, Any], routes: Any) -> None:
             if needs.schemes:
                 anyone: list[dict[str, list[str]]] = [{}] if needs.anonymous else []
                 operation["security"] = anyone + [{scheme: []} for scheme in needs.schemes]
+                operation["responses"]["429"]["description"] = _CREDENTIAL_429
             if method in ("GET", "HEAD"):
                 continue  # only requests with a body are signed
             if needs.signature:
@@ -318,7 +333,9 @@ def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
                 # too slow or too large (http/connection_guard.py, http/middleware.py).
                 for code, title in _EVERY_ROUTE:
                     responses.setdefault(code, {"description": title, "content": problem})
+                responses["429"].setdefault("headers", _RETRY_AFTER)
                 if path == "/connect/token":
+                    responses["429"]["description"] = _CREDENTIAL_429
                     continue  # RFC 6749 errors: the one documented exception
                 for code, answer in responses.items():
                     if code.isdigit() and int(code) >= 400:

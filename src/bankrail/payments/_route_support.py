@@ -17,7 +17,7 @@ from bankrail.http.auth import bearer_token, read_access_claims, require_payment
 from bankrail.http.deps import Context
 from bankrail.http.openapi import Needs, documents
 from bankrail.payments import service
-from bankrail.security.tokens import AccessClaims, TokenError
+from bankrail.security.tokens import AccessClaims, TokenError, TokenExpired
 
 __all__ = ["Caller", "PaymentCaller", "aliased_routes", "flow_answer"]
 
@@ -80,6 +80,9 @@ async def _payment_caller(
         raise Unauthenticated("Missing bearer token.")
     try:
         resource = context.tokens.read_resource_token(token, context.clock.now())
+    except TokenExpired as exc:
+        # A resource token this service issued, not a wrong credential of the merchant's.
+        raise Unauthenticated(f"Invalid resource token: {exc}.") from exc
     except TokenError:
         claims = require_payments_audience(await read_access_claims(request, context))
         return PaymentCaller(claims, payment_id)

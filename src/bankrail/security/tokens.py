@@ -19,7 +19,9 @@ import jwt.types
 __all__ = [
     "AccessClaims",
     "TokenError",
+    "TokenExpired",
     "TokenIssuer",
+    "claimed_subject",
     "hash_secret",
     "new_client_secret",
     "secret_matches",
@@ -42,6 +44,10 @@ _VERIFIED_CACHE_SIZE = 10_000
 
 class TokenError(ValueError):
     """The token is malformed, forged, expired or of the wrong kind."""
+
+
+class TokenExpired(TokenError):
+    """The token was issued by this service, but its time has passed."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class TokenIssuer:
         if known is not None:
             expires, claims_of_token = known
             if expires <= now.timestamp():
-                raise TokenError("token has expired")
+                raise TokenExpired("token has expired")
             return claims_of_token
         access = self._read_access_token(token, now)
         if len(self._verified) >= _VERIFIED_CACHE_SIZE:
@@ -172,9 +178,22 @@ class TokenIssuer:
         if claims.get("typ") != kind or claims.get("iss") != ISSUER:
             raise TokenError(f"not a {kind} token")
         exp = claims.get("exp")
-        if not isinstance(exp, int) or exp <= now.timestamp():
-            raise TokenError("token has expired")
+        if not isinstance(exp, int):
+            raise TokenError(f"{kind} token claims are malformed")
+        if exp <= now.timestamp():
+            raise TokenExpired("token has expired")
         return claims
+
+
+def claimed_subject(token: str) -> str | None:
+    """The `sub` a JWT claims, without verifying it (None when it is not a JWT or has none):
+    whom a token that failed verification pretended to be."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) else None
 
 
 def new_client_secret() -> str:

@@ -12,7 +12,9 @@ import pytest
 
 from bankrail.security.tokens import (
     TokenError,
+    TokenExpired,
     TokenIssuer,
+    claimed_subject,
     hash_secret,
     new_client_secret,
     secret_matches,
@@ -225,3 +227,34 @@ def test_a_forgery_of_a_remembered_token_is_refused(issuer: TokenIssuer) -> None
     other = TokenIssuer(b"x" * 32, RESOURCE_KEY)  # another service's key: not remembered here
     with pytest.raises(TokenError):
         other.read_access_token(token, NOW)
+
+
+# --- what the credential limiter counts ---------------------------------------------------
+
+
+def test_an_expired_token_is_told_apart_from_a_wrong_one(issuer: TokenIssuer) -> None:
+    # The credential limiter counts wrong tokens, not the expired ones this service issued.
+    token = _access(issuer)
+    issuer.read_access_token(token, NOW)  # remembered
+    for reader in (issuer, TokenIssuer(ACCESS_KEY, RESOURCE_KEY)):  # remembered or decoded
+        with pytest.raises(TokenExpired):
+            reader.read_access_token(token, NOW + HOUR)
+    resource = issuer.issue_resource_token(PAYMENT, NOW, timedelta(minutes=15))
+    with pytest.raises(TokenExpired):
+        issuer.read_resource_token(resource, NOW + HOUR)
+    forged_and_expired = _tamper_payload(token, scope="payments admin")
+    with pytest.raises(TokenError) as wrong:
+        issuer.read_access_token(forged_and_expired, NOW + HOUR)
+    assert not isinstance(wrong.value, TokenExpired)
+
+
+def test_claimed_subject_is_whom_a_token_pretends_to_be(issuer: TokenIssuer) -> None:
+    forged = TokenIssuer(b"x" * 32, RESOURCE_KEY).issue_access_token(
+        "victim-client", MERCHANT, frozenset({"payments"}), NOW, HOUR
+    )
+    assert claimed_subject(forged) == "victim-client"
+    assert claimed_subject(_tamper_payload(_access(issuer), sub=42)) is None
+    resource = issuer.issue_resource_token(PAYMENT, NOW, timedelta(minutes=15))
+    assert claimed_subject(resource) is None
+    for garbage in ("", "not-a-jwt", "a.b.c", "....."):
+        assert claimed_subject(garbage) is None

@@ -72,6 +72,7 @@ STATUS_TITLES = {
     404: "Not found",
     409: "Conflict",
     422: "Request already used",
+    429: "Rate Limit Exceeded",
     500: "Something went wrong",
 }
 
@@ -135,6 +136,7 @@ class ConsoleRoute(APIRoute):
                 response = error_page(
                     request, PageError(status, problem.detail, STATUS_TITLES.get(status))
                 )
+                response.headers.update(problem.headers)  # the Retry-After of a 429
             for name, value in SECURITY_HEADERS.items():
                 response.headers.setdefault(name, value)
             return response

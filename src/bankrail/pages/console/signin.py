@@ -3,11 +3,15 @@ client credentials or the operator token start a session; signing out revokes it
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from bankrail.http.auth import (
+    client_identity,
+    operator_token_matches,
+    record_wrong_credential,
+    refuse_if_blocked,
+)
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
@@ -104,14 +108,16 @@ async def login(request: Request) -> Response:
     values = {"next": target}
     if kind == "operator":
         token = text(form, "admin_token").strip()
-        expected = context.admin_token_hash
         if not token:
             errors = {"admin_token": ["Enter the operator token."]}
             return await _login_page(request, 400, errors=errors, values=values, kind=kind)
-        if expected is None or not hmac.compare_digest(hash_secret(token), expected):
+        refuse_if_blocked(request)
+        if not operator_token_matches(token, context):
+            record_wrong_credential(request)
             errors = {"admin_token": [OPERATOR_LOGIN_FAILED]}
             return await _login_page(request, 401, errors=errors, values=values, kind=kind)
-        started = new_session("operator", now, operator_key=signer.operator_key(expected))
+        operator_key = signer.operator_key(context.admin_token_hash)
+        started = new_session("operator", now, operator_key=operator_key)
         greeting = "Signed in as the operator."
     elif kind == "merchant":
         client_id = text(form, "client_id").strip()
@@ -124,6 +130,7 @@ async def login(request: Request) -> Response:
             missing["client_secret"] = ["Enter the client secret."]
         if missing:
             return await _login_page(request, 400, errors=missing, values=values, kind=kind)
+        refuse_if_blocked(request, client_identity(client_id))
         async with context.pool.acquire() as conn:
             row = await conn.fetchrow(
                 "SELECT c.merchant_id, c.secret_hash, m.name FROM api_clients c"
@@ -132,6 +139,7 @@ async def login(request: Request) -> Response:
             )
         stored = bytes(row["secret_hash"]) if row else hash_secret(client_id + "\0none")
         if not secret_matches(secret, stored) or row is None:
+            record_wrong_credential(request, client_identity(client_id))
             errors = {"client_secret": [LOGIN_FAILED]}
             return await _login_page(request, 401, errors=errors, values=values, kind=kind)
         started = new_session("merchant", now, merchant_id=row["merchant_id"], client_id=client_id)

@@ -49,7 +49,7 @@ _DROP_INVISIBLE = {
     **dict.fromkeys(_code_points("Default_Ignorable_Code_Point")),
 }
 _DROP_MARKS = dict.fromkeys(_code_points("Nonspacing_Mark"))
-_DROP_PUNCTUATION_SPACE_SPACES = {
+_DROP_PUNCTUATION_PLAIN_SPACES = {
     **dict.fromkeys(_code_points("Punctuation")),
     **dict.fromkeys(_code_points("White_Space"), " "),
 }
@@ -92,7 +92,7 @@ def name_skeleton(name: str) -> str:
         if folded == text:
             break
         text = folded
-    return " ".join(filter(None, text.translate(_DROP_PUNCTUATION_SPACE_SPACES).split(" ")))
+    return " ".join(filter(None, text.translate(_DROP_PUNCTUATION_PLAIN_SPACES).split(" ")))
 
 
 def is_listed(name: str, listed_skeletons: Collection[str]) -> bool:

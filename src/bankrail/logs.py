@@ -39,22 +39,43 @@ def redact(text: str) -> str:
     return text
 
 
+# What the logging module itself fills in from the code that logged: never request data,
+# so not worth a pass of the patterns on every line.
+_CODE_FIELDS = frozenset(
+    (
+        "name",
+        "levelname",
+        "pathname",
+        "filename",
+        "module",
+        "funcName",
+        "processName",
+        "threadName",
+        "taskName",
+    )
+)
+
+
 class _TraceAndRedact(logging.Filter):
     def __init__(self, host: str) -> None:
         super().__init__()
         self._host = host
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Add the host and trace id, then redact every text field of the record (the
+        message, the exception, and whatever the caller passed as `extra`, such as an access
+        line's `path`), so that no formatter can write a credential whichever fields it uses."""
         record.host = self._host
         trace_id = trace_id_var.get()
         record.trace_id = trace_id or None
         record.trace = trace_id or "-"
-        message = redact(record.getMessage())
-        record.msg, record.args = message, None
+        record.msg, record.args = record.getMessage(), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = redact(record.exc_text)
+        fields = vars(record)
+        for name, value in fields.items():
+            if isinstance(value, str) and name not in _CODE_FIELDS:
+                fields[name] = redact(value)
         return True
 
 

@@ -15,6 +15,7 @@ from bankrail.db.migrations import migrate
 from bankrail.db.pool import Pool, create_pool
 from bankrail.events.delivery import WebhookKey, ensure_webhook_key
 from bankrail.jobs.runner import Listener
+from bankrail.rails.screening import refresh_screening_list
 
 __all__ = ["ProcessResources", "open_process"]
 
@@ -38,8 +39,9 @@ async def open_process(
     channels: dict[str, Callable[[], None]] | None = None,
     on_clock: Callable[[], None] | None = None,
 ) -> AsyncIterator[ProcessResources]:
-    """Open the pool (migrations applied), read the service clock and the webhook key, and
-    follow the clock's changes (then call `on_clock`) and `channels` until the block ends."""
+    """Open the pool (migrations applied, the screening list's skeletons made by this
+    release), read the service clock and the webhook key, and follow the clock's changes
+    (then call `on_clock`) and `channels` until the block ends."""
     pool = await create_pool(
         dsn,
         min_size=settings.pool_min_size,
@@ -50,6 +52,7 @@ async def open_process(
     try:
         async with pool.acquire() as conn:
             await migrate(conn)
+            await refresh_screening_list(conn)
             await clock.refresh(conn)
             webhook_key = await ensure_webhook_key(conn)
     except BaseException:

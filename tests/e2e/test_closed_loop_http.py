@@ -297,3 +297,31 @@ def test_a_failed_payment_gives_no_source(operator: Operator) -> None:
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["items"] == []
+
+
+# --- screening --------------------------------------------------------------------------------
+
+
+def test_a_payout_back_to_a_source_whose_name_looks_screened_is_blocked(
+    operator: Operator,
+) -> None:
+    """The closed loop screens the source's name by the same skeleton as an open-loop payee."""
+    before = operator.get("/admin/screening-list")
+    assert before.status_code == 200, before.text
+    try:
+        listed = operator.post("/admin/screening-list", {"names": ["Evil Corp"]})
+        assert listed.status_code == 200, listed.text
+        merchant = _merchant(operator)
+        user = {"id": f"user-{uuid.uuid4()}", "name": "\u0415vil\u200b Corp."}
+        source = _settled(merchant, _pay_in(merchant, 1_000, user))["payment_source"]
+        body = _payout_body(merchant, 400, user["id"], source["id"])
+        answer = merchant.signed_post(PAYOUTS, body)
+        assert answer.status_code == 202, answer.text
+        payout = wait_record_status(
+            merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
+        )
+        assert payout["status"] == "failed", payout
+        assert payout["failure_reason"] == "blocked"
+        assert _balances(merchant) == (1_000, 1_000)
+    finally:
+        operator.post("/admin/screening-list", {"names": before.json()["names"]})

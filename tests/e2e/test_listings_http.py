@@ -3,8 +3,11 @@ each as its single GET shows it, with filters and cursor paging (docs/api.md "Li
 
 from __future__ import annotations
 
+import base64
+import uuid
 from typing import Any
 
+import pytest
 from e2e_helpers import assert_invalid, get_record, service_now
 from pay_in_helpers import authorised_pay_in, payment_body, settled_payment
 from payout_helpers import (
@@ -149,3 +152,29 @@ def test_a_bad_filter_is_a_400_naming_it(operator: Operator) -> None:
             merchant.get(path, **{"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
             "from",
         )
+
+
+def _forged_cursor(moment: str) -> str:
+    raw = f"{moment}|{uuid.uuid4()}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "moment",
+    # Valid RFC 3339 text whose instant, in UTC, falls outside the years 1 to 9999.
+    ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"],
+)
+def test_a_forged_cursor_with_an_out_of_range_time_is_a_400_on_every_listing(
+    operator: Operator, moment: str
+) -> None:
+    merchant = funded_merchant(operator)
+    account_id = merchant.accounts["GBP"]["id"]
+    cursor = _forged_cursor(moment)
+    for path in (
+        "/v3/payments",
+        "/v3/payouts",
+        "/v3/mandates",
+        "/v1/transactions",
+        f"/v3/merchant-accounts/{account_id}/transactions",
+    ):
+        assert_invalid(merchant.get(path, cursor=cursor), "cursor")

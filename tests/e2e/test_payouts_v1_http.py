@@ -404,6 +404,30 @@ def test_aml_hit_is_rejected(operator: Operator, receiver: WebhookReceiver) -> N
     assert _balance(merchant, "EUR") == (5_000, 5_000)
 
 
+@pytest.mark.usefixtures("screening")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Evil\u200b Corp",  # zero-width space
+        "Ev\u200dil Corp",  # zero-width joiner
+        "\u0415vil Corp",  # Cyrillic capital Ie
+        "Ev\u00adil Corp",  # soft hyphen
+        "Evil Corp.",  # punctuation
+    ],
+)
+def test_a_look_alike_of_a_screened_name_is_rejected(
+    operator: Operator, receiver: WebhookReceiver, name: str
+) -> None:
+    assert operator.post("/admin/screening-list", {"names": ["Evil Corp"]}).status_code == 200
+    merchant = funded_merchant(operator, receiver, eur=5_000)
+    transaction_id = _accept(merchant, _request(amount=1_000, name=name))
+    by_type = _wait_events(receiver, transaction_id, "payout_rejected")
+    assert set(by_type) == {"payout_rejected"}
+    assert by_type["payout_rejected"]["event_body"]["reason"] == "aml_check_failed"
+    assert _balance(merchant, "EUR") == (5_000, 5_000)
+    assert _payout_records(merchant, transaction_id)[0]["status"] == "rejected"
+
+
 def test_scheme_error_is_authorised_submitted_then_failed(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:

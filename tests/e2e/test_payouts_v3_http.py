@@ -332,6 +332,35 @@ def test_screened_beneficiary_is_blocked(operator: Operator, receiver: WebhookRe
     assert wait_payout_status(merchant, other, TERMINAL)["status"] == "executed"
 
 
+# Each of them looks like the listed "Evil Corp" and has to be screened as it is.
+LOOK_ALIKES_OF_EVIL_CORP = [
+    "Evil\u200b Corp",  # zero-width space
+    "Ev\u200dil Corp",  # zero-width joiner
+    "\u0415vil Corp",  # Cyrillic capital Ie
+    "Ev\u00adil Corp",  # soft hyphen
+    "Evil Corp.",  # punctuation
+]
+
+
+@pytest.mark.usefixtures("screening")
+def test_a_look_alike_of_a_screened_name_is_blocked(
+    operator: Operator, receiver: WebhookReceiver
+) -> None:
+    listed = operator.post("/admin/screening-list", {"names": ["Evil Corp"]})
+    assert listed.status_code == 200, listed.text
+    merchant = funded_merchant(operator, receiver, gbp=10_000)
+    payout_ids = [
+        create_payout(
+            merchant,
+            payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE, name=name)),
+        )
+        for name in LOOK_ALIKES_OF_EVIL_CORP
+    ]
+    for payout_id in payout_ids:
+        _assert_failed(merchant, receiver, payout_id, "blocked")
+    assert _balances(merchant, "GBP") == (10_000, 10_000)
+
+
 def test_scheme_error_fails_and_releases_the_hold(
     operator: Operator, receiver: WebhookReceiver
 ) -> None:

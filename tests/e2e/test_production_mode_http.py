@@ -244,6 +244,29 @@ def test_a_public_https_webhook_uri_is_accepted(prod_operator: Operator) -> None
     }
 
 
+# One detail for a name that does not resolve and one that resolves somewhere private: two
+# would let whoever may set a webhook URI probe which names exist inside the operator's network.
+NOT_A_PUBLIC_HOST = "must name a host that resolves only to public addresses"
+
+
+@pytest.mark.parametrize("field", ["payments_uri", "payouts_uri"])
+def test_an_internal_name_and_an_unresolvable_one_get_the_same_answer(
+    prod_operator: Operator, field: str
+) -> None:
+    merchant = prod_operator.post("/admin/merchants", {"name": "Prod Probe Ltd"}).json()
+    path = f"/admin/merchants/{merchant['id']}/webhooks"
+    answers = [
+        assert_invalid(prod_operator.put(path, {field: uri}), field)
+        for uri in (
+            "https://localhost/hooks",  # resolves, to loopback
+            "https://no-such-host.invalid/hooks",  # does not resolve
+        )
+    ]
+    internal, unresolvable = answers
+    assert internal["errors"] == unresolvable["errors"] == {field: [NOT_A_PUBLIC_HOST]}
+    assert internal["detail"] == unresolvable["detail"]
+
+
 def test_the_console_settings_form_refuses_a_private_webhook_uri(
     production: RunningServer, prod_operator: Operator
 ) -> None:
@@ -259,7 +282,14 @@ def test_the_console_settings_form_refuses_a_private_webhook_uri(
         )
         assert refused.status_code == 400, refused.text
         assert "must not point to a private or local address" in refused.text
-        assert "must not resolve to a private or local address" in refused.text
+        assert NOT_A_PUBLIC_HOST in refused.text
+        unresolvable = console.post(
+            "/console/settings/webhooks",
+            {"payments_uri": "https://no-such-host.invalid/x", "payouts_uri": ""},
+            csrf=token,
+        )
+        assert unresolvable.status_code == 400, unresolvable.text
+        assert NOT_A_PUBLIC_HOST in unresolvable.text  # the same words as for localhost
         accepted = console.post(
             "/console/settings/webhooks",
             {"payments_uri": "https://93.184.216.34/x", "payouts_uri": ""},
@@ -411,3 +441,28 @@ def test_the_log_is_json_lines_with_trace_ids_and_no_credentials(
     ):
         assert secret not in text
     assert access_token.split(".")[1] not in text  # not even the JWT's claims
+
+
+def test_a_token_in_the_path_is_redacted_in_every_field_of_the_log(
+    production: RunningServer, prod_operator: Operator
+) -> None:
+    merchant: MerchantClient = prod_operator.new_merchant("Prod Path Token Ltd")
+    access_token = fresh_token(merchant)["access_token"]
+    answer = merchant.http.get(
+        f"/v3/merchant-accounts/{access_token}", headers=bearer(access_token)
+    )
+    trace_id = answer.headers["svc-trace-id"]
+
+    def access_line() -> dict[str, Any] | None:
+        for document in _log_documents(production):
+            if document.get("logger") == "bankrail.access" and document["trace_id"] == trace_id:
+                return document
+        return None
+
+    line = wait_for(access_line, timeout=20, what="the request's access line")
+    assert line["path"] == "/v3/merchant-accounts/[redacted]"
+    assert line["status"] == answer.status_code
+    for document in _log_documents(production):
+        for name, value in document.items():
+            assert access_token not in str(value), (name, document)
+            assert access_token.split(".")[1] not in str(value), (name, document)

@@ -181,6 +181,34 @@ def test_an_exception_is_logged_in_the_same_json_line_and_redacted(
     assert "ValueError: bad form: client_secret=[redacted]" in document["exception"]
 
 
+def test_every_field_of_a_record_is_redacted_not_only_the_message(
+    capsys: pytest.CaptureFixture[str], restored_logging: None
+) -> None:
+    """An access line's `path` (a token written into a URL path) and the trace id (taken from
+    a request header) are written as fields of their own, and are redacted as the message is."""
+    configure_logging(production=True)
+    token = trace_id_var.set(f"Bearer {SECRET}")
+    try:
+        logging.getLogger("bankrail.access").info(
+            "%s %s %s",
+            "GET",
+            f"/v3/merchant-accounts/{JWT}",
+            200,
+            extra={"method": "GET", "path": f"/v3/merchant-accounts/{JWT}", "status": 200},
+        )
+    finally:
+        trace_id_var.reset(token)
+    output = capsys.readouterr().err
+    (document,) = _json_lines(output)
+    assert JWT not in output
+    assert SECRET not in output
+    assert "eyJ" not in output
+    assert document["path"] == "/v3/merchant-accounts/[redacted]"
+    assert document["message"] == "GET /v3/merchant-accounts/[redacted] 200"
+    assert document["trace_id"] == "Bearer [redacted]"
+    assert document["status"] == 200
+
+
 def test_the_sandbox_writes_text_lines_with_the_trace_id_and_redacts_too(
     capsys: pytest.CaptureFixture[str], restored_logging: None
 ) -> None:

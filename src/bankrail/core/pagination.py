@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from bankrail.core.problems import invalid_field
+from bankrail.core.timefmt import parse_rfc3339
 
 
 def encode_cursor(moment: datetime, item_id: uuid.UUID) -> str:
@@ -21,14 +22,13 @@ def encode_cursor(moment: datetime, item_id: uuid.UUID) -> str:
 
 
 def decode_cursor(cursor: str, field: str = "cursor") -> tuple[datetime, uuid.UUID]:
-    """The (time, id) position of a cursor; 400 when it is not one of ours."""
+    """The (time, id) position of a cursor, the time in UTC; 400 when it is not one of ours,
+    including a forged one whose time, moved to UTC, falls outside the years 1 to 9999 (the
+    database could not be asked about it)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         moment_text, _, id_text = raw.partition("|")
-        moment = datetime.fromisoformat(moment_text)
-        if moment.tzinfo is None:
-            raise ValueError("naive")
-        return moment, uuid.UUID(id_text)
+        return parse_rfc3339(moment_text), uuid.UUID(id_text)
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise invalid_field(field, "not a valid cursor") from exc
 

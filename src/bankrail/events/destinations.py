@@ -17,6 +17,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
 __all__ = [
+    "NOT_A_PUBLIC_HOST",
     "DestinationRefused",
     "PublicOnlyResolver",
     "check_literal_destination",
@@ -24,6 +25,11 @@ __all__ = [
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# The one answer for a host name that does not resolve and for one that resolves to a
+# non-public address: two answers would let whoever may set a webhook URI probe which names
+# exist on the operator's internal network.
+NOT_A_PUBLIC_HOST = "must name a host that resolves only to public addresses"
 
 
 class DestinationRefused(OSError):
@@ -89,6 +95,8 @@ async def webhook_destination_problem(uri: str, production: bool) -> str | None:
     Production: https only, and the host must not be, or resolve to, a loopback, private,
     link-local or otherwise reserved address, in any spelling (IPv4-mapped, IPv4-compatible,
     IPv4-translated, NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address they embed).
+    A name that does not resolve and one that resolves to a non-public address get the same
+    answer (`NOT_A_PUBLIC_HOST`).
     """
     if not production:
         return None
@@ -104,10 +112,10 @@ async def webhook_destination_problem(uri: str, production: bool) -> str | None:
             host, parts.port or 443, type=socket.SOCK_STREAM
         )
     except OSError:
-        return "must name a host that resolves"
+        return NOT_A_PUBLIC_HOST
     for info in infos:
         if not _is_public(ipaddress.ip_address(str(info[4][0]).split("%")[0])):
-            return "must not resolve to a private or local address"
+            return NOT_A_PUBLIC_HOST
     return None
 
 

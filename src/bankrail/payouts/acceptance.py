@@ -32,7 +32,7 @@ from bankrail.payouts.models import (
     decide_payout,
 )
 from bankrail.rails.schemes import scheme_for
-from bankrail.rails.screening import normalise_name
+from bankrail.rails.screening import is_listed, name_skeleton
 from bankrail.security.idempotency import (
     AnswersToStore,
     Outcome,
@@ -77,7 +77,7 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
         item["iban"] = payee.iban or None
         item["sort_code"] = payee.sort_code
         item["account_number"] = payee.account_number
-        item["normalised_name"] = normalise_name(request.beneficiary["account_holder_name"])
+        item["normalised_name"] = name_skeleton(request.beneficiary["account_holder_name"])
     return item
 
 
@@ -94,7 +94,7 @@ def _facts(row: Any) -> PayoutFacts:
         source = SourceFacts(
             row["source_id"], row["source_user_id"], row["source_name"], identifiers
         )
-        screened = normalise_name(row["source_name"]) in (row["screening_names"] or ())
+        screened = is_listed(row["source_name"], row["screening_names"] or ())
     payee = (row["payee_id"], row["payee_currency"]) if row["payee_id"] is not None else None
     return PayoutFacts(account=account, source=source, payee=payee, screened=screened)
 

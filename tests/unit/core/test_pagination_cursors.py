@@ -56,6 +56,9 @@ def _b64(raw: bytes) -> str:
         _b64(b"2026-01-02T00:00:00+00:00|not-a-uuid"),
         _b64(b"garbage|" + str(uuid.uuid4()).encode()),
         _b64(b"2026-01-02T00:00:00|" + str(uuid.uuid4()).encode()),  # naive time
+        # Valid text whose instant, moved to UTC, is outside the years 1 to 9999.
+        _b64(b"9999-12-31T23:59:59-14:00|" + str(uuid.uuid4()).encode()),
+        _b64(b"0001-01-01T00:00:00+14:00|" + str(uuid.uuid4()).encode()),
     ],
 )
 def test_garbage_cursor_is_a_400_problem(cursor: str) -> None:

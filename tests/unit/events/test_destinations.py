@@ -26,7 +26,9 @@ from bankrail.events.destinations import (
 from support.receiver import WebhookReceiver
 
 NOT_PUBLIC = "must not point to a private or local address"
-RESOLVES_PRIVATE = "must not resolve to a private or local address"
+# One answer for a name that resolves somewhere private and one that does not resolve, so
+# that setting webhook URIs cannot probe the operator's internal names.
+NOT_A_PUBLIC_HOST = "must name a host that resolves only to public addresses"
 
 NON_PUBLIC_LITERALS = [
     "127.0.0.1",
@@ -106,17 +108,18 @@ async def test_anything_but_https_is_refused_in_production(uri: str) -> None:
 
 @pytest.mark.parametrize("host", ["localhost", "LOCALHOST"])
 async def test_a_name_resolving_to_loopback_is_refused_in_production(host: str) -> None:
-    assert await webhook_destination_problem(f"https://{host}/hooks", True) == RESOLVES_PRIVATE
+    assert await webhook_destination_problem(f"https://{host}/hooks", True) == NOT_A_PUBLIC_HOST
 
 
 async def test_a_decimal_spelling_of_loopback_is_refused_in_production() -> None:
     # Not an IP literal to `ipaddress`, but the resolver reads 2130706433 as 127.0.0.1.
-    assert await webhook_destination_problem("https://2130706433/hooks", True) == RESOLVES_PRIVATE
+    assert await webhook_destination_problem("https://2130706433/hooks", True) == NOT_A_PUBLIC_HOST
 
 
-async def test_a_name_that_does_not_resolve_is_refused_in_production() -> None:
-    problem = await webhook_destination_problem("https://no-such-host.invalid/hooks", True)
-    assert problem == "must name a host that resolves"
+async def test_a_name_that_does_not_resolve_is_refused_in_production_as_a_private_one_is() -> None:
+    unresolvable = await webhook_destination_problem("https://no-such-host.invalid/hooks", True)
+    internal = await webhook_destination_problem("https://localhost/hooks", True)
+    assert unresolvable == internal == NOT_A_PUBLIC_HOST
 
 
 def _fake_dns(monkeypatch: pytest.MonkeyPatch, names: dict[str, list[str]]) -> None:
@@ -151,7 +154,7 @@ async def test_a_name_is_refused_when_any_of_its_addresses_is_private(
     assert await webhook_destination_problem("https://hooks.example.com/h", True) is None
     for name in ("mixed", "v6-link-local", "metadata", "nat64", "sixtofour", "compatible"):
         uri = f"https://{name}.example.com/h"
-        assert await webhook_destination_problem(uri, True) == RESOLVES_PRIVATE, uri
+        assert await webhook_destination_problem(uri, True) == NOT_A_PUBLIC_HOST, uri
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@
 
 -- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
 -- scope, key, merchant_id, account_id or (without it) currency, the payee's iban, sort_code
--- and account_number, the beneficiary's normalised_name, or a closed loop's source_id and
--- user_id), one row per item in item order (n from 1):
+-- and account_number, the skeleton of the beneficiary's name as normalised_name, or a closed
+-- loop's source_id and user_id), one row per item in item order (n from 1):
 --   locked: the key's advisory lock, taken for the transaction (false when another
 --     transaction holds it, or for a key's second use in the batch: the key is in flight);
 --   the answer stored under the key, read after the lock (a key committed by whoever held
@@ -21,8 +21,10 @@
 --     previous one's commit and sees its holds, in every process;
 --   a closed loop's payment source, if the user paid from it into the account;
 --   the account at Bankrail the payee's identifiers (or the source's) name;
---   whether the beneficiary's name is on the screening list (open loop), or the list's
---     names for the caller to compare a source's name against (closed loop).
+--   whether the skeleton of the beneficiary's name is a listed name's skeleton (open loop),
+--     or the listed names' skeletons for the caller to compare a source's name against
+--     (closed loop). Skeletons are computed in Python only (rails/screening.py
+--     `name_skeleton`): SQL compares them, it never decides what looks alike.
 CREATE OR REPLACE FUNCTION bankrail_read_payout_requests(p_items jsonb)
 RETURNS TABLE (
     locked boolean,

@@ -159,8 +159,9 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         console_router,
     ):
         app.include_router(router)
-    if settings.sandbox:
+    if settings.powers.sandbox_routes:
         app.include_router(sandbox_router)
+    if settings.powers.mock_providers:
         app.include_router(mock_bank_router)
         app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)

@@ -276,6 +276,7 @@ def test_staging_turns_mock_providers_on_and_production_closes_them_again(
             assert _available(merchant) == 5_000
             assert _payout_with(merchant, "fail:scheme_error")["status"] == "failed"
             assert_problem(operator.post("/sandbox/clock/advance", {"seconds": 1}), 404)
+            assert "BANKRAIL_MOCK_PROVIDERS=on" in server.log_path.read_text()  # the risk, said
 
             # A payment left at the embedded form while staging...
             left_open = _pay_in(merchant, 7_000)

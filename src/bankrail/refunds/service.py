@@ -48,8 +48,7 @@ async def advance_refund(
     conn: Connection, payload: dict[str, Any], now: datetime, *, powers: SandboxPowers
 ) -> None:
     """Take the refund's steps that are due at `now` (a job handler; runs in the job's
-    transaction): the money moves, and the terminal event is recorded, with the step. With
-    the `outcome_tokens` power, the reference's sandbox tokens decide the scheme's outcome."""
+    transaction): the money moves, and the terminal event is recorded, with the step."""
     row = await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM refunds WHERE id = $1 FOR UPDATE",
         uuid.UUID(payload["refund_id"]),

@@ -326,6 +326,10 @@ def test_the_trigger_cli_cannot_choose_outcomes_in_production(
     production: RunningServer, prod_operator: Operator
 ) -> None:
     merchant = _merchant(prod_operator, "Prod Trigger Ltd")
+    # The return URI `bankrail trigger` sends, allowed so that only the missing provider stops it.
+    allowed = ["https://merchant.example/return"]
+    path = f"/admin/merchants/{merchant.merchant_id}/return-uris"
+    assert prod_operator.put(path, {"uris": allowed}).status_code == 200
     command = [sys.executable, "-m", "bankrail", "trigger", "payment_settled"]
     options = ["--url", production.base_url, "--merchant-id", merchant.merchant_id]
     done = subprocess.run(

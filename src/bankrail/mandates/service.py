@@ -238,10 +238,9 @@ async def start_authorization(
     powers: SandboxPowers,
     field: str = "redirect.return_uri",
 ) -> Any:
-    """The payer starts the journey: the mandate becomes `authorizing`. 409 when this
-    deployment offers no provider. `return_uri` must be an absolute http(s) URI (and, with
-    `allow_listed_only`, one the merchant allowed)."""
-    require_offered(powers)
+    """The payer starts the journey: the mandate becomes `authorizing`. `return_uri` must be
+    an absolute http(s) URI (and, with `allow_listed_only`, one the merchant allowed); then
+    409 when this deployment offers no provider."""
     if return_uri is not None:
         if not is_absolute_http_uri(return_uri):
             raise invalid_field(field, "must be an absolute http(s) URI")
@@ -249,6 +248,7 @@ async def start_authorization(
             return_uri, await allowed_return_uris(conn, row["merchant_id"])
         ):
             raise invalid_field(field, NOT_ALLOWED)
+    require_offered(powers)
     if await _expire_if_due(conn, row, now) is not None:
         raise Conflict("The mandate expired: it was not authorised within 15 minutes.")
     try:

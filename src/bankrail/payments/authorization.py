@@ -154,16 +154,16 @@ async def start_authorization(
 ) -> Any:
     """The payer starts the journey: the payment becomes `authorizing`.
 
-    409 when this deployment offers no provider (`require_offered`). `return_uri`, where the
-    bank sends the payer back, must be an absolute http(s) URI; with `allow_listed_only`
-    (production mode, for a URI the caller chose) one that the merchant's allowed return URIs
-    cover, else 400 naming `field`.
+    `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
+    `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
+    allowed return URIs cover, else 400 naming `field`. Then 409 when this deployment offers
+    no provider (`require_offered`).
     """
-    require_offered(powers)
     if return_uri is not None:
         check_return_uri(return_uri, field)
         if allow_listed_only:
             await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
+    require_offered(powers)
     state = state_of(row)
     try:
         state = state.start_authorization()

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from bankrail import __version__
 from bankrail.config import Settings
 from bankrail.context import AppContext
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
@@ -58,6 +59,10 @@ from bankrail.security.verifier import VerifierProcesses
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "pages" / "static"
+MOCK_PROVIDERS_WARNING = (
+    "BANKRAIL_MOCK_PROVIDERS=on: the mock providers decide payments, so any merchant can "
+    "create balance; staging only (docs/operations.md)"
+)
 
 
 def _telemetry(enabled: bool) -> TelemetryConfig:
@@ -84,6 +89,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 log.warning(
                     "generated an operator token; it is in %s", settings.data_dir / "admin-token"
                 )
+            if not settings.sandbox and settings.powers.mock_providers:
+                log.warning(MOCK_PROVIDERS_WARNING)
             app.state.webhook_key = process.webhook_key
 
             def render(error: ProblemError) -> bytes:
@@ -143,6 +150,23 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     from bankrail.events.schemas import WEBHOOKS
 
     app.openapi = problem_json_openapi(app, WEBHOOKS)  # type: ignore[method-assign]
+    _include_routers(app, settings.powers)
+    if not any(getattr(route, "name", None) == "static" for route in app.routes):
+        # Stylesheets and provider icons of the web pages, shipped inside the package.
+        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(
+        ServiceMiddleware,
+        public_url=settings.public_url,
+        max_body_bytes=settings.max_body_bytes,
+        request_timeout=settings.request_timeout_seconds,
+        access_log=not settings.sandbox,
+    )
+    app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
+    return app
+
+
+def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
+    """Mount every router; the sandbox's and the mock bank's only with their powers."""
     for router in (
         auth_router,
         merchant_router,
@@ -164,23 +188,12 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         console_router,
     ):
         app.include_router(router)
-    if settings.sandbox:
+    if powers.sandbox_routes:
         app.include_router(sandbox_router)
+    if powers.mock_providers:
         app.include_router(mock_bank_router)
         app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
-    if not any(getattr(route, "name", None) == "static" for route in app.routes):
-        # Stylesheets and provider icons of the web pages, shipped inside the package.
-        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(
-        ServiceMiddleware,
-        public_url=settings.public_url,
-        max_body_bytes=settings.max_body_bytes,
-        request_timeout=settings.request_timeout_seconds,
-        access_log=not settings.sandbox,
-    )
-    app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
-    return app
 
 
 async def _drain_connections(settings: Settings) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from bankrail.core.powers import SandboxPowers
+
 Mode = Literal["sandbox", "production"]
 
 # A production operator token must be long and not trivially patterned (>= ~190 bits when
@@ -82,6 +84,9 @@ class Settings:
     public_url_override: str | None = None
     admin_token: str | None = None
     mode: Mode = "sandbox"
+    # Production only (a sandbox always has them): the mock providers and their payer
+    # decisions, for a staging deployment (BANKRAIL_MOCK_PROVIDERS=on; docs/operations.md).
+    mock_providers: bool = False
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
@@ -138,8 +143,13 @@ class Settings:
 
     @property
     def sandbox(self) -> bool:
-        """True when sandbox routes, clock control and the mock bank are enabled."""
+        """True in sandbox mode (what that mode allows is `powers`)."""
         return self.mode == "sandbox"
+
+    @property
+    def powers(self) -> SandboxPowers:
+        """Which sandbox powers this service has: the one place that decides them."""
+        return SandboxPowers.for_deployment(self.sandbox, self.mock_providers)
 
     def problems(self) -> list[str]:
         """What makes these settings unsafe to run with (empty when they are fine)."""
@@ -167,6 +177,9 @@ def settings_from_env() -> Settings:
     mode = os.environ.get("BANKRAIL_MODE", "sandbox")
     if mode not in ("sandbox", "production"):
         raise ValueError(f"BANKRAIL_MODE must be sandbox or production, not {mode!r}")
+    mock_providers = os.environ.get("BANKRAIL_MOCK_PROVIDERS", "off").lower() or "off"
+    if mock_providers not in ("on", "off"):
+        raise ValueError(f"BANKRAIL_MOCK_PROVIDERS must be on or off, not {mock_providers!r}")
     return Settings(
         host=os.environ.get("BANKRAIL_HOST", "127.0.0.1"),
         port=_env_int("BANKRAIL_PORT", 8080),
@@ -177,6 +190,7 @@ def settings_from_env() -> Settings:
         public_url_override=os.environ.get("BANKRAIL_PUBLIC_URL") or None,
         admin_token=os.environ.get("BANKRAIL_ADMIN_TOKEN") or None,
         mode=mode,  # type: ignore[arg-type]
+        mock_providers=mock_providers == "on",
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
         webhook_retention_seconds=_env_int("BANKRAIL_WEBHOOK_RETENTION_SECONDS", 30 * 86400),

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from bankrail.config import Settings
+from bankrail.core.powers import SandboxPowers
 from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.events.service import delete_finished_deliveries
@@ -28,13 +30,18 @@ WORKER_CHANNELS = (JOBS_CHANNEL, WEBHOOK_CHANNEL)
 """The notifications a worker follows besides the clock's: new jobs and new deliveries."""
 
 
-def register_jobs(queue: JobQueue) -> None:
-    """Give the queue a handler for every kind of job the areas schedule."""
-    queue.register(payouts_service.ADVANCE_JOB, payouts_jobs.advance_payout)
-    queue.register_batch(payouts_service.ADVANCE_JOB, payouts_jobs.advance_due_payouts)
+def register_jobs(queue: JobQueue, powers: SandboxPowers) -> None:
+    """Give the queue a handler for every kind of job the areas schedule; the rail steps
+    honour the references' outcome tokens only with that sandbox power."""
+    queue.register(payouts_service.ADVANCE_JOB, partial(payouts_jobs.advance_payout, powers=powers))
+    queue.register_batch(
+        payouts_service.ADVANCE_JOB, partial(payouts_jobs.advance_due_payouts, powers=powers)
+    )
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
-    queue.register(refunds_service.ADVANCE_JOB, refunds_service.advance_refund)
+    queue.register(
+        refunds_service.ADVANCE_JOB, partial(refunds_service.advance_refund, powers=powers)
+    )
     queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
 
 
@@ -79,7 +86,7 @@ async def run_worker(
     channels = {JOBS_CHANNEL: waker("jobs"), WEBHOOK_CHANNEL: waker("webhooks")}
     async with open_process(settings, dsn, channels=channels, on_clock=wake_all) as process:
         queue = JobQueue(process.pool, process.clock)
-        register_jobs(queue)
+        register_jobs(queue, settings.powers)
         deliveries = DeliveryWorker(
             process.pool,
             process.clock,

@@ -4,6 +4,10 @@ mode the hosted payment and mandate pages, the payment and mandate authorisation
 legacy deposit API refuse a `return_uri` they do not cover (400: problem+json naming the
 field, or an HTML page that links nowhere), so the service cannot be used as an open redirect.
 Sandbox mode stores the list and keeps accepting any absolute http(s) `return_uri`.
+
+The allow-list guards the payer's way back from a bank, so the production server here offers
+the mock providers (BANKRAIL_MOCK_PROVIDERS=on, a staging deployment): without them no flow
+starts at all (tests/e2e/test_sandbox_powers_http.py).
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ ACCEPTED_RETURN_URIS = [
 
 @pytest.fixture(scope="module")
 def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server for this module."""
-    with own_server(pg_server, {"BANKRAIL_MODE": "production"}) as running:
+    """A production-mode server for this module, with the mock providers on."""
+    env = {"BANKRAIL_MODE": "production", "BANKRAIL_MOCK_PROVIDERS": "on"}
+    with own_server(pg_server, env) as running:
         yield running
 
 

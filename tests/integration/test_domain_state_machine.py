@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import asyncpg
@@ -58,6 +59,7 @@ from hypothesis.stateful import (
 )
 
 from bankrail.core.clock import ServiceClock
+from bankrail.core.powers import SANDBOX
 from bankrail.core.problems import Conflict, InvalidParameters, ProblemError
 from bankrail.db.pool import create_pool
 from bankrail.jobs.queue import JobQueue
@@ -541,6 +543,7 @@ class DomainMachine(RuleBasedStateMachine):
                     return_uri=RETURN_URI,
                     now=self.env.clock.now(),
                     allow_listed_only=False,  # sandbox mode
+                    powers=SANDBOX,
                 )
 
         async def decide() -> None:
@@ -551,6 +554,7 @@ class DomainMachine(RuleBasedStateMachine):
                     row,
                     action,
                     self.env.clock.now(),
+                    powers=SANDBOX,
                     execution_delay=execution_units * UNIT,
                     settlement_delay=settlement_units * UNIT,
                 )
@@ -849,7 +853,7 @@ def _open_env(loop: LoopThread, dsn: str) -> Env:
             await clock.refresh(conn)
             await replace_screening_list(conn, [SCREENED_NAME])
         queue = JobQueue(pool, clock)
-        queue.register(payouts.ADVANCE_JOB, advance_payout)
+        queue.register(payouts.ADVANCE_JOB, partial(advance_payout, powers=SANDBOX))
         queue.register(payments.ADVANCE_JOB, payments.advance_payment)
         queue.register(payments.EXPIRE_JOB, payments.expire_payment)
         return Env(loop, pool, clock, queue)

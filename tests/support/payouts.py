@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import asyncpg
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.jsonbody import loads
+from bankrail.core.powers import SANDBOX
 from bankrail.core.problems import ProblemError
 from bankrail.http.problems import render_problem_bytes
 from bankrail.jobs.queue import JobQueue
@@ -134,14 +136,14 @@ async def accept_at_once(
 async def run_payout_batch(pool: asyncpg.Pool, now: datetime, limit: int = 128) -> int:
     """One payout job batch at `now`, as the job loop runs it; how many jobs it ran."""
     async with pool.acquire() as conn:
-        return await advance_due_payouts(conn, now, limit)
+        return await advance_due_payouts(conn, now, limit, powers=SANDBOX)
 
 
 def payout_queue(pool: asyncpg.Pool, clock: ServiceClock) -> JobQueue:
     """The queue as the app runs payout jobs: batches first, `advance_payout` for the rest."""
     queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
-    queue.register_batch(ADVANCE_JOB, advance_due_payouts)
+    queue.register(ADVANCE_JOB, partial(advance_payout, powers=SANDBOX))
+    queue.register_batch(ADVANCE_JOB, partial(advance_due_payouts, powers=SANDBOX))
     return queue
 
 

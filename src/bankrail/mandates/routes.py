@@ -166,8 +166,11 @@ async def start_mandate_authorization(
             return_uri=body.redirect.return_uri if body.redirect else None,
             now=now,
             allow_listed_only=not context.settings.sandbox,
+            powers=context.settings.powers,
         )
-        return 200, service.flow_answer(updated, context.settings.public_url, context.tokens, now)
+        return 200, service.flow_answer(
+            updated, context.settings.public_url, context.tokens, now, context.settings.powers
+        )
 
     return await _on_mandate(request, context, claims, mandate_id, action)
 
@@ -189,8 +192,11 @@ async def submit_mandate_provider(
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         now = context.clock.now()
-        updated = await service.select_provider(conn, row, body.provider_id, now)
-        return 200, service.flow_answer(updated, context.settings.public_url, context.tokens, now)
+        powers = context.settings.powers
+        updated = await service.select_provider(conn, row, body.provider_id, now, powers)
+        return 200, service.flow_answer(
+            updated, context.settings.public_url, context.tokens, now, powers
+        )
 
     return await _on_mandate(request, context, claims, mandate_id, action)
 
@@ -271,7 +277,12 @@ async def mock_bank_consent_action(
     async with context.pool.acquire() as conn, conn.transaction():
         row = await service.get_mandate_row(conn, mandate_id, None, lock=True)
         redirect = await service.bank_action(
-            conn, row, body.action, now, remitter_balance=body.remitter_balance_in_minor
+            conn,
+            row,
+            body.action,
+            now,
+            powers=context.settings.powers,
+            remitter_balance=body.remitter_balance_in_minor,
         )
     return json_response(202, {"redirect_uri": redirect})
 

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bankrail.core.ids import new_id
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, invalid_field
 from bankrail.core.timefmt import iso_utc
 from bankrail.core.urls import is_absolute_http_uri, with_query
@@ -54,7 +55,13 @@ from bankrail.mandates.models import (
 from bankrail.mandates.schemas import PERIODS, MandateRequest
 from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
 from bankrail.merchants.service import require_account
-from bankrail.payments.providers import Provider, find_provider, search
+from bankrail.payments.providers import (
+    Provider,
+    find_provider,
+    offered,
+    require_offered,
+    search,
+)
 from bankrail.rails.mock_bank import remitter_for
 from bankrail.security.tokens import TokenIssuer
 
@@ -97,12 +104,16 @@ PROVIDER_TOKEN_KIND = "mandate-provider"  # noqa: S105 (a token kind, not a secr
 RESOURCE_TOKEN_KIND = "mandate"  # noqa: S105
 
 
-def mandate_providers(mandate_type: str) -> list[Provider]:
-    """The general-availability providers that take mandates of this type in GBP."""
-    return [p for p in search(currencies=[CURRENCY]) if f"vrp_{mandate_type}" in p.mandates]
+def mandate_providers(mandate_type: str, powers: SandboxPowers) -> list[Provider]:
+    """The general-availability providers this deployment offers that take mandates of this
+    type in GBP."""
+    found = search(offered(powers), currencies=[CURRENCY])
+    return [p for p in found if f"vrp_{mandate_type}" in p.mandates]
 
 
 def _check_provider(provider_id: str, mandate_type: str, field: str) -> Provider:
+    # Any of the catalogue: whether this deployment offers it is asked when the payer's
+    # journey starts, as for payments.
     provider = find_provider(provider_id)
     if provider is None:
         raise invalid_field(field, f"unknown provider {provider_id!r}")
@@ -186,7 +197,9 @@ def provider_token(tokens: TokenIssuer, mandate_id: uuid.UUID, now: datetime) ->
     return tokens.issue_resource_token(mandate_id, now, CONSENT_TOKEN_TTL, kind=PROVIDER_TOKEN_KIND)
 
 
-def flow_answer(row: Any, public_url: str, tokens: TokenIssuer, now: datetime) -> dict[str, Any]:
+def flow_answer(
+    row: Any, public_url: str, tokens: TokenIssuer, now: datetime, powers: SandboxPowers
+) -> dict[str, Any]:
     """The status and, while the payer still has a step to take, the next action."""
     answer: dict[str, Any] = {"status": row["status"]}
     if row["status"] != MandateStatus.AUTHORIZING or row["bank_action"] is not None:
@@ -194,7 +207,7 @@ def flow_answer(row: Any, public_url: str, tokens: TokenIssuer, now: datetime) -
     if row["provider_id"] is None:
         action: dict[str, Any] = {
             "type": "provider_selection",
-            "providers": [p.to_api(public_url) for p in mandate_providers(row["type"])],
+            "providers": [p.to_api(public_url) for p in mandate_providers(row["type"], powers)],
         }
     else:
         uri = with_query(
@@ -222,10 +235,12 @@ async def start_authorization(
     return_uri: str | None,
     now: datetime,
     allow_listed_only: bool,
+    powers: SandboxPowers,
     field: str = "redirect.return_uri",
 ) -> Any:
     """The payer starts the journey: the mandate becomes `authorizing`. `return_uri` must be
-    an absolute http(s) URI (and, with `allow_listed_only`, one the merchant allowed)."""
+    an absolute http(s) URI (and, with `allow_listed_only`, one the merchant allowed); then
+    409 when this deployment offers no provider."""
     if return_uri is not None:
         if not is_absolute_http_uri(return_uri):
             raise invalid_field(field, "must be an absolute http(s) URI")
@@ -233,6 +248,7 @@ async def start_authorization(
             return_uri, await allowed_return_uris(conn, row["merchant_id"])
         ):
             raise invalid_field(field, NOT_ALLOWED)
+    require_offered(powers)
     if await _expire_if_due(conn, row, now) is not None:
         raise Conflict("The mandate expired: it was not authorised within 15 minutes.")
     try:
@@ -242,8 +258,11 @@ async def start_authorization(
     return await save(conn, row, state, return_uri=return_uri or row["return_uri"])
 
 
-async def select_provider(conn: Connection, row: Any, provider_id: str, now: datetime) -> Any:
-    """Record the bank the payer chose from those offered."""
+async def select_provider(
+    conn: Connection, row: Any, provider_id: str, now: datetime, powers: SandboxPowers
+) -> Any:
+    """Record the bank the payer chose from those offered (409 when none is)."""
+    require_offered(powers)
     if row["status"] != MandateStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
     provider = _check_provider(provider_id, row["type"], "provider_id")
@@ -262,10 +281,14 @@ async def bank_action(
     action: str,
     now: datetime,
     *,
+    powers: SandboxPowers,
     remitter_balance: int | None = None,
 ) -> str:
     """Apply the payer's decision at the mock bank (`Authorise`, `Reject` or `Revoke`);
-    returns where the payer goes next. Repeating the last action answers the same again."""
+    returns where the payer goes next. Repeating the last action answers the same again.
+    Every such decision comes here: 409 when this deployment does not offer the mock
+    providers."""
+    require_offered(powers)
     if row["bank_action"] == action:
         return redirect_back(row)
     expired = await _expire_if_due(conn, row, now)

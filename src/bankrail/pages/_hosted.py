@@ -21,6 +21,7 @@ from starlette.datastructures import FormData
 
 from bankrail.context import AppContext
 from bankrail.core.money import format_amount
+from bankrail.core.powers import NO_PROVIDER_AVAILABLE, SandboxPowers
 from bankrail.core.problems import NotFound, ProblemError
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.db.pool import Connection
@@ -29,7 +30,7 @@ from bankrail.merchants import service as merchants_service
 from bankrail.pages.errors import templates
 from bankrail.payments import service
 from bankrail.payments.models import PaymentStatus
-from bankrail.payments.providers import Provider, find_provider
+from bankrail.payments.providers import Provider, find_provider, offered
 from bankrail.security.tokens import TokenError
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "providers_for",
     "redirect",
     "render_page",
+    "require_providers",
     "require_return_uri",
 ]
 
@@ -316,12 +318,27 @@ async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str:
     return await merchants_service.merchant_name(conn, merchant_id) or "the merchant"
 
 
-def providers_for(row: Any) -> list[Provider]:
+def require_providers(powers: SandboxPowers, back_uri: str, merchant: str) -> None:
+    """409 page saying no bank is available, with the way back to the merchant, unless this
+    deployment offers providers (the page's form of the flow's 409 problem)."""
+    if not offered(powers):
+        raise PageError(
+            409,
+            "No bank is available",
+            "This service cannot take you to a bank at the moment, so nothing has been "
+            "changed. Please go back to the merchant and choose another way to pay.",
+            detail=NO_PROVIDER_AVAILABLE,
+            back_uri=back_uri,
+            back_label=f"Return to {merchant}",
+        )
+
+
+def providers_for(row: Any, powers: SandboxPowers) -> list[Provider]:
     """The banks the payer may pick: the preselected or chosen one, else those offered."""
     if row["provider_id"]:
         chosen = find_provider(row["provider_id"])
-        return [chosen] if chosen else []
-    return service.offered_providers(row)
+        return [chosen] if chosen in offered(powers) else []
+    return service.offered_providers(row, powers)
 
 
 def provider_view(provider: Provider) -> dict[str, str]:

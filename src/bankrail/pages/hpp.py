@@ -43,6 +43,7 @@ from bankrail.pages._hosted import (
     providers_for,
     redirect,
     render_page,
+    require_providers,
 )
 from bankrail.payments import service
 from bankrail.payments.models import PaymentStatus
@@ -99,10 +100,12 @@ async def hosted_payment_page(request: Request, context: Context) -> Response:
         merchant = await merchant_name(conn, row["merchant_id"])
     back_uri = with_query(return_uri, payment_id=str(row["id"]))
     ensure_open(row, back_uri, merchant)
+    powers = context.settings.powers
+    require_providers(powers, back_uri, merchant)
     needle = query.casefold()
     providers = [
         {**provider_view(p), "hidden": bool(needle) and needle not in p.display_name.casefold()}
-        for p in providers_for(row)
+        for p in providers_for(row, powers)
     ]
     return render_page(
         "hpp/payment.html",
@@ -145,7 +148,8 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
                     "This payment is already being authorised at another bank (perhaps in "
                     "another window). Nothing has been changed.",
                 )
-            if provider_id not in {p.id for p in providers_for(row)}:
+            powers = context.settings.powers
+            if provider_id not in {p.id for p in providers_for(row, powers)}:
                 raise PageError(
                     403,
                     "This bank cannot be chosen",
@@ -162,11 +166,12 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
                     return_uri=result_uri(public_url, row["id"], token, return_uri),
                     now=now,
                     allow_listed_only=False,
+                    powers=powers,
                 )
             if row["provider_id"] is None:
-                row = await service.select_provider(conn, row, provider_id, None, now)
+                row = await service.select_provider(conn, row, provider_id, None, now, powers)
             bank_token = service.provider_token(context.tokens, row["id"], context.clock.now())
-            action = service.next_action(row, public_url, bank_token)
+            action = service.next_action(row, public_url, bank_token, powers)
     if action["type"] == "redirect":
         return redirect(str(action["uri"]))
     if action["type"] == "form":

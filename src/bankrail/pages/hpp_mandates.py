@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 
 from bankrail.context import AppContext
 from bankrail.core.money import format_amount
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.http.deps import Context
@@ -35,8 +36,9 @@ from bankrail.pages._hosted import (
     provider_view,
     redirect,
     render_page,
+    require_providers,
 )
-from bankrail.payments.providers import Provider, find_provider
+from bankrail.payments.providers import Provider, find_provider, offered
 
 router = APIRouter(include_in_schema=False)
 
@@ -137,11 +139,11 @@ def mandate_view(row: Any, merchant: str) -> dict[str, Any]:
     }
 
 
-def _banks(row: Any) -> list[Provider]:
+def _banks(row: Any, powers: SandboxPowers) -> list[Provider]:
     if row["provider_id"]:
         chosen = find_provider(row["provider_id"])
-        return [chosen] if chosen else []
-    return mandates.mandate_providers(row["type"])
+        return [chosen] if chosen in offered(powers) else []
+    return mandates.mandate_providers(row["type"], powers)
 
 
 @router.get("/hpp/mandates", response_class=HTMLResponse)
@@ -159,10 +161,12 @@ async def hosted_mandate_page(request: Request, context: Context) -> Response:
     assert token is not None
     back_uri = with_query(return_uri, mandate_id=str(row["id"]))
     ensure_mandate_open(row, back_uri)
+    powers = context.settings.powers
+    require_providers(powers, back_uri, merchant)
     return render_page(
         "hpp/mandate.html",
         mandate=mandate_view(row, merchant),
-        providers=[provider_view(p) for p in _banks(row)],
+        providers=[provider_view(p) for p in _banks(row, powers)],
         resource_token=token,
         return_uri=return_uri,
         back_uri=back_uri,
@@ -191,7 +195,8 @@ async def choose_mandate_bank(mandate_id: str, request: Request, context: Contex
         async with conn.transaction():
             row = await mandates.get_mandate_row(conn, found["id"], None, lock=True)
             ensure_mandate_open(row, with_query(return_uri, mandate_id=str(row["id"])))
-            if provider_id not in {p.id for p in _banks(row)}:
+            powers = context.settings.powers
+            if provider_id not in {p.id for p in _banks(row, powers)}:
                 raise PageError(
                     403,
                     "This bank cannot be chosen",
@@ -200,12 +205,19 @@ async def choose_mandate_bank(mandate_id: str, request: Request, context: Contex
                 )
             if row["status"] == MandateStatus.AUTHORIZATION_REQUIRED:
                 row = await mandates.start_authorization(
-                    conn, row, return_uri=return_uri, now=now, allow_listed_only=False
+                    conn,
+                    row,
+                    return_uri=return_uri,
+                    now=now,
+                    allow_listed_only=False,
+                    powers=powers,
                 )
             if row["provider_id"] is None:
                 assert provider_id is not None
-                row = await mandates.select_provider(conn, row, provider_id, now)
-            answer = mandates.flow_answer(row, context.settings.public_url, context.tokens, now)
+                row = await mandates.select_provider(conn, row, provider_id, now, powers)
+            answer = mandates.flow_answer(
+                row, context.settings.public_url, context.tokens, now, powers
+            )
     return redirect(str(answer["authorization_flow"]["actions"]["next"]["uri"]))
 
 

@@ -117,6 +117,7 @@ async def _apply(
             row,
             action,
             context.clock.now(),
+            powers=context.settings.powers,
             execution_delay=execution_delay,
             settlement_delay=settlement_delay,
         )
@@ -317,7 +318,9 @@ async def vrp_consent_decision(request: Request, context: Context) -> Response:
             row = await mandates.get_mandate_row(conn, found["id"], None, lock=True)
             if row["bank_action"] != actions[decision]:  # the same decision answers the same
                 _ensure_at_bank(row)
-            target = await mandates.bank_action(conn, row, actions[decision], context.clock.now())
+            target = await mandates.bank_action(
+                conn, row, actions[decision], context.clock.now(), powers=context.settings.powers
+            )
             updated = await mandates.get_mandate_row(conn, row["id"], None)
             merchant = await merchant_name(conn, row["merchant_id"])
     if target:

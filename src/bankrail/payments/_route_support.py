@@ -103,6 +103,7 @@ def flow_answer(context: AppContext, row: Any) -> dict[str, Any]:
             row,
             context.settings.public_url,
             service.provider_token(context.tokens, row["id"], context.clock.now()),
+            context.settings.powers,
         )
         answer["authorization_flow"] = {"actions": {"next": action}}
     return answer

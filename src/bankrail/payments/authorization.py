@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, InvalidParameters, invalid_field
 from bankrail.core.urls import is_absolute_http_uri, with_query
 from bankrail.db.pool import Connection
@@ -24,7 +25,13 @@ from bankrail.payments.models import (
     InvalidTransition,
     PaymentStatus,
 )
-from bankrail.payments.providers import Provider, find_provider, search
+from bankrail.payments.providers import (
+    Provider,
+    find_provider,
+    offered,
+    require_offered,
+    search,
+)
 from bankrail.security.tokens import TokenIssuer
 
 __all__ = [
@@ -60,8 +67,9 @@ async def require_allowed_return_uri(
 def check_provider(
     provider_id: str, scheme_id: str | None, currency: str, prefix: str = ""
 ) -> Provider:
-    """The provider `provider_id` names, when it serves `currency` (and offers `scheme_id`);
-    400 naming its field (under `prefix`) otherwise."""
+    """The provider of the catalogue that `provider_id` names, when it serves `currency` (and
+    offers `scheme_id`); 400 naming its field (under `prefix`) otherwise. Whether this
+    deployment offers it is asked when the payer's journey starts (`start_authorization`)."""
     provider = find_provider(provider_id)
     if provider is None:
         raise invalid_field(f"{prefix}provider_id", f"unknown provider {provider_id!r}")
@@ -72,10 +80,11 @@ def check_provider(
     return provider
 
 
-def offered_providers(row: Any) -> list[Provider]:
-    """The providers a `user_selected` payment offers its payer."""
+def offered_providers(row: Any, powers: SandboxPowers) -> list[Provider]:
+    """The providers a `user_selected` payment offers its payer in this deployment."""
     chosen = row["selection_filter"] or {}
     found = search(
+        offered(powers),
         currencies=[row["currency"]],
         countries=chosen.get("countries"),
         customer_segments=chosen.get("customer_segments"),
@@ -96,12 +105,14 @@ def provider_token(tokens: TokenIssuer, payment_id: uuid.UUID, now: datetime) ->
     return tokens.issue_resource_token(payment_id, now, AUTHORIZATION_WINDOW, kind="provider")
 
 
-def next_action(row: Any, public_url: str, provider_token: str) -> dict[str, Any]:
+def next_action(
+    row: Any, public_url: str, provider_token: str, powers: SandboxPowers
+) -> dict[str, Any]:
     """What the payer must do next: pick a provider, go to the bank, or fill in a form."""
     if row["provider_id"] is None:
         return {
             "type": "provider_selection",
-            "providers": [p.to_api(public_url) for p in offered_providers(row)],
+            "providers": [p.to_api(public_url) for p in offered_providers(row, powers)],
         }
     provider = find_provider(row["provider_id"])
     assert provider is not None
@@ -138,18 +149,21 @@ async def start_authorization(
     return_uri: str | None,
     now: datetime,
     allow_listed_only: bool,
+    powers: SandboxPowers,
     field: str = "redirect.return_uri",
 ) -> Any:
     """The payer starts the journey: the payment becomes `authorizing`.
 
     `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
     `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
-    allowed return URIs cover, else 400 naming `field`.
+    allowed return URIs cover, else 400 naming `field`. Then 409 when this deployment offers
+    no provider (`require_offered`).
     """
     if return_uri is not None:
         check_return_uri(return_uri, field)
         if allow_listed_only:
             await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
+    require_offered(powers)
     state = state_of(row)
     try:
         state = state.start_authorization()
@@ -159,9 +173,15 @@ async def start_authorization(
 
 
 async def select_provider(
-    conn: Connection, row: Any, provider_id: str, scheme_id: str | None, now: datetime
+    conn: Connection,
+    row: Any,
+    provider_id: str,
+    scheme_id: str | None,
+    now: datetime,
+    powers: SandboxPowers,
 ) -> Any:
-    """Record the provider the payer chose from those offered."""
+    """Record the provider the payer chose from those offered (409 when none is)."""
+    require_offered(powers)
     if state_of(row).status is not PaymentStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
     provider = check_provider(provider_id, scheme_id, row["currency"])
@@ -169,7 +189,7 @@ async def select_provider(
         raise invalid_field(
             "provider_id", f"{provider_id} does not offer the payment's scheme {row['scheme_id']}"
         )
-    if provider.id not in {p.id for p in offered_providers(row)}:
+    if provider.id not in {p.id for p in offered_providers(row, powers)}:
         raise invalid_field("provider_id", f"{provider_id} is not offered for this payment")
     return await save(
         conn,
@@ -195,14 +215,18 @@ async def bank_action(
     action: str,
     now: datetime,
     *,
+    powers: SandboxPowers,
     execution_delay: int = 0,
     settlement_delay: int = 0,
 ) -> str:
     """Apply the payer's decision at the mock bank; returns where the payer goes next.
 
-    Repeating the action already taken answers the same again and changes nothing; another
-    action on a payment the bank already decided is a conflict.
+    Every payer decision of a mock provider (its pages, its headless action, the embedded
+    form) comes here: 409 when this deployment does not offer the mock providers. Repeating
+    the action already taken answers the same again and changes nothing; another action on a
+    payment the bank already decided is a conflict.
     """
+    require_offered(powers)
     if row["bank_action"] is not None:
         if row["bank_action"] == action:
             return redirect_back(row)

@@ -29,7 +29,7 @@ from bankrail.db.pool import Connection, Pool
 from bankrail.payments.authorization import check_provider
 from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.models import PaymentState, PaymentStatus
-from bankrail.payments.providers import search
+from bankrail.payments.providers import CATALOGUE, search
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.security.idempotency import (
     AnswersToStore,
@@ -125,7 +125,7 @@ def plan_payment(
         scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
     elif scheme_id is not None and not any(
         scheme_id in p.schemes
-        for p in search(currencies=[account.currency], release_channel="alpha")
+        for p in search(CATALOGUE, currencies=[account.currency], release_channel="alpha")
     ):
         raise invalid_field(
             "payment_method.scheme_selection.scheme_id",

@@ -86,6 +86,7 @@ async def start_authorization_flow(
             return_uri=return_uri,
             now=context.clock.now(),
             allow_listed_only=not context.settings.sandbox,
+            powers=context.settings.powers,
         )
         return 200, flow_answer(context, updated)
 
@@ -114,7 +115,12 @@ async def submit_provider_selection(
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         updated = await service.select_provider(
-            conn, row, body.provider_id, body.scheme_id, context.clock.now()
+            conn,
+            row,
+            body.provider_id,
+            body.scheme_id,
+            context.clock.now(),
+            context.settings.powers,
         )
         return 200, flow_answer(context, updated)
 
@@ -143,7 +149,13 @@ async def submit_form(
         username = body.inputs.get("psu-username")
         if not username:
             raise invalid_field("inputs.psu-username", "required")
-        await service.bank_action(conn, row, action_for_username(username), context.clock.now())
+        await service.bank_action(
+            conn,
+            row,
+            action_for_username(username),
+            context.clock.now(),
+            powers=context.settings.powers,
+        )
         updated = await service.get_payment_row(conn, row["id"], None)
         return 200, {"status": updated["status"]}
 

@@ -104,6 +104,7 @@ async def legacy_deposit(
             return_uri=body.auth_flow.return_uri,
             now=now,
             allow_listed_only=not context.settings.sandbox,
+            powers=context.settings.powers,
             field="auth_flow.return_uri",
         )
         action = flow_answer(context, row).get("authorization_flow", {}).get("actions", {})

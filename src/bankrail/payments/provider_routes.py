@@ -21,7 +21,7 @@ from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, Responses
 from bankrail.http.responses import json_response
 from bankrail.merchants.schemas import StrictModel
-from bankrail.payments.providers import Flow, Provider, find_provider, search
+from bankrail.payments.providers import Flow, Provider, find_provider, offered, search
 
 router = APIRouter()
 
@@ -202,6 +202,7 @@ async def search_providers(
     del merchant  # the catalogue is the same for every merchant
     request = body or ProviderSearchRequest()
     found = search(
+        offered(context.settings.powers),
         currencies=request.currencies,
         countries=request.countries,
         customer_segments=request.customer_segments,
@@ -219,10 +220,10 @@ async def search_providers(
     responses=ERRORS_AUTH_NOT_FOUND,
 )
 async def get_provider(provider_id: str, context: Context, merchant: Merchant) -> Response:
-    """One provider of the catalogue, whatever its release channel; unknown ids are 404."""
+    """One provider this deployment offers, whatever its release channel; other ids are 404."""
     del merchant
     provider = find_provider(provider_id)
-    if provider is None:
+    if provider is None or provider not in offered(context.settings.powers):
         shown = provider_id if len(provider_id) <= 100 else provider_id[:100] + "..."
         raise NotFound(f"No payments provider with id {shown!r}.")
     return json_response(200, provider.to_api(context.settings.public_url))
@@ -374,6 +375,7 @@ async def legacy_search_providers(
         if not wanted_currencies:  # e.g. currency=GBP with account_type=iban: nothing fits
             return json_response(200, {"results": []}, headers)
     found = search(
+        offered(context.settings.powers),
         currencies=wanted_currencies,
         countries=countries,
         release_channel=release_channel,

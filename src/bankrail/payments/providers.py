@@ -1,10 +1,14 @@
-"""The built-in catalogue of mock providers (docs/api.md) and the rules for choosing one."""
+"""The built-in catalogue of mock providers (docs/api.md), which of them a deployment offers,
+and the rules for choosing one."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from bankrail.core.powers import NO_PROVIDER_AVAILABLE, SandboxPowers
+from bankrail.core.problems import Conflict
 
 Flow = Literal["redirect", "embedded"]
 
@@ -116,8 +120,21 @@ RELEASE_CHANNELS = ("general_availability", "public_beta", "private_beta", "alph
 
 
 def find_provider(provider_id: str) -> Provider | None:
-    """The catalogue entry with this id."""
+    """The catalogue entry with this id, offered or not (a payment names its provider)."""
     return _BY_ID.get(provider_id)
+
+
+def offered(powers: SandboxPowers) -> tuple[Provider, ...]:
+    """The providers a payer can authorise at in this deployment: every mock provider when
+    its sandbox powers include them, else none (Bankrail connects to no real bank)."""
+    return CATALOGUE if powers.mock_providers else ()
+
+
+def require_offered(powers: SandboxPowers) -> None:
+    """409 saying no provider is available unless this deployment offers providers: every
+    step of a payer's journey (starting it, choosing a bank, the bank's decision) asks."""
+    if not offered(powers):
+        raise Conflict(NO_PROVIDER_AVAILABLE)
 
 
 def _channel_allows(provider: Provider, channel: str) -> bool:
@@ -126,6 +143,7 @@ def _channel_allows(provider: Provider, channel: str) -> bool:
 
 
 def search(
+    among: Iterable[Provider],
     *,
     currencies: Iterable[str] | None = None,
     countries: Iterable[str] | None = None,
@@ -133,8 +151,8 @@ def search(
     release_channel: str | None = None,
     flows: Iterable[Flow] | None = None,
 ) -> list[Provider]:
-    """Providers matching every given filter (each list matches any of its values); without
-    `release_channel`, general-availability providers only."""
+    """The providers `among` matching every given filter (each list matches any of its
+    values); without `release_channel`, general-availability providers only."""
     wanted_currencies = set(currencies) if currencies else None
     wanted_countries = set(countries) if countries else None
     wanted_segments = set(customer_segments) if customer_segments else None
@@ -142,7 +160,7 @@ def search(
     channel = release_channel or "general_availability"
     return [
         p
-        for p in CATALOGUE
+        for p in among
         if (wanted_currencies is None or wanted_currencies & set(p.currencies))
         and (wanted_countries is None or p.country_code in wanted_countries)
         and (wanted_segments is None or wanted_segments & set(p.customer_segments))

@@ -183,6 +183,7 @@ async def mock_bank_action(
             row,
             body.action,
             context.clock.now(),
+            powers=context.settings.powers,
             execution_delay=body.execution_delay_in_seconds or 0,
             settlement_delay=body.settlement_delay_in_seconds or 0,
         )

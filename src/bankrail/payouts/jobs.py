@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bankrail.core.ids import new_id
+from bankrail.core.powers import SandboxPowers
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
 from bankrail.ledger.holds import clearing_code
@@ -75,6 +76,7 @@ class _Batch:
     takes."""
 
     now: datetime
+    powers: SandboxPowers
     job_ids: list[int] = field(default_factory=list)
     # A payout's second job in the same lease: given back, not run.
     duplicate_job_ids: list[int] = field(default_factory=list)
@@ -92,7 +94,7 @@ class _Batch:
         is deleted with them; an internal transfer credits `payee_ledger_id`)."""
         if job_id is not None:
             self.job_ids.append(job_id)
-        plan = planned_advance(row, self.now)
+        plan = planned_advance(row, self.now, self.powers)
         if not plan.steps:
             return plan  # terminal: a duplicate job finds nothing to do
         state = plan.state
@@ -180,7 +182,9 @@ class _Batch:
         ]
 
 
-async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> int:
+async def advance_due_payouts(
+    conn: Connection, now: datetime, limit: int, *, powers: SandboxPowers
+) -> int:
     """Take up to `limit` due payout jobs that can run together and every payout's due
     steps, with the same states, events, activity and ledger postings as `advance_payout`
     would; returns how many jobs it ran. Commits its own work on `conn` (see
@@ -194,7 +198,7 @@ async def advance_due_payouts(conn: Connection, now: datetime, limit: int) -> in
     rows = await conn.fetch(_LEASE, now, limit, ADVANCE_JOB, LEASE)
     if not rows:
         return 0
-    batch = _Batch(now)
+    batch = _Batch(now, powers)
     seen: set[uuid.UUID] = set()
     for row in rows:
         if row["id"] in seen:
@@ -227,7 +231,9 @@ _ONE = (
 _WRITE_ONE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 34)))
 
 
-async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+async def advance_payout(
+    conn: Connection, payload: dict[str, Any], now: datetime, *, powers: SandboxPowers
+) -> None:
     """Take the payout's next steps (a job handler; runs in the job's transaction, which
     deletes the job).
 
@@ -241,7 +247,7 @@ async def advance_payout(conn: Connection, payload: dict[str, Any], now: datetim
     row = await conn.fetchrow(_ONE, uuid.UUID(payload["payout_id"]))
     if row is None:
         return
-    batch = _Batch(now)
+    batch = _Batch(now, powers)
     plan = batch.add(row, None, row["payee_ledger_id"])
     if not plan.steps:
         return  # terminal: a duplicate job finds nothing to do

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bankrail.core.iban import normalise_iban
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import (
     NotFound,
     ProblemError,
@@ -88,10 +89,10 @@ def state_of(row: Any) -> PayoutState:
     )
 
 
-def planned_advance(row: Any, now: datetime) -> Advance:
-    """The steps a payouts row takes when its job runs at `now` (its sandbox tokens decide
-    the scheme's delay and outcome)."""
-    outcome = sandbox_outcome(row["reference"])
+def planned_advance(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
+    """The steps a payouts row takes when its job runs at `now` (with the `outcome_tokens`
+    power, its sandbox tokens decide the scheme's delay and outcome)."""
+    outcome = sandbox_outcome(row["reference"], powers)
     pending_failure = row["pending_failure"]
     return advance(
         state_of(row),

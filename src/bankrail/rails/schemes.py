@@ -10,7 +10,8 @@ every path from an ordinary request (case-insensitive tokens, anywhere in the re
 | `fail:invalid_iban`  | the beneficiary bank rejects the account (v1: scheme_error) |
 | `delay:N`            | execution waits N seconds of service time (at most 30 days) |
 
-Without a token the payout succeeds at once.
+Without a token the payout succeeds at once. Only a service with the `outcome_tokens` sandbox
+power reads them (`core.powers`): in production a reference is only a reference.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bankrail.core.powers import SandboxPowers
 from bankrail.payouts.models import FailureReason
 
 INTERNAL_TRANSFER = "internal_transfer"
@@ -44,8 +46,13 @@ class SandboxOutcome:
     execution_delay_seconds: int
 
 
-def sandbox_outcome(reference: str, default_delay_seconds: int = 0) -> SandboxOutcome:
-    """Read the sandbox tokens of a beneficiary reference."""
+def sandbox_outcome(
+    reference: str, powers: SandboxPowers, default_delay_seconds: int = 0
+) -> SandboxOutcome:
+    """Read the sandbox tokens of a beneficiary reference; without the `outcome_tokens`
+    power, none: success after the default delay."""
+    if not powers.outcome_tokens:
+        return SandboxOutcome(failure=None, execution_delay_seconds=default_delay_seconds)
     failure = _FAIL.search(reference)
     delay = _DELAY.search(reference)
     return SandboxOutcome(

@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
@@ -43,7 +44,9 @@ _COLUMNS = (
 )
 
 
-async def advance_refund(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+async def advance_refund(
+    conn: Connection, payload: dict[str, Any], now: datetime, *, powers: SandboxPowers
+) -> None:
     """Take the refund's steps that are due at `now` (a job handler; runs in the job's
     transaction): the money moves, and the terminal event is recorded, with the step."""
     row = await conn.fetchrow(
@@ -52,7 +55,7 @@ async def advance_refund(conn: Connection, payload: dict[str, Any], now: datetim
     )
     if row is None:
         return
-    outcome = sandbox_outcome(row["reference"])
+    outcome = sandbox_outcome(row["reference"], powers)
     pending = row["pending_failure"]
     plan = advance(
         state_of(row),

@@ -21,6 +21,7 @@ import asyncpg
 import pytest
 
 from bankrail.core.clock import ServiceClock
+from bankrail.core.powers import SANDBOX
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payouts.jobs import LEASE, advance_payout
@@ -127,7 +128,7 @@ async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes
         batch = asyncio.create_task(run_payout_batch(pool, now, limit=1))  # leases the first job
         await until_waiting_for_a_lock(pool, "bankrail_advance_leased_payouts", batch)
         # Meanwhile the one-at-a-time path runs the second job: the payout executes.
-        await advance_payout(other, {"payout_id": str(payout_id)}, now)
+        await advance_payout(other, {"payout_id": str(payout_id)}, now, powers=SANDBOX)
         await other.execute("DELETE FROM jobs WHERE id = $1", duplicate)
     assert await batch == 0
     assert await _steps_taken(pool, account) == (1, 1)

@@ -18,6 +18,7 @@ import orjson
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.jsonbody import loads
+from bankrail.core.powers import SANDBOX
 from bankrail.core.problems import ProblemError
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.models import MerchantAccount
@@ -107,7 +108,7 @@ async def _one_by_one(pool: asyncpg.Pool, payout_ids: list[uuid.UUID], now: date
         )
         for job in jobs:
             async with conn.transaction():
-                await advance_payout(conn, job["payload"], now)
+                await advance_payout(conn, job["payload"], now, powers=SANDBOX)
                 await conn.execute("DELETE FROM jobs WHERE id = $1", job["id"])
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -15,6 +16,7 @@ import pytest
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.jsonbody import loads
+from bankrail.core.powers import SANDBOX
 from bankrail.core.problems import ProblemError
 from bankrail.jobs.queue import JobQueue
 from bankrail.ledger.service import check_ledger
@@ -36,7 +38,7 @@ async def _clock(pool: asyncpg.Pool) -> ServiceClock:
 
 def _queue(pool: asyncpg.Pool, clock: ServiceClock) -> JobQueue:
     queue = JobQueue(pool, clock)
-    queue.register(ADVANCE_JOB, advance_payout)
+    queue.register(ADVANCE_JOB, partial(advance_payout, powers=SANDBOX))
     return queue
 
 
@@ -287,7 +289,9 @@ async def test_accepted_payout_survives_a_restart_and_executes_once(pool: asyncp
     # A duplicate job for a finished payout changes nothing.
     before = await _fingerprint(pool, payout_id)
     async with pool.acquire() as conn, conn.transaction():
-        await advance_payout(conn, {"payout_id": str(payout_id)}, restarted_clock.now())
+        await advance_payout(
+            conn, {"payout_id": str(payout_id)}, restarted_clock.now(), powers=SANDBOX
+        )
     assert await _fingerprint(pool, payout_id) == before
     assert sorted(await _ledger_kinds(pool, payout_id)) == ["payout_execution", "payout_hold"]
 
@@ -334,7 +338,7 @@ async def test_advancing_a_finished_payout_again_is_a_no_op(
     before = await _fingerprint(pool, payout_id)
     for _ in range(2):
         async with pool.acquire() as conn, conn.transaction():
-            await advance_payout(conn, {"payout_id": str(payout_id)}, clock.now())
+            await advance_payout(conn, {"payout_id": str(payout_id)}, clock.now(), powers=SANDBOX)
     assert await _fingerprint(pool, payout_id) == before
     await _assert_ledger_clean(pool)
 

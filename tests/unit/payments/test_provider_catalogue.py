@@ -7,8 +7,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from bankrail.core.powers import SANDBOX, SandboxPowers
+from bankrail.core.problems import Conflict
 from bankrail.payments.provider_routes import ProviderSearchRequest
-from bankrail.payments.providers import CATALOGUE, Provider, find_provider, search
+from bankrail.payments.providers import (
+    CATALOGUE,
+    Provider,
+    find_provider,
+    offered,
+    require_offered,
+    search,
+)
 
 # The provider table of docs/sandbox.md, row by row.
 CATALOGUE_TABLE = [
@@ -119,7 +128,7 @@ def test_provider_resource_shape() -> None:
 
 
 def test_search_without_filters_returns_general_availability_only() -> None:
-    assert ids(search()) == GA_IDS
+    assert ids(search(CATALOGUE)) == GA_IDS
 
 
 @pytest.mark.parametrize(
@@ -135,7 +144,7 @@ def test_search_without_filters_returns_general_availability_only() -> None:
     ],
 )
 def test_search_by_currency(currencies: list[str], expected: list[str]) -> None:
-    assert ids(search(currencies=currencies)) == expected
+    assert ids(search(CATALOGUE, currencies=currencies)) == expected
 
 
 @pytest.mark.parametrize(
@@ -149,7 +158,7 @@ def test_search_by_currency(currencies: list[str], expected: list[str]) -> None:
     ],
 )
 def test_search_by_country(countries: list[str], expected: list[str]) -> None:
-    assert ids(search(countries=countries)) == expected
+    assert ids(search(CATALOGUE, countries=countries)) == expected
 
 
 @pytest.mark.parametrize(
@@ -162,37 +171,44 @@ def test_search_by_country(countries: list[str], expected: list[str]) -> None:
     ],
 )
 def test_search_by_customer_segment(segments: list[str], expected: list[str]) -> None:
-    assert ids(search(customer_segments=segments)) == expected
+    assert ids(search(CATALOGUE, customer_segments=segments)) == expected
 
 
 def test_search_by_flow() -> None:
-    assert ids(search(countries=["DE"], flows=["redirect"])) == ["mock-payments-de-redirect"]
-    assert ids(search(countries=["DE"], flows=["embedded"])) == ["mock-payments-de-embedded"]
-    assert ids(search(countries=["DE"], flows=["redirect", "embedded"])) == [
+    assert ids(search(CATALOGUE, countries=["DE"], flows=["redirect"])) == [
+        "mock-payments-de-redirect"
+    ]
+    assert ids(search(CATALOGUE, countries=["DE"], flows=["embedded"])) == [
+        "mock-payments-de-embedded"
+    ]
+    assert ids(search(CATALOGUE, countries=["DE"], flows=["redirect", "embedded"])) == [
         "mock-payments-de-redirect",
         "mock-payments-de-embedded",
     ]
-    assert ids(search(flows=["embedded"])) == ["mock-payments-de-embedded"]
+    assert ids(search(CATALOGUE, flows=["embedded"])) == ["mock-payments-de-embedded"]
 
 
 def test_filters_combine_with_and() -> None:
-    found = search(currencies=["EUR"], countries=["DE"], flows=["redirect"])
+    found = search(CATALOGUE, currencies=["EUR"], countries=["DE"], flows=["redirect"])
     assert ids(found) == ["mock-payments-de-redirect"]
-    assert search(currencies=["GBP"], countries=["DE"]) == []
+    assert search(CATALOGUE, currencies=["GBP"], countries=["DE"]) == []
 
 
 def test_release_channel_default_excludes_private_beta() -> None:
-    assert search(countries=["NL"]) == []
-    assert search(countries=["NL"], release_channel="general_availability") == []
-    assert search(countries=["NL"], release_channel="public_beta") == []
+    assert search(CATALOGUE, countries=["NL"]) == []
+    assert search(CATALOGUE, countries=["NL"], release_channel="general_availability") == []
+    assert search(CATALOGUE, countries=["NL"], release_channel="public_beta") == []
 
 
 def test_private_beta_channel_includes_private_beta_and_general_availability() -> None:
-    assert ids(search(countries=["NL"], release_channel="private_beta")) == [
+    assert ids(search(CATALOGUE, countries=["NL"], release_channel="private_beta")) == [
         "mock-payments-nl-redirect"
     ]
-    assert ids(search(release_channel="private_beta")) == [*GA_IDS, "mock-payments-nl-redirect"]
-    assert ids(search(release_channel="alpha")) == [p.id for p in CATALOGUE]
+    assert ids(search(CATALOGUE, release_channel="private_beta")) == [
+        *GA_IDS,
+        "mock-payments-nl-redirect",
+    ]
+    assert ids(search(CATALOGUE, release_channel="alpha")) == [p.id for p in CATALOGUE]
 
 
 @pytest.mark.parametrize(
@@ -232,3 +248,14 @@ def test_search_body_is_strict(body: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         ProviderSearchRequest.model_validate(body)
     assert {str(e["loc"][0]) for e in caught.value.errors()} == {field}
+
+
+def test_a_deployment_without_mock_providers_offers_none() -> None:
+    production = SandboxPowers.for_deployment(sandbox=False, mock_providers=False)
+    assert offered(production) == ()
+    assert search(offered(production), release_channel="alpha") == []
+    with pytest.raises(Conflict, match="No payment provider is available"):
+        require_offered(production)
+    staging = SandboxPowers.for_deployment(sandbox=False, mock_providers=True)
+    assert offered(staging) == offered(SANDBOX) == CATALOGUE
+    require_offered(staging)

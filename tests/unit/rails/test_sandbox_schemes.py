@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bankrail.core.powers import SANDBOX, SandboxPowers
 from bankrail.payouts.models import FailureReason
 from bankrail.rails.schemes import (
     FASTER_PAYMENTS,
@@ -37,7 +38,9 @@ def test_scheme_for(currency: str, internal: bool, expected: str) -> None:
 
 @pytest.mark.parametrize("reference", ["", "invoice 42", "payout", "failure", "fail:", "delay"])
 def test_no_token_means_immediate_success(reference: str) -> None:
-    assert sandbox_outcome(reference) == SandboxOutcome(failure=None, execution_delay_seconds=0)
+    assert sandbox_outcome(reference, SANDBOX) == SandboxOutcome(
+        failure=None, execution_delay_seconds=0
+    )
 
 
 @pytest.mark.parametrize(
@@ -55,7 +58,7 @@ def test_no_token_means_immediate_success(reference: str) -> None:
     ],
 )
 def test_failure_tokens_anywhere_any_case(reference: str, reason: FailureReason) -> None:
-    outcome = sandbox_outcome(reference)
+    outcome = sandbox_outcome(reference, SANDBOX)
     assert outcome.failure is reason
     assert outcome.execution_delay_seconds == 0
 
@@ -72,7 +75,7 @@ def test_failure_tokens_anywhere_any_case(reference: str, reason: FailureReason)
     ],
 )
 def test_unknown_or_malformed_failure_tokens_are_ignored(reference: str) -> None:
-    assert sandbox_outcome(reference).failure is None
+    assert sandbox_outcome(reference, SANDBOX).failure is None
 
 
 @pytest.mark.parametrize(
@@ -89,36 +92,44 @@ def test_unknown_or_malformed_failure_tokens_are_ignored(reference: str) -> None
     ],
 )
 def test_delay_tokens(reference: str, seconds: int) -> None:
-    outcome = sandbox_outcome(reference)
+    outcome = sandbox_outcome(reference, SANDBOX)
     assert outcome.execution_delay_seconds == seconds
     assert outcome.failure is None
 
 
 @pytest.mark.parametrize("reference", ["delay:", "delay:abc", "delay: 10", "delay=10", "delay-10"])
 def test_malformed_delay_falls_back_to_the_default(reference: str) -> None:
-    assert sandbox_outcome(reference).execution_delay_seconds == 0
-    assert sandbox_outcome(reference, 17).execution_delay_seconds == 17
+    assert sandbox_outcome(reference, SANDBOX).execution_delay_seconds == 0
+    assert sandbox_outcome(reference, SANDBOX, 17).execution_delay_seconds == 17
 
 
 def test_default_delay_applies_without_a_token() -> None:
-    assert sandbox_outcome("invoice 42", 120) == SandboxOutcome(None, 120)
+    assert sandbox_outcome("invoice 42", SANDBOX, 120) == SandboxOutcome(None, 120)
 
 
 def test_explicit_delay_overrides_the_default() -> None:
-    assert sandbox_outcome("delay:3", 120).execution_delay_seconds == 3
-    assert sandbox_outcome("delay:0", 120).execution_delay_seconds == 0
+    assert sandbox_outcome("delay:3", SANDBOX, 120).execution_delay_seconds == 3
+    assert sandbox_outcome("delay:0", SANDBOX, 120).execution_delay_seconds == 0
 
 
 def test_failure_and_delay_combine() -> None:
-    assert sandbox_outcome("delay:60 fail:scheme_error") == SandboxOutcome(
+    assert sandbox_outcome("delay:60 fail:scheme_error", SANDBOX) == SandboxOutcome(
         FailureReason.SCHEME_ERROR, 60
     )
-    assert sandbox_outcome("FAIL:server_error;DELAY:7", 1) == SandboxOutcome(
+    assert sandbox_outcome("FAIL:server_error;DELAY:7", SANDBOX, 1) == SandboxOutcome(
         FailureReason.SERVER_ERROR, 7
     )
 
 
 def test_first_token_wins_when_repeated() -> None:
-    outcome = sandbox_outcome("fail:server_error fail:scheme_error delay:5 delay:9")
+    outcome = sandbox_outcome("fail:server_error fail:scheme_error delay:5 delay:9", SANDBOX)
     assert outcome.failure is FailureReason.SERVER_ERROR
     assert outcome.execution_delay_seconds == 5
+
+
+@pytest.mark.parametrize("reference", ["fail:scheme_error", "delay:600", "FAIL:invalid_iban"])
+def test_without_the_outcome_tokens_power_a_reference_chooses_nothing(reference: str) -> None:
+    production = SandboxPowers.for_deployment(sandbox=False, mock_providers=False)
+    assert sandbox_outcome(reference, production, 5) == SandboxOutcome(None, 5)
+    staging = SandboxPowers.for_deployment(sandbox=False, mock_providers=True)
+    assert sandbox_outcome(reference, staging) == sandbox_outcome(reference, SANDBOX)

@@ -309,7 +309,7 @@ def render(request: Request, template: str, status: int = 200, **values: Any) ->
         viewer=viewer,
         u=viewer.url if viewer else plain_url,
         flash=flash,
-        sandbox=context.settings.sandbox,
+        sandbox=context.settings.powers.sandbox_routes,
         now=context.clock.now(),
         **values,
     )

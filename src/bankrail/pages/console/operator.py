@@ -181,7 +181,7 @@ async def save_screening_list(request: Request) -> Response:
 
 
 def _require_sandbox(request: Request) -> None:
-    if not app_context(request).settings.sandbox:
+    if not app_context(request).settings.powers.sandbox_routes:
         raise PageError(404, "The sandbox controls exist only in sandbox mode.")
 
 

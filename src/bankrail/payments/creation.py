@@ -174,7 +174,7 @@ class _Write:
 
 
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
-_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 async def create_payments(

@@ -86,7 +86,7 @@ _TAKEN = (
     " FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[])"
     " WITH ORDINALITY AS x (mandate_id, start, stop, n)"
 )
-_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 async def create_mandate_payments(

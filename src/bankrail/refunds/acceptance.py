@@ -86,7 +86,7 @@ class _Write:
 
 _READ = "SELECT * FROM bankrail_read_refund_requests($1::jsonb)"
 _WRITE = "SELECT bankrail_write_refund_acceptances({})".format(
-    ", ".join(f"${i}" for i in range(1, 26))
+    ", ".join(f"${i}" for i in range(1, 27))
 )
 
 

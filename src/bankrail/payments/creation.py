@@ -170,7 +170,7 @@ class _Write:
     answers: AnswersToStore = field(default_factory=AnswersToStore)
 
     def arguments(self) -> list[Any]:
-        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
 
 
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"

@@ -74,7 +74,7 @@ class _Write:
     taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
 
     def arguments(self) -> list[Any]:
-        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
 
 
 _READ = "SELECT * FROM bankrail_read_mandate_payment_requests($1::jsonb)"

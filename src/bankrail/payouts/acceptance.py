@@ -110,7 +110,14 @@ class _Write:
     holds: BatchHolds = field(default_factory=BatchHolds)
 
     def arguments(self) -> list[Any]:
-        return [self.payouts, ADVANCE_JOB, *self.answers.arguments(), *self.holds.arguments()]
+        answers = self.answers
+        return [
+            self.payouts,
+            ADVANCE_JOB,
+            *answers.arguments(),
+            *self.holds.arguments(),
+            answers.signatures(),
+        ]
 
 
 _READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"

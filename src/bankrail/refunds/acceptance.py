@@ -81,6 +81,7 @@ class _Write:
             list(self.refunded.values()),
             *self.answers.arguments(),
             *self.holds.arguments(),
+            self.answers.signatures(),
         ]
 
 

@@ -170,9 +170,15 @@ class AnswersToStore:
         return bool(self._rows)
 
     def arguments(self) -> list[list[Any]]:
-        """The function's seven arrays: scopes, keys, fingerprints, statuses, bodies, dates,
-        signatures."""
-        return [list(column) for column in zip(*self._rows, strict=True)] or [[]] * 7
+        """The function's first six arrays: scopes, keys, fingerprints, statuses, bodies,
+        dates."""
+        return [list(column) for column in zip(*self._rows, strict=True)][:6] or [[]] * 6
+
+    def signatures(self) -> list[bytes | None]:
+        """Its last array: the signatures, each request's (None: unsigned). The functions
+        that store answers take them last, so that a caller of the release before, which
+        does not pass them, still calls the same function."""
+        return [row[6] for row in self._rows]
 
 
 def refusal(problem: ProblemError, render_problem: ProblemRenderer | None, store: bool) -> Outcome:

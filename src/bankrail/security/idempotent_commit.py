@@ -85,7 +85,7 @@ async def run_batch(
             answers.add(keyed, result, work.now)
         results.append(result)
     if answers:
-        await conn.execute(_STORE, *answers.arguments())
+        await conn.execute(_STORE, *answers.arguments(), answers.signatures())
     return results
 
 

@@ -4,6 +4,7 @@ Promise: every batch read that claims keys (the generic claim and the acceptance
 payouts, payments, payments on mandates and refunds) claims them through the one function
 `bankrail_claimed_keys`, in the same statement: each request learns, with its key's lock and
 stored answer, whether its signature was accepted before. No read claims keys another way.
+The functions that store answers still take the argument lists of the release before.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -74,3 +76,22 @@ async def test_each_read_tells_which_signatures_were_accepted_before(
         (True, False),
         (True, False),
     ]
+
+
+@pytest.mark.parametrize(
+    ("function", "arguments"),
+    [
+        ("bankrail_store_idempotent_answers", [[]] * 6),
+        ("bankrail_write_payment_creations", [[], "job", *[[]] * 6]),
+        ("bankrail_write_payout_acceptances", [[], "job", *[[]] * 21]),
+        ("bankrail_write_refund_acceptances", [[], "job", *[[]] * 23]),
+    ],
+)
+async def test_the_release_before_still_stores_answers_without_signatures(
+    pool: asyncpg.Pool, function: str, arguments: list[Any]
+) -> None:
+    # During a rolling upgrade a host of the release before calls these with the argument
+    # lists it knows: the signatures come last, with a default (docs/operations.md).
+    placeholders = ", ".join(f"${n}" for n in range(1, len(arguments) + 1))
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(f"SELECT {function}({placeholders})", *arguments)

@@ -17,7 +17,8 @@ $$;
 -- Stores answers under their keys (a later answer under a key replaces an expired one),
 -- and remembers the signatures the requests were accepted with (p_signatures: the SHA-256
 -- of each one's signature, security.signing.signature_digest; null for an unsigned request)
--- until the replay window ends (jobs/pruning.py).
+-- until the replay window ends (jobs/pruning.py). p_signatures comes last, with a default,
+-- so that the release before, which stores no signatures, calls this function too.
 CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(
     p_scopes text[],
     p_keys text[],
@@ -25,7 +26,7 @@ CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(
     p_statuses integer[],
     p_bodies bytea[],
     p_at timestamptz[],
-    p_signatures bytea[]
+    p_signatures bytea[] DEFAULT NULL
 ) RETURNS void LANGUAGE sql AS $$
     INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
     SELECT * FROM unnest(p_scopes, p_keys, p_fingerprints, p_statuses, p_bodies, p_at)

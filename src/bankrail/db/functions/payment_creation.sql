@@ -63,7 +63,7 @@ CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_answer_statuses integer[],
     p_answer_bodies bytea[],
     p_answer_at timestamptz[],
-    p_answer_signatures bytea[]
+    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan

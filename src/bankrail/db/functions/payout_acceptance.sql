@@ -135,7 +135,6 @@ CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
     p_answer_statuses integer[],
     p_answer_bodies bytea[],
     p_answer_at timestamptz[],
-    p_answer_signatures bytea[],
     p_hold_ids uuid[],
     p_hold_payouts uuid[],
     p_hold_from bigint[],
@@ -150,7 +149,8 @@ CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
     p_event_families text[],
     p_event_types text[],
     p_event_payloads bytea[],
-    p_event_at timestamptz[]
+    p_event_at timestamptz[],
+    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan

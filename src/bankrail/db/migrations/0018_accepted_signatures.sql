@@ -26,8 +26,11 @@ UPDATE idempotency_keys k SET scope = 'v3:' || c.merchant_id
     FROM api_clients c
     WHERE k.scope = 'v3:' || c.client_id;
 
--- The functions whose arguments or results change with this (db/functions/: the claim
--- reads return signature_used; the answer writes take the signatures to remember).
+-- The functions whose arguments or results change with this (db/functions/). The writes
+-- that store answers take the signatures to remember as a last argument with a default:
+-- with their old argument lists dropped, a call of the release before (which passes none)
+-- is a call of the new function, during a rolling upgrade. The claim reads return one more
+-- column, signature_used; the release before reads theirs by name.
 DROP FUNCTION IF EXISTS bankrail_claim_idempotency_keys(jsonb);
 DROP FUNCTION IF EXISTS bankrail_store_idempotent_answers(
     text[], text[], bytea[], integer[], bytea[], timestamptz[]);

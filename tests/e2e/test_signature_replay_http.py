@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 from e2e_helpers import assert_problem
+from mandate_helpers import mandate_body
 from pay_in_helpers import advance_clock, balances, payment_body
 from payout_helpers import (
     PATH,
@@ -133,6 +134,25 @@ def test_a_captured_payment_is_replayed_within_its_window_and_refused_after(
     assert "already used" in refused["detail"]
     listed = merchant.get("/v3/payments").json()["items"]
     assert [payment["id"] for payment in listed] == [first.json()["id"]]
+
+
+def test_a_captured_mandate_is_replayed_within_its_window_and_refused_after(
+    operator: Operator,
+) -> None:
+    # The mandate, payment-flow and legacy POSTs are answered by respond_once: the same rule.
+    merchant = funded_merchant(operator)
+    captured = _capture(merchant, "/v3/mandates", mandate_body(merchant), key=str(uuid.uuid4()))
+    first = _send(merchant, captured, merchant.token())
+    assert first.status_code == 201, first.text
+    replayed = _send(merchant, captured, _other_clients_token(operator, merchant))
+    assert (replayed.status_code, replayed.content) == (201, first.content)
+
+    advance_clock(operator, KEY_WINDOW_SECONDS + 1)
+    merchant.forget_token()
+    refused = assert_problem(_send(merchant, captured, merchant.token()), 409, "Conflict")
+    assert "already used" in refused["detail"]
+    listed = merchant.get("/v3/mandates").json()["items"]
+    assert [mandate["id"] for mandate in listed] == [first.json()["id"]]
 
 
 def test_a_captured_v1_payout_is_answered_202_again_however_late(operator: Operator) -> None:

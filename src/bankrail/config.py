@@ -90,11 +90,15 @@ class Settings:
     pool_min_size: int = 2
     pool_max_size: int = 20
     idempotency_ttl_seconds: int = 6 * 3600
+    # How long the signature of an accepted request is remembered, in service time: within
+    # it the same signed request never takes effect again, even once its key has expired.
+    signature_replay_window_seconds: int = 30 * 86400
     # How long a finished webhook delivery (delivered, discarded or skipped), its attempts
     # and its event are kept after its last change, in service time.
     webhook_retention_seconds: int = 30 * 86400
-    # How often what is kept only for a while (expired idempotency answers, finished webhook
-    # deliveries) is deleted, and the most rows one statement deletes (jobs/pruning.py).
+    # How often what is kept only for a while (expired idempotency answers, accepted
+    # signatures past the replay window, finished webhook deliveries) is deleted, and the
+    # most rows one statement deletes (jobs/pruning.py).
     prune_interval_seconds: float = 60.0
     prune_batch: int = 1000
     access_token_ttl_seconds: int = 3600
@@ -194,6 +198,9 @@ def settings_from_env() -> Settings:
         pool_max_size=_env_int("BANKRAIL_DB_POOL_SIZE", 20),
         idempotency_ttl_seconds=_env_int("BANKRAIL_IDEMPOTENCY_TTL_SECONDS", 6 * 3600),
         webhook_retention_seconds=_env_int("BANKRAIL_WEBHOOK_RETENTION_SECONDS", 30 * 86400),
+        signature_replay_window_seconds=_env_positive_int(
+            "BANKRAIL_SIGNATURE_REPLAY_WINDOW_SECONDS", 30 * 86400
+        ),
         # BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS is the name this setting had when it
         # pruned idempotency answers alone.
         prune_interval_seconds=_env_float(

@@ -22,7 +22,7 @@ from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
 from bankrail.process import ProcessResources, open_process
 from bankrail.refunds import service as refunds_service
-from bankrail.security.idempotency import delete_expired
+from bankrail.security.idempotency import delete_expired, delete_forgotten_signatures
 
 __all__ = ["WORKER_CHANNELS", "register_jobs", "retentions", "run_worker"]
 
@@ -54,6 +54,11 @@ def retentions(settings: Settings) -> list[Retention]:
             "expired idempotency keys",
             timedelta(seconds=settings.idempotency_ttl_seconds),
             delete_expired,
+        ),
+        Retention(
+            "accepted signatures past the replay window",
+            timedelta(seconds=settings.signature_replay_window_seconds),
+            delete_forgotten_signatures,
         ),
         Retention(
             "finished webhook deliveries",

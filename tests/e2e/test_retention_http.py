@@ -1,6 +1,7 @@
 """Bounded growth over HTTP: under steady load, with the service clock driven past the
-retention windows, the worker deletes expired idempotency answers and finished webhook
-deliveries (with their attempts and events), so the tables stay flat; a delivery still
+retention windows, the worker deletes expired idempotency answers, accepted signatures past
+the replay window and finished webhook deliveries (with their attempts and events), so the
+tables stay flat; a delivery still
 pending is kept whatever its age (docs/operations.md, "Retention")."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def retaining_server(pg_server: str) -> Iterator[RunningServer]:
         "BANKRAIL_PRUNE_BATCH": "50",  # several batches per pass
         "BANKRAIL_IDEMPOTENCY_TTL_SECONDS": str(RETENTION_SECONDS),
         "BANKRAIL_WEBHOOK_RETENTION_SECONDS": str(RETENTION_SECONDS),
+        "BANKRAIL_SIGNATURE_REPLAY_WINDOW_SECONDS": str(RETENTION_SECONDS),
     }
     with own_server(pg_server, env) as running:
         yield running
@@ -44,7 +46,13 @@ def _value(server: RunningServer, query: str, *args: object) -> int:
 def _sizes(server: RunningServer) -> dict[str, int]:
     return {
         table: _value(server, f"SELECT count(*) FROM {table}")
-        for table in ("idempotency_keys", "webhook_deliveries", "webhook_attempts", "events")
+        for table in (
+            "idempotency_keys",
+            "accepted_signatures",
+            "webhook_deliveries",
+            "webhook_attempts",
+            "events",
+        )
     }
 
 
@@ -119,6 +127,8 @@ def test_tables_stay_flat_under_load_and_pending_deliveries_are_kept(
                             retaining_server,
                             "SELECT count(*) FROM idempotency_keys WHERE scope LIKE 'v3:%'",
                         )
+                        == 0
+                        and _value(retaining_server, "SELECT count(*) FROM accepted_signatures")
                         == 0
                         and _value(
                             retaining_server,

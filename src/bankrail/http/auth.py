@@ -20,6 +20,7 @@ from bankrail.security.signing import (
     SignatureError,
     mismatch,
     parse_signature,
+    signature_digest,
     verification_inputs,
     verify_any,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "MandateClient",
     "Merchant",
     "SignedBody",
+    "accepted_signature",
     "access_claims",
     "bearer_of",
     "bearer_token",
@@ -246,6 +248,7 @@ async def verify_signature(
     allow_body_only: bool = False,
 ) -> bytes:
     """Verify the request's signature with the caller's registered key; returns the body.
+    The signature's digest is then the request's `accepted_signature`.
 
     The headers are the request's `RequestHeaders` (security/headers.py), the very values the
     idempotency layer reads: a repeated signature header, `Idempotency-Key`, or header named
@@ -254,7 +257,7 @@ async def verify_signature(
     headers.require_once((*names, "Idempotency-Key"))
     body = await request.body()
     raw_path = request.scope.get("raw_path")
-    await _verify_signed_request(
+    request.state.signature_digest = await _verify_signed_request(
         context,
         claims,
         method=request.method,
@@ -281,10 +284,11 @@ async def _verify_signed_request(
     names: tuple[str, ...] = ("Svc-Signature", "X-SVC-Signature"),
     require_idempotency_key: bool = True,
     allow_body_only: bool = False,
-) -> None:
+) -> bytes:
     """Check `signature` (the value of the first of `names` present) over the request with
-    the caller's registered key; raises Unauthenticated (401) when it does not verify, and
-    RepeatedHeader (400) when a header the signature covers was sent more than once.
+    the caller's registered key and return its `signature_digest`; raises Unauthenticated
+    (401) when it does not verify, and RepeatedHeader (400) when a header the signature
+    covers was sent more than once.
 
     `path` is the path as sent."""
     if signature is None:
@@ -317,6 +321,14 @@ async def _verify_signed_request(
             raise mismatch(parsed)
     except SignatureError as exc:
         raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+    return signature_digest(parsed)
+
+
+def accepted_signature(request: Request) -> bytes | None:
+    """The digest of the request's signature once `verify_signature` accepted it (what
+    idempotency remembers so that a signed request never takes effect twice), else None."""
+    digest: bytes | None = getattr(request.state, "signature_digest", None)
+    return digest
 
 
 def signed_body(

@@ -12,6 +12,7 @@ from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
+from bankrail.http.auth import accepted_signature
 from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
 from bankrail.security.idempotency import KeyedRequest, fingerprint
@@ -31,12 +32,14 @@ def keyed_request(
 ) -> KeyedRequest:
     """The request under its key in `scope`: told apart from another by its method, path and
     `body` (the signed bytes, or a form's canonical encoding), its answer kept for `ttl`, by
-    default the configured validity."""
+    default the configured validity, with its signature if one was accepted
+    (`http.auth.accepted_signature`): a signed request takes effect once."""
     return KeyedRequest(
         scope=scope,
         key=key,
         fingerprint=fingerprint(request.method, request.url.path, body),
         ttl=ttl or timedelta(seconds=context.settings.idempotency_ttl_seconds),
+        signature=accepted_signature(request),
     )
 
 

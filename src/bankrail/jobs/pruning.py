@@ -1,6 +1,7 @@
 """The background step that deletes what is kept only for a while (docs/operations.md,
-"Retention"): stored idempotency answers once their validity ended, finished webhook
-deliveries with their attempts and events once their retention ended.
+"Retention"): stored idempotency answers once their validity ended, accepted request
+signatures once the replay window ended, finished webhook deliveries with their attempts
+and events once their retention ended.
 
 Without it `idempotency_keys` grows by one row per v3 request, and the delivery log by one
 delivery, one event and at least one attempt per event, for ever. Each kind of row is

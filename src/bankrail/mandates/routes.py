@@ -62,7 +62,7 @@ async def _signed(
     return await respond_once(
         context,
         request,
-        scope=f"v3:{claims.client_id}",
+        scope=f"v3:{claims.merchant_id}",
         key=idempotency_key(request),
         body=raw,
         effect=effect,

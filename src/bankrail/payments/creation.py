@@ -170,11 +170,11 @@ class _Write:
     answers: AnswersToStore = field(default_factory=AnswersToStore)
 
     def arguments(self) -> list[Any]:
-        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
 
 
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
-_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 async def create_payments(

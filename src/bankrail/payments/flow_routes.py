@@ -55,7 +55,7 @@ async def _act(
     return await respond_once(
         context,
         request,
-        scope=f"v3:{caller.claims.client_id}",
+        scope=f"v3:{caller.claims.merchant_id}",
         key=idempotency_key(request),
         body=raw,
         effect=effect,

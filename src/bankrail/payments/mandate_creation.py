@@ -74,7 +74,7 @@ class _Write:
     taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
 
     def arguments(self) -> list[Any]:
-        return [self.payments, EXPIRE_JOB, *self.answers.arguments()]
+        return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
 
 
 _READ = "SELECT * FROM bankrail_read_mandate_payment_requests($1::jsonb)"
@@ -86,7 +86,7 @@ _TAKEN = (
     " FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[])"
     " WITH ORDINALITY AS x (mandate_id, start, stop, n)"
 )
-_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 
 async def create_mandate_payments(

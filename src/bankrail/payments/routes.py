@@ -72,7 +72,7 @@ async def create_payment(
     key = idempotency_key(request)
     assert key is not None  # the signature requires one
     now = context.clock.now()
-    keyed = keyed_request(context, request, scope=f"v3:{merchant.client_id}", key=key, body=raw)
+    keyed = keyed_request(context, request, scope=f"v3:{merchant.merchant_id}", key=key, body=raw)
     if body.payment_method.type == "mandate":
         on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
         status, answer = await context.mandate_payment_creation.create(on_mandate)

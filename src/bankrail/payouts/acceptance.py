@@ -48,8 +48,9 @@ ADVANCE_JOB = "payout.advance"
 @dataclass(frozen=True)
 class Keyed:
     """A payout request under its idempotency key: what identifies it, how long its answer
-    stays valid, what a reuse is answered, and whether 4xx answers are stored (v1 does not
-    take a transaction_id for a request it refused)."""
+    stays valid, what a reuse is answered, whether 4xx answers are stored (v1 does not
+    take a transaction_id for a request it refused), and the digest of its accepted
+    signature (None: unsigned)."""
 
     request: PayoutRequest
     scope: str
@@ -59,6 +60,7 @@ class Keyed:
     answer: dict[str, Any] | None = None  # the 202 body; None: {"id": <payout id>}
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
+    signature: bytes | None = None
 
 
 def _read_item(keyed: Keyed) -> dict[str, Any]:
@@ -108,12 +110,19 @@ class _Write:
     holds: BatchHolds = field(default_factory=BatchHolds)
 
     def arguments(self) -> list[Any]:
-        return [self.payouts, ADVANCE_JOB, *self.answers.arguments(), *self.holds.arguments()]
+        answers = self.answers
+        return [
+            self.payouts,
+            ADVANCE_JOB,
+            *answers.arguments(),
+            *self.holds.arguments(),
+            answers.signatures(),
+        ]
 
 
 _READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
 _WRITE = "SELECT bankrail_write_payout_acceptances({})".format(
-    ", ".join(f"${i}" for i in range(1, 24))
+    ", ".join(f"${i}" for i in range(1, 25))
 )
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
-from bankrail.http.auth import Merchant, SignedBody, signed_body
+from bankrail.http.auth import Merchant, SignedBody, accepted_signature, signed_body
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key
 from bankrail.http.listing import ListWindow
@@ -102,10 +102,11 @@ async def create_v3_payout(
     status, answer = await context.payout_acceptance.accept(
         service.Keyed(
             payout,
-            scope=f"v3:{merchant.client_id}",
+            scope=f"v3:{merchant.merchant_id}",
             key=idempotency_key,
             fingerprint=fingerprint(request.method, request.url.path, raw),
             ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
+            signature=accepted_signature(request),
         )
     )
     return answer_response(status, answer)
@@ -213,6 +214,7 @@ async def create_v1_payout(
             # A transaction_id is taken only by a payout that was created: a request refused
             # with 400 may be corrected and sent again under the same id.
             store_client_errors=False,
+            signature=accepted_signature(request),
         )
     )
     return answer_response(status, answer)

@@ -81,12 +81,13 @@ class _Write:
             list(self.refunded.values()),
             *self.answers.arguments(),
             *self.holds.arguments(),
+            self.answers.signatures(),
         ]
 
 
 _READ = "SELECT * FROM bankrail_read_refund_requests($1::jsonb)"
 _WRITE = "SELECT bankrail_write_refund_acceptances({})".format(
-    ", ".join(f"${i}" for i in range(1, 26))
+    ", ".join(f"${i}" for i in range(1, 27))
 )
 
 

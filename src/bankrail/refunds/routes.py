@@ -44,7 +44,7 @@ async def create_refund(
             metadata=body.metadata,
             now=now,
             keyed=keyed_request(
-                context, request, scope=f"v3:{merchant.client_id}", key=key, body=raw
+                context, request, scope=f"v3:{merchant.merchant_id}", key=key, body=raw
             ),
         )
     )

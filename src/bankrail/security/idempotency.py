@@ -6,6 +6,11 @@ releases the key at once, and a retry then performs the request exactly once. Th
 paths (payouts, payments, refunds) and every other idempotent write
 (`idempotent_commit.py`) take the keys' locks and store the answers through
 db/functions/idempotency.sql, and decide each key with `claim_in_batch`.
+
+A signed request's signature is remembered (its digest, `accepted_signatures`) with its
+stored answer, for the replay window (`signature_replay_window_seconds`): a signature
+accepted once never starts a second effect, not even after its key's validity ended, nor
+under another client of the merchant (keys are the merchant's).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from bankrail.core.problems import (
+    CONFLICT,
     IDEMPOTENCY_CONCURRENCY,
     IDEMPOTENCY_REUSE,
     ProblemError,
@@ -27,6 +33,7 @@ from bankrail.db.pool import Connection
 
 __all__ = [
     "DELETE_EXPIRED_SQL",
+    "DELETE_FORGOTTEN_SIGNATURES_SQL",
     "EXPIRING_SCOPES",
     "AnswersToStore",
     "Decision",
@@ -40,6 +47,7 @@ __all__ = [
     "claim_in_batch",
     "decide",
     "delete_expired",
+    "delete_forgotten_signatures",
     "fingerprint",
     "key_item",
     "lock_key",
@@ -58,6 +66,12 @@ DELETE_EXPIRED_SQL = (
     f" SELECT ctid FROM idempotency_keys WHERE {EXPIRING_SCOPES} AND created_at <= $1"
     " ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
     " AND created_at <= $1"
+)
+# $1: the newest accepted_at that is forgotten; $2: the most rows to delete.
+DELETE_FORGOTTEN_SIGNATURES_SQL = (
+    "DELETE FROM accepted_signatures WHERE digest = ANY (ARRAY("
+    " SELECT digest FROM accepted_signatures WHERE accepted_at <= $1"
+    " ORDER BY accepted_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
 )
 
 
@@ -103,13 +117,14 @@ def decide(
 
 @dataclass(frozen=True)
 class KeyedRequest:
-    """What identifies a request under its Idempotency-Key, and how long its answer stays
-    valid."""
+    """What identifies a request under its Idempotency-Key, how long its answer stays
+    valid, and the digest of its accepted signature (None: an unsigned request)."""
 
     scope: str
     key: str
     fingerprint: bytes
     ttl: timedelta
+    signature: bytes | None = None
 
 
 # An answer to send (status, body), or a problem to raise, unstored.
@@ -132,24 +147,38 @@ class KeyIdentity(Protocol):
     @property
     def fingerprint(self) -> bytes: ...
 
+    @property
+    def signature(self) -> bytes | None: ...
+
 
 @dataclass
 class AnswersToStore:
-    """The answers a batch stores under its requests' keys, as
-    `bankrail_store_idempotent_answers` (db/functions/idempotency.sql) takes them."""
+    """The answers a batch stores under its requests' keys, with the signatures they
+    accepted, as `bankrail_store_idempotent_answers` (db/functions/idempotency.sql) takes
+    them."""
 
-    _rows: list[tuple[str, str, bytes, int, bytes, datetime]] = field(default_factory=list)
+    _rows: list[tuple[str, str, bytes, int, bytes, datetime, bytes | None]] = field(
+        default_factory=list
+    )
 
     def add(self, keyed: KeyIdentity, answer: tuple[int, bytes], now: datetime) -> None:
-        """Store `answer` under the request's key, dated `now`."""
-        self._rows.append((keyed.scope, keyed.key, keyed.fingerprint, *answer, now))
+        """Store `answer` under the request's key, dated `now`, and remember its signature."""
+        row = (keyed.scope, keyed.key, keyed.fingerprint, *answer, now, keyed.signature)
+        self._rows.append(row)
 
     def __bool__(self) -> bool:
         return bool(self._rows)
 
     def arguments(self) -> list[list[Any]]:
-        """The function's six arrays: scopes, keys, fingerprints, statuses, bodies, dates."""
-        return [list(column) for column in zip(*self._rows, strict=True)] or [[]] * 6
+        """The function's first six arrays: scopes, keys, fingerprints, statuses, bodies,
+        dates."""
+        return [list(column) for column in zip(*self._rows, strict=True)][:6] or [[]] * 6
+
+    def signatures(self) -> list[bytes | None]:
+        """Its last array: the signatures, each request's (None: unsigned). The functions
+        that store answers take them last, so that a caller of the release before, which
+        does not pass them, still calls the same function."""
+        return [row[6] for row in self._rows]
 
 
 def refusal(problem: ProblemError, render_problem: ProblemRenderer | None, store: bool) -> Outcome:
@@ -169,11 +198,13 @@ def claim(
     now: datetime,
     ttl: timedelta,
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+    signature_used: bool = False,
 ) -> Outcome | None:
     """What a request under a key gets before it runs, from whether its transaction holds
-    the key's lock and the answer stored under the key: 409 while the key is in flight,
-    `reuse_problem` when the key was used with another request, the stored answer to
-    replay, or None: run the request."""
+    the key's lock, the answer stored under the key and whether its signature was accepted
+    before: 409 while the key is in flight, `reuse_problem` when the key was used with
+    another request, the stored answer to replay, 409 when the answer is no longer kept but
+    the signature was used, or None: run the request."""
     if not locked:
         return ProblemError(
             IDEMPOTENCY_CONCURRENCY,
@@ -187,6 +218,13 @@ def claim(
         return ProblemError(
             reuse_problem, "This key was already used with a different request; use a new key."
         )
+    if signature_used:
+        return ProblemError(
+            CONFLICT,
+            "This request was already used: its signature was accepted before, and a signed "
+            "request takes effect once. Sign a new request (with a new Idempotency-Key) to "
+            "make another.",
+        )
     return None
 
 
@@ -198,22 +236,35 @@ def claim_in_batch(
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
 ) -> Outcome | None:
     """`claim`, for a row of a batch read that took the keys' locks
-    (db/functions/idempotency.sql): its columns `locked` and `stored_fingerprint`,
-    `stored_status`, `stored_body`, `stored_at`."""
+    (`bankrail_claimed_keys`, db/functions/idempotency.sql): its columns `locked`,
+    `stored_fingerprint`, `stored_status`, `stored_body`, `stored_at` and `signature_used`."""
     stored = None
     if row["stored_fingerprint"] is not None:
         stored = StoredAnswer(
             row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
         )
-    return claim(row["locked"], stored, request_fingerprint, now, ttl, reuse_problem)
+    return claim(
+        row["locked"],
+        stored,
+        request_fingerprint,
+        now,
+        ttl,
+        reuse_problem,
+        signature_used=row["signature_used"],
+    )
 
 
 def key_item(keyed: KeyIdentity | None) -> dict[str, Any]:
     """A request's key as a batch read takes it (db/functions/idempotency.sql): its lock,
-    scope and key, all None for a request without a key."""
+    scope, key and signature's digest (hex), all None for a request without a key."""
     if keyed is None:
-        return {"lock_key": None, "scope": None, "key": None}
-    return {"lock_key": lock_key(keyed.scope, keyed.key), "scope": keyed.scope, "key": keyed.key}
+        return {"lock_key": None, "scope": None, "key": None, "signature": None}
+    return {
+        "lock_key": lock_key(keyed.scope, keyed.key),
+        "scope": keyed.scope,
+        "key": keyed.key,
+        "signature": keyed.signature.hex() if keyed.signature is not None else None,
+    }
 
 
 def lock_key(scope: str, key: str) -> int:
@@ -231,4 +282,14 @@ async def delete_expired(conn: Connection, expired_before: datetime, limit: int)
     again meanwhile (its key used anew) is kept.
     """
     status = await conn.execute(DELETE_EXPIRED_SQL, expired_before, limit)
+    return int(status.rpartition(" ")[2])
+
+
+async def delete_forgotten_signatures(
+    conn: Connection, forgotten_before: datetime, limit: int
+) -> int:
+    """Forget up to `limit` accepted signatures accepted at or before `forgotten_before` (now
+    less the replay window), oldest first, and return how many were forgotten; rows another
+    transaction holds are left for the next call."""
+    status = await conn.execute(DELETE_FORGOTTEN_SIGNATURES_SQL, forgotten_before, limit)
     return int(status.rpartition(" ")[2])

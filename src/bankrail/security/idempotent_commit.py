@@ -60,7 +60,7 @@ IN_FLIGHT = 4
 payment a job is advancing) holds up its own batch, not every idempotent write of the
 process."""
 _CLAIM = "SELECT * FROM bankrail_claim_idempotency_keys($1::jsonb)"
-_STORE = "SELECT bankrail_store_idempotent_answers($1, $2, $3, $4, $5, $6)"
+_STORE = "SELECT bankrail_store_idempotent_answers($1, $2, $3, $4, $5, $6, $7)"
 
 
 async def run_batch(
@@ -85,7 +85,7 @@ async def run_batch(
             answers.add(keyed, result, work.now)
         results.append(result)
     if answers:
-        await conn.execute(_STORE, *answers.arguments())
+        await conn.execute(_STORE, *answers.arguments(), answers.signatures())
     return results
 
 

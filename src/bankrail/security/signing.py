@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,12 +38,22 @@ __all__ = [
     "public_jwk",
     "public_key_pem",
     "sign_request",
+    "signature_digest",
     "verification_inputs",
     "verify_any",
     "verify_request",
 ]
 
 _P521_BYTES = 66
+# The order n of P-521's base point (SEC 2, 2.6.1): (r, s) and (r, n - s) are both valid
+# signatures of one message.
+_P521_ORDER = int(
+    (
+        "01FF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFF FFFFFFFA"
+        " 51868783 BF2F966B 7FCC0148 F709A5D0 3BB5C9B8 899C47AE BB6FB71E 91386409"
+    ).replace(" ", ""),
+    16,
+)
 _ECDSA_SHA512 = ec.ECDSA(hashes.SHA512())
 
 
@@ -133,6 +144,17 @@ def _raw_to_der(signature: bytes) -> bytes:
     r = int.from_bytes(signature[:_P521_BYTES], "big")
     s = int.from_bytes(signature[_P521_BYTES:], "big")
     return encode_dss_signature(r, s)
+
+
+def signature_digest(parsed: ParsedSignature) -> bytes:
+    """The SHA-256 that names a signature, the same for every encoding of it that verifies:
+    computed from r and the lower of s and n - s (ECDSA accepts both, so a captured signature
+    can be rewritten into another valid one), each reduced modulo the curve's order."""
+    raw = parsed.signature
+    r = int.from_bytes(raw[:_P521_BYTES], "big") % _P521_ORDER
+    s = int.from_bytes(raw[_P521_BYTES:], "big") % _P521_ORDER
+    s = min(s, _P521_ORDER - s)
+    return hashlib.sha256(r.to_bytes(_P521_BYTES, "big") + s.to_bytes(_P521_BYTES, "big")).digest()
 
 
 def verify_any(

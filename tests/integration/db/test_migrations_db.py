@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -148,3 +150,49 @@ async def test_functions_are_the_current_files_applied_once(empty_dsn: str) -> N
         assert "enable_seqscan=off" in config
     finally:
         await conn.close()
+
+
+async def test_v3_keys_become_the_merchants_keeping_the_newest_of_a_clash(empty_dsn: str) -> None:
+    # Migration 0018: v3 Idempotency-Keys were each client's ('v3:<client id>'); they are
+    # the merchant's now. Two clients of one merchant that stored one key keep the newest.
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        migrations = dict(available_migrations())
+        for version, sql in migrations.items():
+            if version < "0018":
+                await conn.execute(sql)
+        merchant = uuid.uuid4()
+        await conn.execute(
+            "INSERT INTO merchants (id, name, created_at) VALUES ($1, 'm', now())", merchant
+        )
+        for client in ("c1", "c2"):
+            await conn.execute(
+                "INSERT INTO api_clients (client_id, merchant_id, secret_hash, scopes,"
+                " created_at) VALUES ($1, $2, '', '{}', now())",
+                client,
+                merchant,
+            )
+        keys = [
+            ("v3:c1", "shared", 1),
+            ("v3:c2", "shared", 2),
+            ("v3:c1", "own", 3),
+            (f"v1:{merchant}", "tx", 4),
+        ]
+        for scope, key, hour in keys:
+            await conn.execute(
+                "INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body,"
+                " created_at) VALUES ($1, $2, '', 202, $3, $4)",
+                scope,
+                key,
+                str(hour).encode(),
+                datetime(2026, 3, 1, hour, tzinfo=UTC),
+            )
+        await conn.execute(migrations["0018_accepted_signatures"])
+        rows = await conn.fetch("SELECT scope, key, body FROM idempotency_keys ORDER BY body")
+    finally:
+        await conn.close()
+    assert [(r["scope"], r["key"], r["body"]) for r in rows] == [
+        (f"v3:{merchant}", "shared", b"2"),
+        (f"v3:{merchant}", "own", b"3"),
+        (f"v1:{merchant}", "tx", b"4"),
+    ]

@@ -4,12 +4,14 @@ PostgreSQL.
 Promise: a request is decided by the same rules whether it is committed alone or with the
 other requests of the moment (group commit); a key is used once, a second use in the same
 batch is in flight (409) and a later repeat is answered from the key; a refused request's
-answer is stored under its key and nothing else is written.
+answer is stored under its key and nothing else is written; a signed request never takes
+effect twice, even after its key expired.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,7 +20,7 @@ import asyncpg
 import orjson
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import ProblemError
+from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
 from bankrail.payments.jobs import EXPIRE_JOB
@@ -123,3 +125,30 @@ async def test_a_refused_request_stores_its_answer_and_writes_nothing_else(
             "SELECT count(*) FROM payments WHERE merchant_account_id = $1", account.id
         )
     assert count == 0
+
+
+async def test_a_signed_request_takes_effect_once_even_after_its_key_expired(
+    pool: asyncpg.Pool,
+) -> None:
+    now = ServiceClock().now()
+    account = await funded_account(pool, now)
+    creation = PaymentCreation(pool, render_problem)
+    request = _request(account, now, "signed")
+    assert request.keyed is not None
+    signed = dataclasses.replace(
+        request, keyed=dataclasses.replace(request.keyed, signature=b"s" * 32)
+    )
+    status, _ = await creation.create(signed)
+    assert status == 201
+    refused = None
+    try:
+        await creation.create(dataclasses.replace(signed, now=now + TTL))
+    except ProblemError as problem:
+        refused = problem
+    assert refused is not None
+    assert refused.problem is CONFLICT
+    async with pool.acquire() as conn:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM payments WHERE merchant_account_id = $1", account.id
+        )
+    assert count == 1

@@ -9,6 +9,7 @@ rows, so no request overdraws, whichever process holds them before; a key is use
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import Any
 
@@ -17,7 +18,7 @@ import orjson
 import pytest
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import ProblemError
+from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.ledger.service import check_ledger
 from bankrail.merchants.balances import hold_funds
 from bankrail.merchants.service import get_account
@@ -26,6 +27,7 @@ from bankrail.rails.screening import replace_screening_list
 from bankrail.security.idempotency import lock_key
 from support.accounts import funded_account, sort_code_beneficiary
 from support.payouts import (
+    TTL,
     accept_at_once,
     accept_one,
     payout_request,
@@ -283,3 +285,26 @@ async def test_a_request_that_storage_refuses_fails_alone(pool: asyncpg.Pool) ->
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM payouts") == 1
         assert await conn.fetchval("SELECT count(*) FROM idempotency_keys") == 1
+
+
+async def test_a_signed_payout_takes_effect_once_even_after_its_key_expired(
+    pool: asyncpg.Pool,
+) -> None:
+    now = ServiceClock().now()
+    account = await funded_account(pool, now, 1_000)
+    signed = dataclasses.replace(payout_request(account, now, amount=300), signature=b"p" * 32)
+    first = await accept_one(pool, signed)
+    assert isinstance(first, tuple)
+    assert first[0] == 202
+    later = dataclasses.replace(signed, request=dataclasses.replace(signed.request, now=now + TTL))
+    again = await accept_one(pool, later)
+    assert isinstance(again, ProblemError)
+    assert again.problem is CONFLICT
+    async with pool.acquire() as conn:
+        payouts = await conn.fetchval(
+            "SELECT count(*) FROM payouts WHERE merchant_account_id = $1", account.id
+        )
+        fresh = await get_account(conn, account.id)
+    assert payouts == 1
+    assert fresh is not None
+    assert fresh.available_balance == 700  # held once

@@ -11,6 +11,7 @@ a refused request's answer is stored under its key and nothing else is written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import datetime, timedelta
 
@@ -18,7 +19,7 @@ import asyncpg
 import orjson
 
 from bankrail.core.clock import ServiceClock
-from bankrail.core.problems import ProblemError
+from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.refunds.acceptance import (
@@ -194,3 +195,23 @@ async def test_another_merchants_payment_is_not_found_and_unchanged(pool: asyncp
     assert await _refunds(pool, payment_id) == []
     assert await _refunded(pool, payment_id) == 0
     assert await _available(pool, owner) == 1_000
+
+
+async def test_a_signed_refund_takes_effect_once_even_after_its_key_expired(
+    pool: asyncpg.Pool,
+) -> None:
+    now = ServiceClock().now()
+    account = await funded_account(pool, now, 1_000)
+    payment_id = await _settled_payment(pool, account, 500, now)
+    refund = _refund(account, payment_id, 100, now)
+    assert refund.keyed is not None
+    signed = dataclasses.replace(
+        refund, keyed=dataclasses.replace(refund.keyed, signature=b"r" * 32)
+    )
+    [first] = await _accept_batch(pool, signed)
+    assert isinstance(first, tuple)
+    assert first[0] == 201
+    [again] = await _accept_batch(pool, dataclasses.replace(signed, now=now + TTL))
+    assert isinstance(again, ProblemError)
+    assert again.problem is CONFLICT
+    assert len(await _refunds(pool, payment_id)) == 1

@@ -1,5 +1,6 @@
-"""Integration tests for deleting expired idempotency answers (security.idempotency
-.delete_expired and jobs.pruning.Pruner, migration 0009)."""
+"""Integration tests for deleting expired idempotency answers and forgetting accepted
+signatures (security.idempotency.delete_expired and delete_forgotten_signatures,
+jobs.pruning.Pruner, migrations 0009 and 0018)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import orjson
 
+from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.security.idempotency import (
@@ -17,8 +19,10 @@ from bankrail.security.idempotency import (
     StoredAnswer,
     decide,
     delete_expired,
+    delete_forgotten_signatures,
     fingerprint,
 )
+from bankrail.worker import retentions
 
 TTL = timedelta(hours=6)
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -154,3 +158,28 @@ def _pruner(
 ) -> Pruner:
     keys = Retention("expired idempotency keys", TTL, delete_expired)
     return Pruner(pool, clock, [keys], interval=interval, batch=batch)
+
+
+async def test_forgets_the_signatures_accepted_before_the_replay_window(
+    pool: asyncpg.Pool,
+) -> None:
+    window = timedelta(days=30)
+    ages = {b"a" * 32: window + timedelta(days=1), b"b" * 32: window, b"c" * 32: window / 2}
+    async with pool.acquire() as conn:
+        for digest, age in ages.items():
+            await conn.execute(
+                "INSERT INTO accepted_signatures (digest, accepted_at) VALUES ($1, $2)",
+                digest,
+                NOW - age,
+            )
+        assert await delete_forgotten_signatures(conn, NOW - window, limit=1) == 1
+        assert await delete_forgotten_signatures(conn, NOW - window, limit=100) == 1
+        kept = await conn.fetch("SELECT digest FROM accepted_signatures")
+    assert [row["digest"] for row in kept] == [b"c" * 32]
+
+
+def test_the_worker_forgets_signatures_after_the_configured_window() -> None:
+    settings = Settings(signature_replay_window_seconds=7 * 86400)
+    [forgetting] = [r for r in retentions(settings) if r.delete is delete_forgotten_signatures]
+    assert forgetting.keep == timedelta(days=7)
+    assert Settings().signature_replay_window_seconds == 30 * 86400

@@ -3,7 +3,9 @@
 Promise: in a batch, each request's effect runs at most once per key and its answer is stored
 with it; a key's second use in the batch is in flight (409) and a later repeat is replayed
 byte for byte; a request whose effect fails (a 4xx, or any other error) leaves none of its
-own writes and does not undo the others'; a 4xx is stored and replayed like a success.
+own writes and does not undo the others'; a 4xx is stored and replayed like a success. A
+signed request's signature is remembered with its stored answer, so that once the answer is
+no longer kept the same signed request is a 409 that does nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import orjson
 
-from bankrail.core.problems import NotFound, ProblemError
+from bankrail.core.problems import CONFLICT, NotFound, ProblemError
 from bankrail.db.pool import Connection
-from bankrail.security.idempotency import Handler, KeyedRequest, fingerprint
+from bankrail.security.idempotency import Handler, KeyedRequest, delete_expired, fingerprint
 from bankrail.security.idempotent_commit import (
     IdempotentCommit,
     IdempotentWork,
@@ -44,9 +46,16 @@ async def _effects(pool: asyncpg.Pool) -> list[str]:
     return [row["name"] for row in rows]
 
 
-def _work(name: str, key: str | None = None, *, fails: Exception | None = None) -> IdempotentWork:
-    """A request that writes a row named `name` and answers 201 with its id, then raises
-    `fails` if given (after its write)."""
+def _work(
+    name: str,
+    key: str | None = None,
+    *,
+    fails: Exception | None = None,
+    signature: bytes | None = None,
+    now: datetime = NOW,
+) -> IdempotentWork:
+    """A request (signed with `signature`, a digest, when given) that writes a row named
+    `name` and answers 201 with its id, then raises `fails` if given (after its write)."""
 
     async def effect(conn: Connection) -> tuple[int, bytes]:
         row_id = uuid.uuid4()
@@ -58,8 +67,9 @@ def _work(name: str, key: str | None = None, *, fails: Exception | None = None) 
     handler: Handler = effect
     keyed = None
     if key is not None:
-        keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/x", name.encode()), TTL)
-    return IdempotentWork(keyed, handler, NOW)
+        request_fingerprint = fingerprint("POST", "/x", name.encode())
+        keyed = KeyedRequest("v3:test", key, request_fingerprint, TTL, signature)
+    return IdempotentWork(keyed, handler, now)
 
 
 async def _batch(pool: asyncpg.Pool, *batch: IdempotentWork) -> list[Result]:
@@ -109,3 +119,45 @@ async def test_requests_sent_together_share_a_commit(pool: asyncpg.Pool) -> None
     answers = await asyncio.gather(*(commit.run(_work(f"w{n}", f"k{n}")) for n in range(5)))
     assert [status for status, _ in answers] == [201] * 5
     assert await _effects(pool) == [f"w{n}" for n in range(5)]
+
+
+SIGNATURE = bytes(range(32))
+
+
+async def test_a_signed_request_whose_answer_expired_is_a_409_and_does_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+    [first] = await _batch(pool, _work("a", "ka", signature=SIGNATURE))
+    assert isinstance(first, tuple)
+    # Within the key's validity the same signed request is replayed, as any other.
+    assert await _batch(pool, _work("a", "ka", signature=SIGNATURE, now=NOW + TTL / 2)) == [first]
+    # After it the answer is no longer kept, whether still stored or deleted: the signature
+    # was accepted once, so the request is refused.
+    later = NOW + TTL
+    [expired] = await _batch(pool, _work("a", "ka", signature=SIGNATURE, now=later))
+    async with pool.acquire() as conn:
+        assert await delete_expired(conn, later, 100) == 1
+    [deleted] = await _batch(pool, _work("a", "ka", signature=SIGNATURE, now=later))
+    for refused in (expired, deleted):
+        assert isinstance(refused, ProblemError)
+        assert refused.problem is CONFLICT
+        assert "already used" in refused.detail
+    assert await _effects(pool) == ["a"]
+    # The same request signed anew is a new request once the key has expired.
+    [again] = await _batch(pool, _work("a", "ka", signature=bytes(32), now=later))
+    assert isinstance(again, tuple)
+    assert await _effects(pool) == ["a", "a"]
+
+
+async def test_a_signature_is_remembered_only_with_a_stored_answer(pool: asyncpg.Pool) -> None:
+    await _prepare(pool)
+    # A request that failed stored nothing and took no effect: its exact retry (the same
+    # signature) runs, after the key's validity too.
+    [broken] = await _batch(pool, _work("a", "ka", signature=SIGNATURE, fails=RuntimeError("x")))
+    assert isinstance(broken, RuntimeError)
+    [retried] = await _batch(pool, _work("a", "ka", signature=SIGNATURE, now=NOW + TTL))
+    assert isinstance(retried, tuple)
+    async with pool.acquire() as conn:
+        remembered = await conn.fetch("SELECT digest, accepted_at FROM accepted_signatures")
+    assert [(row["digest"], row["accepted_at"]) for row in remembered] == [(SIGNATURE, NOW + TTL)]

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bankrail.security.idempotency import Decision, StoredAnswer, decide, fingerprint
+from bankrail.core.problems import CONFLICT, IDEMPOTENCY_CONCURRENCY, ProblemError
+from bankrail.security.idempotency import Decision, StoredAnswer, claim, decide, fingerprint
 
 TTL = timedelta(hours=6)
 CREATED = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -101,3 +102,31 @@ def test_decide_uses_the_ttl_it_is_given() -> None:
     short = timedelta(minutes=10)
     assert decide(_stored(FP), FP, CREATED + timedelta(minutes=9), short) is Decision.REPLAY
     assert decide(_stored(FP), FP, CREATED + timedelta(minutes=10), short) is Decision.PROCEED
+
+
+# --- claim: a signature accepted once -----------------------------------------------------------
+
+
+def test_a_used_signature_within_the_keys_validity_replays_the_answer() -> None:
+    stored = _stored(FP)
+    answer = claim(True, stored, FP, CREATED + TTL / 2, TTL, signature_used=True)
+    assert answer == (stored.status_code, stored.body)
+
+
+def test_a_used_signature_after_the_keys_validity_is_a_409_that_says_so() -> None:
+    for stored in (_stored(FP), None):  # the answer expired, or was deleted
+        refused = claim(True, stored, FP, CREATED + TTL, TTL, signature_used=True)
+        assert isinstance(refused, ProblemError)
+        assert refused.problem is CONFLICT
+        assert "already used" in refused.detail
+        assert "signature" in refused.detail
+
+
+def test_an_unused_signature_after_the_keys_validity_runs() -> None:
+    assert claim(True, _stored(FP), FP, CREATED + TTL, TTL, signature_used=False) is None
+
+
+def test_a_key_in_flight_is_in_flight_whatever_its_signature() -> None:
+    refused = claim(False, None, FP, CREATED, TTL, signature_used=True)
+    assert isinstance(refused, ProblemError)
+    assert refused.problem is IDEMPOTENCY_CONCURRENCY

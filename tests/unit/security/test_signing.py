@@ -34,6 +34,7 @@ from bankrail.security.signing import (
     public_jwk,
     public_key_pem,
     sign_request,
+    signature_digest,
     verify_request,
 )
 
@@ -862,3 +863,35 @@ def test_property_sign_verify_round_trip_and_body_flip_fails(
             headers=request_headers,
             body=bytes(tampered),
         )
+
+
+# --- the digest that names an accepted signature ---------------------------------------------
+
+# The order of P-521's base point (SEC 2, 2.6.1), written otherwise than the module does.
+P521_N = (1 << 521) - 1 - 0x5AE79787C40D069948033FEB708F65A2FC44A36477663B851449048E16EC79BF6
+
+
+def _with_raw(signature: str, r: int, s: int) -> str:
+    header_b64, _ = _split(signature)
+    return header_b64 + ".." + b64url_encode(r.to_bytes(66, "big") + s.to_bytes(66, "big")).decode()
+
+
+def test_a_signature_rewritten_as_r_and_n_minus_s_verifies_and_has_the_same_digest() -> None:
+    raw = parse_signature(TL_SIGNATURE).signature
+    r, s = int.from_bytes(raw[:66], "big"), int.from_bytes(raw[66:], "big")
+    rewritten = _with_raw(TL_SIGNATURE, r, P521_N - s)
+    assert rewritten != TL_SIGNATURE
+    _verify_tl(rewritten)  # ECDSA accepts it: a replay could use it instead of the original
+    assert signature_digest(parse_signature(rewritten)) == signature_digest(
+        parse_signature(TL_SIGNATURE)
+    )
+
+
+def test_every_signature_has_its_own_digest() -> None:
+    signed = [
+        sign_request(PRIVATE_KEY, KID, method="POST", path=TL_PATH, headers=[], body=TL_BODY)
+        for _ in range(3)
+    ]
+    digests = {signature_digest(parse_signature(signature)) for signature in signed}
+    assert len(digests) == 3
+    assert all(len(digest) == 32 for digest in digests)

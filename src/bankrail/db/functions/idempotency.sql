@@ -14,33 +14,74 @@ RETURNS boolean[] LANGUAGE sql AS $$
                jsonb_to_record(e.v) AS i (lock_key bigint)) x
 $$;
 
--- Stores answers under their keys (a later answer under a key replaces an expired one).
+-- Stores answers under their keys (a later answer under a key replaces an expired one),
+-- and remembers the signatures the requests were accepted with (p_signatures: the SHA-256
+-- of each one's signature, security.signing.signature_digest; null for an unsigned request)
+-- until the replay window ends (jobs/pruning.py). p_signatures comes last, with a default,
+-- so that the release before, which stores no signatures, calls this function too.
 CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(
     p_scopes text[],
     p_keys text[],
     p_fingerprints bytea[],
     p_statuses integer[],
     p_bodies bytea[],
-    p_at timestamptz[]
+    p_at timestamptz[],
+    p_signatures bytea[] DEFAULT NULL
 ) RETURNS void LANGUAGE sql AS $$
     INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
     SELECT * FROM unnest(p_scopes, p_keys, p_fingerprints, p_statuses, p_bodies, p_at)
     ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
         status_code = EXCLUDED.status_code, body = EXCLUDED.body,
-        created_at = EXCLUDED.created_at
+        created_at = EXCLUDED.created_at;
+    INSERT INTO accepted_signatures (digest, accepted_at)
+    SELECT x.digest, x.at FROM unnest(p_signatures, p_at) AS x (digest, at)
+    WHERE x.digest IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+$$;
+
+-- What a claim is decided from (security.idempotency.claim_in_batch), for each item of
+-- p_items (a jsonb array of objects: lock_key, scope, key and signature, the hex SHA-256 of
+-- the request's accepted signature; all null for a request without a key) given the locks
+-- p_locked that bankrail_lock_idempotency_keys took for them: whether it holds its key's
+-- lock and, if it does, the answer stored under its key and whether its signature was
+-- accepted before. One row per item, n from 1 in item order. Every batch read (this file's
+-- bankrail_claim_idempotency_keys and the acceptance reads of payouts, payments and
+-- refunds) joins it on n: the one way a key is claimed. A signature is used under one key
+-- only (it covers the key), so the key's lock guards its row too.
+CREATE OR REPLACE FUNCTION bankrail_claimed_keys(p_items jsonb, p_locked boolean[])
+RETURNS TABLE (
+    n bigint,
+    locked boolean,
+    stored_fingerprint bytea,
+    stored_status integer,
+    stored_body bytea,
+    stored_at timestamptz,
+    signature_used boolean
+) LANGUAGE sql ROWS 64
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+    SELECT e.n, p_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+           s.digest IS NOT NULL
+    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
+    CROSS JOIN LATERAL jsonb_to_record(e.v) AS i (scope text, key text, signature text)
+    LEFT JOIN idempotency_keys k ON p_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+    LEFT JOIN accepted_signatures s ON p_locked[e.n]
+        AND s.digest = decode(i.signature, 'hex')
+    ORDER BY e.n
 $$;
 
 -- The keys' locks (bankrail_lock_idempotency_keys) and then, with a snapshot taken after
--- them, the answers stored under the keys that are locked, one row per item of p_items (a
--- jsonb array of objects: lock_key, scope and key, all null for a request without a key), in
--- item order: what security/idempotent_commit.py decides each request's claim from.
+-- them, each item's claim (bankrail_claimed_keys), one row per item of p_items, in item
+-- order: what security/idempotent_commit.py decides each request's claim from.
 CREATE OR REPLACE FUNCTION bankrail_claim_idempotency_keys(p_items jsonb)
 RETURNS TABLE (
     locked boolean,
     stored_fingerprint bytea,
     stored_status integer,
     stored_body bytea,
-    stored_at timestamptz
+    stored_at timestamptz,
+    signature_used boolean
 ) LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -50,10 +91,9 @@ DECLARE
 BEGIN
     v_locked := bankrail_lock_idempotency_keys(p_items);
     RETURN QUERY
-    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at
-    FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
-    CROSS JOIN LATERAL jsonb_to_record(e.v) AS i (scope text, key text)
-    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
-    ORDER BY e.n;
+    SELECT c.locked, c.stored_fingerprint, c.stored_status, c.stored_body, c.stored_at,
+           c.signature_used
+    FROM bankrail_claimed_keys(p_items, v_locked) c
+    ORDER BY c.n;
 END
 $$;

@@ -4,14 +4,16 @@
 -- was decided. Both run in one transaction, committed once for the batch. Neither decides a
 -- business rule.
 
--- What the rules need for each request of p_items (a jsonb array of objects: lock_key, scope
--- and key, all null for a request without an Idempotency-Key, merchant_id and account_id),
+-- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
+-- scope, key and signature, all null for a request without an Idempotency-Key, merchant_id
+-- and account_id),
 -- one row per item in item order:
 --   locked: the key's advisory lock, taken for the transaction (false when another
 --     transaction holds it, or for a key's second use in the batch: the key is in flight;
 --     true for a request without a key);
---   the answer stored under the key, read after the lock (a key committed by whoever held
---     it before is seen);
+--   the answer stored under the key and whether the signature was accepted before
+--     (bankrail_claimed_keys, idempotency.sql), read after the lock (a key committed by
+--     whoever held it before is seen);
 --   the receiving account, if it is the merchant's.
 CREATE OR REPLACE FUNCTION bankrail_read_payment_requests(p_items jsonb)
 RETURNS TABLE (
@@ -20,6 +22,7 @@ RETURNS TABLE (
     stored_status integer,
     stored_body bytea,
     stored_at timestamptz,
+    signature_used boolean,
     account_id uuid,
     account_currency text
 ) LANGUAGE plpgsql
@@ -33,12 +36,13 @@ BEGIN
     v_locked := bankrail_lock_idempotency_keys(p_items);
     -- 2. Everything else, with a fresh snapshot (taken after the locks).
     RETURN QUERY
-    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+    SELECT c.locked, c.stored_fingerprint, c.stored_status, c.stored_body, c.stored_at,
+           c.signature_used,
            ma.id, ma.currency::text
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
-        AS i (scope text, key text, merchant_id uuid, account_id uuid)
-    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+        AS i (merchant_id uuid, account_id uuid)
+    JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
     LEFT JOIN merchant_accounts ma ON ma.id = i.account_id AND ma.merchant_id = i.merchant_id
     ORDER BY e.n;
 END
@@ -58,7 +62,8 @@ CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_answer_fingerprints bytea[],
     p_answer_statuses integer[],
     p_answer_bodies bytea[],
-    p_answer_at timestamptz[]
+    p_answer_at timestamptz[],
+    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -91,12 +96,13 @@ BEGIN
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
+        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
+        p_answer_signatures);
 END
 $$;
 
 -- What the rules of payments on mandates need for each request of p_items (a jsonb array of
--- objects: lock_key, scope and key, all null for a request without an Idempotency-Key,
+-- objects: lock_key, scope, key and signature, all null for a request without a key,
 -- merchant_id and mandate_id), one row per item in item order: the key's lock and stored
 -- answer (as bankrail_read_payment_requests), and the mandate's id if it is the merchant's,
 -- its row locked FOR UPDATE in id order until the commit: every payment on a mandate waits
@@ -109,6 +115,7 @@ RETURNS TABLE (
     stored_status integer,
     stored_body bytea,
     stored_at timestamptz,
+    signature_used boolean,
     mandate_id uuid
 ) LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
@@ -125,11 +132,12 @@ BEGIN
                        WHERE v_locked[e.n])
         ORDER BY m.id FOR UPDATE;
     RETURN QUERY
-    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at, m.id
+    SELECT c.locked, c.stored_fingerprint, c.stored_status, c.stored_body, c.stored_at,
+           c.signature_used, m.id
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
-        AS i (scope text, key text, merchant_id uuid, mandate_id uuid)
-    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+        AS i (merchant_id uuid, mandate_id uuid)
+    JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
     LEFT JOIN mandates m ON v_locked[e.n] AND m.id = i.mandate_id
         AND m.merchant_id = i.merchant_id
     ORDER BY e.n;

@@ -8,13 +8,15 @@
 -- call (see ledger.sql).
 
 -- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
--- scope, key, merchant_id, account_id or (without it) currency, the payee's iban, sort_code
--- and account_number, the skeleton of the beneficiary's name as normalised_name, or a closed
--- loop's source_id and user_id), one row per item in item order (n from 1):
+-- scope, key, signature, merchant_id, account_id or (without it) currency, the payee's
+-- iban, sort_code and account_number, the skeleton of the beneficiary's name as
+-- normalised_name, or a closed loop's source_id and user_id), one row per item in item order
+-- (n from 1):
 --   locked: the key's advisory lock, taken for the transaction (false when another
 --     transaction holds it, or for a key's second use in the batch: the key is in flight);
---   the answer stored under the key, read after the lock (a key committed by whoever held
---     it before is seen);
+--   the answer stored under the key and whether the request's signature was accepted
+--     before (bankrail_claimed_keys, idempotency.sql), read after the lock (a key committed
+--     by whoever held it before is seen);
 --   the paying account (v3: the one named, if the merchant's; v1: the merchant's first in
 --     the currency), with its balances, read after its ledger rows are locked FOR NO KEY
 --     UPDATE, in id order, until the commit: every acceptance of the account waits for the
@@ -32,6 +34,7 @@ RETURNS TABLE (
     stored_status integer,
     stored_body bytea,
     stored_at timestamptz,
+    signature_used boolean,
     account_id uuid,
     account_merchant_id uuid,
     account_currency text,
@@ -83,7 +86,8 @@ BEGIN
         ORDER BY id FOR NO KEY UPDATE;
     -- 3. Everything else, with a fresh snapshot (taken after the locks).
     RETURN QUERY
-    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+    SELECT c.locked, c.stored_fingerprint, c.stored_status, c.stored_body, c.stored_at,
+           c.signature_used,
            ma.id, ma.merchant_id, ma.currency::text, ma.available_ledger_id, ma.held_ledger_id,
            ma.balance_threshold, ma.notification_state, av.balance, hd.balance,
            src.id, src.user_id, src.account_holder_name, src.iban, src.sort_code,
@@ -94,9 +98,9 @@ BEGIN
                ARRAY(SELECT s.normalised_name FROM screening_list s) END
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
-        AS i (scope text, key text, iban text, sort_code text, account_number text,
-              normalised_name text, source_id uuid, user_id text)
-    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+        AS i (iban text, sort_code text, account_number text, normalised_name text,
+              source_id uuid, user_id text)
+    JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
     LEFT JOIN merchant_accounts ma ON ma.id = v_accounts[e.n]
     LEFT JOIN ledger_accounts av ON av.id = ma.available_ledger_id
     LEFT JOIN ledger_accounts hd ON hd.id = ma.held_ledger_id
@@ -148,7 +152,8 @@ CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
     p_event_families text[],
     p_event_types text[],
     p_event_payloads bytea[],
-    p_event_at timestamptz[]
+    p_event_at timestamptz[],
+    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -184,7 +189,8 @@ BEGIN
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
+        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
+        p_answer_signatures);
     PERFORM bankrail_write_holds('payout_hold', p_hold_ids, p_hold_payouts, p_hold_from,
         p_hold_to, p_hold_amounts, p_hold_at, p_state_accounts, p_states, p_event_ids,
         p_delivery_ids, p_event_merchants, p_event_families, p_event_types, p_event_payloads,

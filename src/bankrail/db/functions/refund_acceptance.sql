@@ -4,13 +4,15 @@
 -- statement writes what was decided. Both run in one transaction, committed once for the
 -- batch. Neither decides a business rule.
 
--- What the rules need for each request of p_items (a jsonb array of objects: lock_key, scope
--- and key, all null for a request without an Idempotency-Key, merchant_id and payment_id),
+-- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
+-- scope, key and signature, all null for a request without an Idempotency-Key, merchant_id
+-- and payment_id),
 -- one row per item in item order:
 --   locked: the key's advisory lock, taken for the transaction (false when another
 --     transaction holds it, or for a key's second use in the batch: the key is in flight;
 --     true for a request without a key);
---   the answer stored under the key, read after the lock;
+--   the answer stored under the key and whether the signature was accepted before
+--     (bankrail_claimed_keys, idempotency.sql), read after the lock;
 --   the payment, if it is the merchant's, read after its row is locked FOR NO KEY UPDATE
 --     (in id order, until the commit: every refund of the payment waits for the previous
 --     one's commit and sees what it refunded);
@@ -23,6 +25,7 @@ RETURNS TABLE (
     stored_status integer,
     stored_body bytea,
     stored_at timestamptz,
+    signature_used boolean,
     payment_id uuid,
     payment_status text,
     payment_amount bigint,
@@ -65,14 +68,15 @@ BEGIN
         ORDER BY id FOR NO KEY UPDATE;
     -- 3. Everything else, with a fresh snapshot (taken after the locks).
     RETURN QUERY
-    SELECT v_locked[e.n], k.fingerprint, k.status_code, k.body, k.created_at,
+    SELECT c.locked, c.stored_fingerprint, c.stored_status, c.stored_body, c.stored_at,
+           c.signature_used,
            p.id, p.status, p.amount_in_minor, p.refunded_amount_in_minor,
            ma.id, ma.merchant_id, ma.currency::text, ma.available_ledger_id, ma.held_ledger_id,
            ma.balance_threshold, ma.notification_state, av.balance, hd.balance
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
-        AS i (scope text, key text, merchant_id uuid, payment_id uuid)
-    LEFT JOIN idempotency_keys k ON v_locked[e.n] AND k.scope = i.scope AND k.key = i.key
+        AS i (merchant_id uuid, payment_id uuid)
+    JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
     LEFT JOIN payments p ON v_locked[e.n] AND p.id = i.payment_id
         AND p.merchant_id = i.merchant_id
     LEFT JOIN merchant_accounts ma ON ma.id = p.merchant_account_id
@@ -111,7 +115,8 @@ CREATE OR REPLACE FUNCTION bankrail_write_refund_acceptances(
     p_event_families text[],
     p_event_types text[],
     p_event_payloads bytea[],
-    p_event_at timestamptz[]
+    p_event_at timestamptz[],
+    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -145,7 +150,8 @@ BEGIN
             WHERE p.id = x.id;
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at);
+        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
+        p_answer_signatures);
     PERFORM bankrail_write_holds('refund_hold', p_hold_ids, p_hold_refunds, p_hold_from,
         p_hold_to, p_hold_amounts, p_hold_at, p_state_accounts, p_states, p_event_ids,
         p_delivery_ids, p_event_merchants, p_event_families, p_event_types, p_event_payloads,

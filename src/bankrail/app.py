@@ -50,6 +50,7 @@ from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.idempotent_commit import IdempotentCommit
+from bankrail.security.keys import CREDENTIALS_CHANNEL, ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import RateLimiter
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
@@ -74,7 +75,14 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_process(settings, dsn) as process:
+        public_keys, clients = PublicKeyCache(), ActiveClients()
+
+        def forget_credentials() -> None:
+            public_keys.forget()
+            clients.forget()
+
+        channels = {CREDENTIALS_CHANNEL: forget_credentials}
+        async with open_process(settings, dsn, channels=channels) as process:
             async with process.pool.acquire() as conn:
                 access_key, resource_key = await ensure_token_keys(conn)
                 admin_hash, generated = await ensure_admin_token(
@@ -101,6 +109,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 mandate_payment_creation=MandatePaymentCreation(process.pool, render),
                 refund_acceptance=RefundAcceptance(process.pool, render),
                 idempotent_commit=IdempotentCommit(process.pool, render),
+                public_keys=public_keys,
+                clients=clients,
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

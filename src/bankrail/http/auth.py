@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated
@@ -14,6 +13,7 @@ from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
+from bankrail.security.credentials import check_operator_token
 from bankrail.security.headers import RequestHeaders, request_headers
 from bankrail.security.signing import (
     SignatureError,
@@ -22,7 +22,7 @@ from bankrail.security.signing import (
     verification_inputs,
     verify_any,
 )
-from bankrail.security.tokens import AccessClaims, TokenError, hash_secret
+from bankrail.security.tokens import AccessClaims, TokenError
 
 __all__ = [
     "Admin",
@@ -35,6 +35,7 @@ __all__ = [
     "bearer_token",
     "may_use_mandates",
     "require_mandate_scope",
+    "require_mandates_audience",
     "require_operator",
     "require_payments_audience",
     "signed_body",
@@ -72,9 +73,12 @@ def access_claims(authorization: str | None, context: AppContext) -> AccessClaim
 
 async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
     """The caller's access-token claims, charged to the caller's rate limit; 401 when the
-    token is missing or invalid, 429 when the client is over its rate."""
+    token is missing or invalid or its client was revoked (within a second on every host),
+    429 when the client is over its rate."""
     claims = access_claims(request.headers.get("authorization"), context)
     context.rate_limits.take(claims.client_id)
+    if await context.clients.get(context.pool, claims.client_id) is None:
+        raise Unauthenticated("Invalid access token: its client was revoked.")
     return claims
 
 
@@ -129,9 +133,9 @@ def require_mandate_scope(claims: AccessClaims, mandate_type: str) -> None:
         )
 
 
-@documents(Needs(schemes=("merchantToken",)))
-async def _mandates_client(request: Request) -> AccessClaims:
-    claims = await read_access_claims(request, get_context(request))
+def require_mandates_audience(claims: AccessClaims) -> AccessClaims:
+    """403 InvalidAudience unless the token may call the mandate API: a `recurring_payments:*`
+    scope or `payments`."""
     if not any(may_use_mandates(claims, kind) for kind in MANDATE_SCOPES):
         raise Forbidden(
             "InvalidAudience: the access token's audience does not include this API; request "
@@ -139,6 +143,11 @@ async def _mandates_client(request: Request) -> AccessClaims:
             "or `payments` scope."
         )
     return claims
+
+
+@documents(Needs(schemes=("merchantToken",)))
+async def _mandates_client(request: Request) -> AccessClaims:
+    return require_mandates_audience(await read_access_claims(request, get_context(request)))
 
 
 MandateClient = Annotated[AccessClaims, Depends(_mandates_client)]
@@ -151,8 +160,7 @@ async def require_operator(request: Request, context: AppContext) -> None:
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing operator bearer token.")
-    expected = context.admin_token_hash
-    if expected is None or not hmac.compare_digest(hash_secret(token), expected):
+    if not check_operator_token(token, context.admin_token_hash):
         raise Unauthenticated("Invalid operator token.")
 
 

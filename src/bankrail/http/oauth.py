@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from bankrail.http.deps import Context
 from bankrail.http.responses import json_response
-from bankrail.security.tokens import secret_matches
+from bankrail.security.credentials import check_client_secret
 
 router = APIRouter(tags=["auth"])
 
@@ -114,12 +114,11 @@ async def issue_token(request: Request, context: Context) -> Response:
         return _oauth_error("invalid_request", "Fields must not contain NUL characters.")
     if grant_type != "client_credentials":
         return _oauth_error("unsupported_grant_type", "Only client_credentials is supported.")
-    row = await context.pool.fetchrow(
-        "SELECT merchant_id, secret_hash, scopes FROM api_clients WHERE client_id = $1", client_id
-    )
-    if row is None or not secret_matches(client_secret, row["secret_hash"]):
+    async with context.pool.acquire() as conn:
+        client = await check_client_secret(conn, client_id, client_secret)
+    if client is None:
         return _oauth_error("invalid_client", "Client authentication failed.")
-    allowed = frozenset(row["scopes"])
+    allowed = client.scopes
     requested = frozenset(scope.split()) if isinstance(scope, str) and scope.strip() else allowed
     if not requested <= allowed:
         return _oauth_error(
@@ -127,7 +126,7 @@ async def issue_token(request: Request, context: Context) -> Response:
         )
     ttl = context.settings.access_token_ttl_seconds
     token = context.tokens.issue_access_token(
-        client_id, row["merchant_id"], requested, context.clock.now(), timedelta(seconds=ttl)
+        client_id, client.merchant_id, requested, context.clock.now(), timedelta(seconds=ttl)
     )
     return json_response(
         200,

@@ -278,6 +278,18 @@ def login_user(console: Console, email: str, password: str) -> httpx.Response:
     )
 
 
+def sign_in_console_user(
+    operator: Operator, console: Console, merchant: MerchantClient, **extra: Any
+) -> httpx.Response:
+    """Create a console user of the merchant, set their password and sign them in (the
+    answer of the sign-in)."""
+    email = f"user-{uuid.uuid4().hex[:12]}@shop.example"
+    user = create_console_user(operator, merchant.merchant_id, email, **extra)
+    password = f"pw-{uuid.uuid4().hex}"
+    assert set_password(console, user["set_password_url"], password).status_code == 303
+    return login_user(console, email, password)
+
+
 def test_console_users_set_their_password_once_and_act_with_their_scopes(
     console: Console, operator: Operator, server: RunningServer
 ) -> None:

@@ -75,7 +75,7 @@ async def register_signing_key(
     return json_response(201, {"kid": kid})
 
 
-@router.delete("/merchants/{merchant_id}/signing-keys/{kid}", status_code=204)
+@router.delete("/merchants/{merchant_id}/signing-keys/{kid:path}", status_code=204)
 async def revoke_signing_key(
     merchant_id: uuid.UUID,
     kid: Annotated[str, PathParam(min_length=1, max_length=200)],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -65,6 +65,18 @@ def _telemetry(enabled: bool) -> TelemetryConfig:
     return {"tracing": enabled, "metrics": enabled, "logs": enabled}
 
 
+def _credential_caches() -> tuple[PublicKeyCache, ActiveClients, dict[str, Callable[[], None]]]:
+    """The process's caches of signing keys and clients, and the NOTIFY handler (by channel)
+    that empties them when a key or client is revoked anywhere."""
+    public_keys, clients = PublicKeyCache(), ActiveClients()
+
+    def forget_credentials() -> None:
+        public_keys.forget()
+        clients.forget()
+
+    return public_keys, clients, {CREDENTIALS_CHANNEL: forget_credentials}
+
+
 def create_app(settings: Settings, dsn: str) -> FastAPI:
     """The ASGI application for one process, connected to the database at `dsn`.
 
@@ -75,13 +87,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        public_keys, clients = PublicKeyCache(), ActiveClients()
-
-        def forget_credentials() -> None:
-            public_keys.forget()
-            clients.forget()
-
-        channels = {CREDENTIALS_CHANNEL: forget_credentials}
+        public_keys, clients, channels = _credential_caches()
         async with open_process(settings, dsn, channels=channels) as process:
             async with process.pool.acquire() as conn:
                 access_key, resource_key = await ensure_token_keys(conn)

@@ -171,11 +171,6 @@ class Viewer:
         return self.session.role == "operator"
 
     @property
-    def console_user(self) -> bool:
-        """True when signed in as a console user (email and password)."""
-        return self.session.user_id is not None
-
-    @property
     def csrf(self) -> str:
         """The CSRF token for this session's forms."""
         return self.signer.csrf_token(self.session.sid)

@@ -278,10 +278,11 @@ def require(viewer: Viewer, needs: Need) -> None:
         needs(viewer.claims)
     except Forbidden as exc:
         held = ", ".join(sorted(viewer.claims.scopes)) or "none"
+        why = exc.detail.removeprefix("InvalidAudience: ")
         raise PageError(
             403,
             f"Your session's scopes ({held}) do not allow this; the API would refuse it too. "
-            f"{exc.detail.removeprefix('InvalidAudience: ')}",
+            f"{why[:1].upper()}{why[1:]}",
         ) from exc
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.idempotent_commit import IdempotentCommit
+from bankrail.security.keys import CREDENTIALS_CHANNEL, ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.service_keys import ensure_admin_token, ensure_token_keys
 from bankrail.security.tokens import TokenIssuer
@@ -69,6 +70,18 @@ def _telemetry(enabled: bool) -> TelemetryConfig:
     return {"tracing": enabled, "metrics": enabled, "logs": enabled}
 
 
+def _credential_caches() -> tuple[PublicKeyCache, ActiveClients, dict[str, Callable[[], None]]]:
+    """The process's caches of signing keys and clients, and the NOTIFY handler (by channel)
+    that empties them when a key or client is revoked anywhere."""
+    public_keys, clients = PublicKeyCache(), ActiveClients()
+
+    def forget_credentials() -> None:
+        public_keys.forget()
+        clients.forget()
+
+    return public_keys, clients, {CREDENTIALS_CHANNEL: forget_credentials}
+
+
 def create_app(settings: Settings, dsn: str) -> FastAPI:
     """The ASGI application for one process, connected to the database at `dsn`.
 
@@ -79,7 +92,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_process(settings, dsn) as process:
+        public_keys, clients, channels = _credential_caches()
+        async with open_process(settings, dsn, channels=channels) as process:
             async with process.pool.acquire() as conn:
                 access_key, resource_key = await ensure_token_keys(conn)
                 admin_hash, generated = await ensure_admin_token(
@@ -108,6 +122,8 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 mandate_payment_creation=MandatePaymentCreation(process.pool, render),
                 refund_acceptance=RefundAcceptance(process.pool, render),
                 idempotent_commit=IdempotentCommit(process.pool, render),
+                public_keys=public_keys,
+                clients=clients,
                 rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
                 token_rate_limits=RateLimiter(
                     settings.token_rate_limit_per_second, settings.token_rate_limit_burst

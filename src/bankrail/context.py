@@ -9,7 +9,7 @@ import asyncpg
 
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
-from bankrail.security.keys import PublicKeyCache
+from bankrail.security.keys import ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
@@ -37,8 +37,14 @@ class AppContext:
     refund_acceptance: RefundAcceptance
     idempotent_commit: IdempotentCommit
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
+    clients: ActiveClients = field(default_factory=ActiveClients)
     rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     token_rate_limits: RateLimiter = field(default_factory=lambda: RateLimiter(0, 1))
     credential_limits: CredentialLimiter = field(default_factory=lambda: CredentialLimiter(0, 1))
     # Request signatures are verified by these processes, or on the thread lane when None.
     verifier: VerifierProcesses | None = None
+
+    def forget_credentials(self) -> None:
+        """Forget every cached signing key and client (one was revoked, here or elsewhere)."""
+        self.public_keys.forget()
+        self.clients.forget()

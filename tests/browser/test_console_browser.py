@@ -382,3 +382,39 @@ def test_operator_sets_a_merchants_allowed_return_uris(
     assert replaced.json() == {"uris": []}
     page.reload()
     expect(field).to_have_value("")
+
+
+def test_console_user_sets_a_password_signs_in_and_revokes_a_signing_key(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Console User Browser Ltd", currencies=("GBP",))
+    email = f"ops-{int(time.time() * 1000)}@shop.example"
+    made = operator.post(f"/admin/merchants/{merchant.merchant_id}/console-users", {"email": email})
+    assert made.status_code == 201, made.text
+
+    page.goto(made.json()["set_password_url"])
+    expect(page.get_by_role("heading", level=1)).to_have_text("Set your console password")
+    check_page(page, "console-set-password")
+    page.get_by_label("Password", exact=True).fill("a browser passphrase")
+    page.get_by_label("Password again").fill("a browser passphrase")
+    page.get_by_role("button", name="Set password").click()
+    page.wait_for_url(re.compile(r"/console/login$"))
+    expect(page.get_by_role("status")).to_contain_text(f"Password set for {email}")
+
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password", exact=True).fill("a browser passphrase")
+    page.get_by_role("button", name="Sign in as console user").click()
+    page.wait_for_url(re.compile(r"/console$"))
+    expect(page.get_by_role("status")).to_have_text(
+        f"Signed in to Console User Browser Ltd as {email}."
+    )
+
+    page.get_by_role("link", name="Settings").click()
+    revoke = page.get_by_role("button", name=f"Revoke key {merchant.kid}")
+    expect(revoke).to_be_visible()
+    check_page(page, "console-user-settings")
+    assert merchant.signed_post("/v3/payments", {}).status_code != 401
+    revoke.click()
+    expect(page.get_by_role("status")).to_have_text(f"Key {merchant.kid} revoked.")
+    expect(page.get_by_role("button", name=f"Revoke key {merchant.kid}")).to_have_count(0)
+    assert merchant.signed_post("/v3/payments", {}).status_code == 401

@@ -196,6 +196,15 @@ class World:
         # must not receive (and slow the shared delivery worker with) this merchant's events.
         bystander = operator.post("/admin/merchants", {"name": "Fuzz Operator Target"})
         assert bystander.status_code == 201, bystander.text
+        target_id = bystander.json()["id"]
+        # Something for the revocations to revoke (once; then they answer 404).
+        revocable_key = operator.post(
+            f"/admin/merchants/{target_id}/signing-keys",
+            {"public_key_pem": signing.public_key_pem(signing.generate_private_key().public_key())},
+        )
+        assert revocable_key.status_code == 201, revocable_key.text
+        revocable_client = operator.post(f"/admin/merchants/{target_id}/clients", {})
+        assert revocable_client.status_code == 201, revocable_client.text
         world = cls(operator, admin_token, merchant, {})
         # A settled payment with a refund: the payment and refund routes read these.
         refunded = world.fresh_payment(Stage.SETTLED)
@@ -205,7 +214,9 @@ class World:
         assert refund.status_code == 201, refund.text
         world.path_values = {
             "mandate_id": authorised_mandate(merchant)[0],
-            "merchant_id": bystander.json()["id"],
+            "merchant_id": target_id,
+            "kid": revocable_key.json()["kid"],
+            "client_id": revocable_client.json()["client_id"],
             "merchant_account_id": gbp,
             "payout_id": payout.json()["id"],
             "payment_id": refunded.id,

@@ -28,6 +28,7 @@ import pytest
 from e2e_helpers import assert_invalid, assert_problem, bearer, fresh_token, wait_for
 from payout_helpers import SORT_CODE, create_payout, external_beneficiary, payout_body
 from test_console_http import Console
+from test_console_scopes_http import sign_in_console_user
 
 from support.api import MerchantClient, Operator
 from support.databases import with_database
@@ -273,7 +274,7 @@ def test_the_console_settings_form_refuses_a_private_webhook_uri(
     merchant = prod_operator.new_merchant("Prod Console Ltd")
     console = Console(production.base_url)
     try:
-        assert console.login_merchant(merchant).status_code == 303
+        assert sign_in_console_user(prod_operator, console, merchant).status_code == 303
         token = console.csrf("/console/settings")
         refused = console.post(
             "/console/settings/webhooks",
@@ -307,7 +308,7 @@ def test_the_console_cookies_are_secure_http_only_and_same_site(
     console = Console(production.base_url)
     try:
         anonymous = console.get("/console/login")
-        signed_in = console.login_merchant(merchant)
+        signed_in = sign_in_console_user(prod_operator, console, merchant)
         assert signed_in.status_code == 303, signed_in.text
         assert console.get("/console").status_code == 200  # the jar sent the session back
         cookies = [
@@ -332,7 +333,7 @@ def test_the_console_sign_out_deletes_its_cookie_with_secure_too(
     merchant = prod_operator.new_merchant("Prod Logout Ltd")
     console = Console(production.base_url)
     try:
-        assert console.login_merchant(merchant).status_code == 303
+        assert sign_in_console_user(prod_operator, console, merchant).status_code == 303
         signed_out = console.post("/console/logout", {}, csrf=console.csrf("/console"))
         assert signed_out.status_code == 303, signed_out.text
         assert signed_out.headers["location"] == "/console/login"

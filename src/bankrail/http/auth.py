@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Annotated
@@ -14,6 +13,7 @@ from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
+from bankrail.security.credentials import check_operator_token
 from bankrail.security.headers import RequestHeaders, request_headers
 from bankrail.security.ratelimit import address_key
 from bankrail.security.signing import (
@@ -29,7 +29,6 @@ from bankrail.security.tokens import (
     TokenError,
     TokenExpired,
     claimed_subject,
-    hash_secret,
 )
 
 __all__ = [
@@ -44,11 +43,12 @@ __all__ = [
     "bearer_token",
     "client_address",
     "client_identity",
+    "console_user_identity",
     "may_use_mandates",
-    "operator_token_matches",
     "record_wrong_credential",
     "refuse_if_blocked",
     "require_mandate_scope",
+    "require_mandates_audience",
     "require_operator",
     "require_payments_audience",
     "signed_body",
@@ -84,13 +84,19 @@ def client_identity(client_id: str) -> str:
     return "client:" + client_id
 
 
+def console_user_identity(email: str) -> str:
+    """The identity of a console user for the credential limiter: the email they sign in
+    with, case folded (as console users' emails are compared)."""
+    return "console-user:" + email.strip().casefold()
+
+
 def refuse_if_blocked(request: Request, identity: str | None = None) -> None:
     """429 (RateLimited, with Retry-After) while the caller's address, or `identity`, is
     blocked for presenting too many wrong credentials; call it before checking a credential
     (a right one is refused too while blocked). While nothing is blocked it costs one test.
 
     `identity` names whom the credential claims to be, one namespace per kind:
-    `client_identity(client_id)`, `"console-user:" + email`; None when it claims nobody in
+    `client_identity(client_id)`, `console_user_identity(email)`; None when it claims nobody in
     particular (the operator token)."""
     limiter = get_context(request).credential_limits
     if limiter.blocking:
@@ -135,10 +141,12 @@ def access_claims(request: Request, context: AppContext) -> AccessClaims:
 
 async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
     """The caller's access-token claims, charged to the caller's rate limit; 401 when the
-    token is missing or invalid, 429 when the client is over its rate or blocked for wrong
-    credentials."""
+    token is missing or invalid or its client was revoked (within a second on every host),
+    429 when the client is over its rate or blocked for wrong credentials."""
     claims = access_claims(request, context)
     context.rate_limits.take(claims.client_id)
+    if await context.clients.get(context.pool, claims.client_id) is None:
+        raise Unauthenticated("Invalid access token: its client was revoked.")
     return claims
 
 
@@ -193,9 +201,9 @@ def require_mandate_scope(claims: AccessClaims, mandate_type: str) -> None:
         )
 
 
-@documents(Needs(schemes=("merchantToken",)))
-async def _mandates_client(request: Request) -> AccessClaims:
-    claims = await read_access_claims(request, get_context(request))
+def require_mandates_audience(claims: AccessClaims) -> AccessClaims:
+    """403 InvalidAudience unless the token may call the mandate API: a `recurring_payments:*`
+    scope or `payments`."""
     if not any(may_use_mandates(claims, kind) for kind in MANDATE_SCOPES):
         raise Forbidden(
             "InvalidAudience: the access token's audience does not include this API; request "
@@ -203,6 +211,11 @@ async def _mandates_client(request: Request) -> AccessClaims:
             "or `payments` scope."
         )
     return claims
+
+
+@documents(Needs(schemes=("merchantToken",)))
+async def _mandates_client(request: Request) -> AccessClaims:
+    return require_mandates_audience(await read_access_claims(request, get_context(request)))
 
 
 MandateClient = Annotated[AccessClaims, Depends(_mandates_client)]
@@ -217,17 +230,9 @@ async def require_operator(request: Request, context: AppContext) -> None:
     if token is None:
         raise Unauthenticated("Missing operator bearer token.")
     refuse_if_blocked(request)
-    if not operator_token_matches(token, context):
+    if not check_operator_token(token, context.admin_token_hash):
         record_wrong_credential(request)
         raise Unauthenticated("Invalid operator token.")
-
-
-def operator_token_matches(token: str, context: AppContext) -> bool:
-    """Whether `token` is the operator token (constant time). A wrong one claims nobody in
-    particular: it counts against the caller's address alone, so that nobody can lock the
-    operator out by guessing from many addresses."""
-    expected = context.admin_token_hash
-    return expected is not None and hmac.compare_digest(hash_secret(token), expected)
 
 
 @documents(Needs(schemes=("operatorToken",)))

@@ -21,7 +21,7 @@ from bankrail.http.auth import (
 )
 from bankrail.http.deps import Context
 from bankrail.http.responses import json_response
-from bankrail.security.tokens import secret_matches
+from bankrail.security.credentials import check_client_secret
 
 router = APIRouter(tags=["auth"])
 
@@ -122,13 +122,12 @@ async def issue_token(request: Request, context: Context) -> Response:
     if grant_type != "client_credentials":
         return _oauth_error("unsupported_grant_type", "Only client_credentials is supported.")
     refuse_if_blocked(request, client_identity(client_id))
-    row = await context.pool.fetchrow(
-        "SELECT merchant_id, secret_hash, scopes FROM api_clients WHERE client_id = $1", client_id
-    )
-    if row is None or not secret_matches(client_secret, row["secret_hash"]):
+    async with context.pool.acquire() as conn:
+        client = await check_client_secret(conn, client_id, client_secret)
+    if client is None:
         record_wrong_credential(request, client_identity(client_id))
         return _oauth_error("invalid_client", "Client authentication failed.")
-    allowed = frozenset(row["scopes"])
+    allowed = client.scopes
     requested = frozenset(scope.split()) if isinstance(scope, str) and scope.strip() else allowed
     if not requested <= allowed:
         return _oauth_error(
@@ -136,7 +135,7 @@ async def issue_token(request: Request, context: Context) -> Response:
         )
     ttl = context.settings.access_token_ttl_seconds
     token = context.tokens.issue_access_token(
-        client_id, row["merchant_id"], requested, context.clock.now(), timedelta(seconds=ttl)
+        client_id, client.merchant_id, requested, context.clock.now(), timedelta(seconds=ttl)
     )
     return json_response(
         200,

@@ -134,15 +134,23 @@ def decide_charge(
 
 
 async def overview(
-    conn: Connection, merchant_id: uuid.UUID | None, now: datetime, *, limit: int = 50
+    conn: Connection,
+    merchant_id: uuid.UUID | None,
+    now: datetime,
+    *,
+    limit: int = 50,
+    types: frozenset[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The newest mandates (of one merchant, or of every merchant for None) for the console:
-    each with its limits and what their current periods have left, and its newest payments."""
+    """The newest mandates (of one merchant, or of every merchant for None; of the given
+    `types`, or every type for None) for the console: each with its limits and what their
+    current periods have left, and its newest payments."""
     rows = await conn.fetch(
         f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE ($1::uuid IS NULL OR merchant_id = $1)"
+        " AND ($3::text[] IS NULL OR type = ANY($3::text[]))"
         " ORDER BY created_at DESC, id DESC LIMIT $2",
         merchant_id,
         limit,
+        sorted(types) if types is not None else None,
     )
     found: list[dict[str, Any]] = []
     for row in rows:

@@ -4,24 +4,29 @@ thresholds."""
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
 from fastapi import APIRouter, Response
+from fastapi import Path as PathParam
 
 from bankrail.core.problems import InvalidParameters, invalid_field
+from bankrail.core.timefmt import iso_utc
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.events.destinations import webhook_destination_problem
-from bankrail.http.auth import Admin
+from bankrail.http.auth import MANDATE_SCOPES, PAYMENTS_SCOPE, Admin
 from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_ADMIN
 from bankrail.http.responses import json_response
-from bankrail.merchants import return_uris, service
+from bankrail.merchants import console_users, return_uris, service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
     BalanceThreshold,
     ClientCredentials,
+    ConsoleUserOut,
     MerchantAccountOut,
     MerchantOut,
     NewClient,
+    NewConsoleUser,
     NewMerchant,
     NewMerchantAccount,
     NewSigningKey,
@@ -68,6 +73,68 @@ async def register_signing_key(
             conn, merchant_id, body.public_key_pem, body.kid, context.clock.now()
         )
     return json_response(201, {"kid": kid})
+
+
+@router.delete("/merchants/{merchant_id}/signing-keys/{kid:path}", status_code=204)
+async def revoke_signing_key(
+    merchant_id: uuid.UUID,
+    kid: Annotated[str, PathParam(min_length=1, max_length=200)],
+    context: Context,
+    _: Admin,
+) -> Response:
+    """Revoke a signing key: signatures made with it fail at once on this host and within a
+    second on every other. 404 when the merchant has no such active key."""
+    async with context.pool.acquire() as conn, conn.transaction():
+        await service.revoke_signing_key(conn, merchant_id, kid, context.clock.now())
+    context.forget_credentials()
+    return Response(status_code=204)
+
+
+@router.delete("/merchants/{merchant_id}/clients/{client_id}", status_code=204)
+async def revoke_client(
+    merchant_id: uuid.UUID,
+    client_id: Annotated[str, PathParam(min_length=1, max_length=200)],
+    context: Context,
+    _: Admin,
+) -> Response:
+    """Revoke an API client: its secret, its access tokens and its console sessions stop
+    working at once on this host and within a second on every other. 404 when the merchant
+    has no such active client."""
+    async with context.pool.acquire() as conn, conn.transaction():
+        await service.revoke_client(conn, merchant_id, client_id, context.clock.now())
+    context.forget_credentials()
+    return Response(status_code=204)
+
+
+ALL_SCOPES = [PAYMENTS_SCOPE, *MANDATE_SCOPES.values()]
+
+
+@router.post(
+    "/merchants/{merchant_id}/console-users", status_code=201, response_model=ConsoleUserOut
+)
+async def create_console_user(
+    merchant_id: uuid.UUID, body: NewConsoleUser, context: Context, _: Admin
+) -> Response:
+    """Create a console user (email and password sign-in to the console for this merchant).
+    The answer's `set_password_url` works once, for 72 hours of service time; the user acts
+    in the console with `scopes` (default: every scope of the API)."""
+    scopes = body.scopes if body.scopes is not None else ALL_SCOPES
+    async with context.pool.acquire() as conn:
+        user = await console_users.create_console_user(
+            conn, merchant_id, body.email, scopes, context.clock.now()
+        )
+    url = f"{context.settings.public_url}/console/set-password?token={user.setup_token}"
+    return json_response(
+        201,
+        {
+            "id": str(user.id),
+            "merchant_id": str(user.merchant_id),
+            "email": user.email,
+            "scopes": user.scopes,
+            "set_password_url": url,
+            "set_password_expires_at": iso_utc(user.setup_expires_at),
+        },
+    )
 
 
 async def _check_webhook_uri(field: str, uri: str, production: bool) -> None:

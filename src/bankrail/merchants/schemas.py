@@ -127,6 +127,26 @@ class SigningKeyOut(BaseModel):
     kid: str
 
 
+class NewConsoleUser(StrictModel):
+    """`POST /admin/merchants/{id}/console-users`: who signs in to the console, and the
+    scopes they act with there (default: every scope of the API)."""
+
+    email: Annotated[StrictStr, Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")]
+    scopes: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = None
+
+
+class ConsoleUserOut(BaseModel):
+    """A console user just created, with the link where they set their password (it works
+    once, until `set_password_expires_at`)."""
+
+    id: str
+    merchant_id: str
+    email: str
+    scopes: list[str]
+    set_password_url: str
+    set_password_expires_at: str
+
+
 class WebhookSettings(StrictModel):
     """`PUT /admin/merchants/{id}/webhooks`: a field given as null clears that URI."""
 

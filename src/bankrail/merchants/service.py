@@ -13,6 +13,7 @@ from bankrail.core.problems import Conflict, NotFound, invalid_field
 from bankrail.db.pool import Connection
 from bankrail.ledger.service import ensure_account
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount, new_account_identifiers
+from bankrail.security.keys import announce_revocation
 from bankrail.security.signing import load_public_key
 from bankrail.security.tokens import hash_secret, new_client_secret
 
@@ -25,8 +26,11 @@ __all__ = [
     "find_account_by_identifier",
     "get_account",
     "list_accounts",
+    "list_clients",
     "lock_account",
     "register_signing_key",
+    "revoke_client",
+    "revoke_signing_key",
     "set_balance_threshold",
     "set_webhooks",
 ]
@@ -124,13 +128,15 @@ async def register_signing_key(
     except ValueError as exc:
         raise invalid_field("public_key_pem", str(exc)) from exc
     kid = kid or str(uuid.uuid4())
-    existing = await conn.fetchval(
-        "SELECT public_key_pem FROM signing_keys WHERE merchant_id = $1 AND kid = $2",
+    existing = await conn.fetchrow(
+        "SELECT public_key_pem, revoked_at FROM signing_keys WHERE merchant_id = $1 AND kid = $2",
         merchant_id,
         kid,
     )
     if existing is not None:
-        if existing.strip() != public_key_pem.strip():
+        if existing["revoked_at"] is not None:
+            raise Conflict(f"The kid {kid!r} belonged to a revoked key; it is not used again.")
+        if existing["public_key_pem"].strip() != public_key_pem.strip():
             raise Conflict(f"The kid {kid!r} is already registered with a different key.")
         return kid
     await conn.execute(
@@ -142,6 +148,52 @@ async def register_signing_key(
         now,
     )
     return kid
+
+
+async def revoke_signing_key(
+    conn: Connection, merchant_id: uuid.UUID, kid: str, now: datetime
+) -> None:
+    """Revoke the merchant's active key `kid`: no signature made with it verifies any more,
+    on any host once the transaction commits (NOTIFY; the caller forgets its own cache).
+    404 when the merchant has no such active key."""
+    revoked = await conn.fetchval(
+        "UPDATE signing_keys SET revoked_at = $3"
+        " WHERE merchant_id = $1 AND kid = $2 AND revoked_at IS NULL RETURNING true",
+        merchant_id,
+        kid,
+        now,
+    )
+    if not revoked:
+        raise NotFound(f"Merchant {merchant_id} has no signing key with kid {kid!r}.")
+    await announce_revocation(conn)
+
+
+async def revoke_client(
+    conn: Connection, merchant_id: uuid.UUID, client_id: str, now: datetime
+) -> None:
+    """Revoke the merchant's active API client: its secret no longer gets tokens, and the
+    tokens and console sessions it already has stop working (NOTIFY, as for keys). 404 when
+    the merchant has no such active client."""
+    revoked = await conn.fetchval(
+        "UPDATE api_clients SET revoked_at = $3"
+        " WHERE merchant_id = $1 AND client_id = $2 AND revoked_at IS NULL RETURNING true",
+        merchant_id,
+        client_id,
+        now,
+    )
+    if not revoked:
+        raise NotFound(f"Merchant {merchant_id} has no API client {client_id!r}.")
+    await announce_revocation(conn)
+
+
+async def list_clients(conn: Connection, merchant_id: uuid.UUID) -> list[dict[str, object]]:
+    """The merchant's active API clients (id, scopes, created_at), oldest first."""
+    rows = await conn.fetch(
+        "SELECT client_id, scopes, created_at FROM api_clients"
+        " WHERE merchant_id = $1 AND revoked_at IS NULL ORDER BY created_at, client_id",
+        merchant_id,
+    )
+    return [dict(row) for row in rows]
 
 
 async def set_webhooks(

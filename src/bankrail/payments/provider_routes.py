@@ -355,10 +355,7 @@ async def legacy_search_providers(
     )
     parsed.check()
 
-    known = await context.pool.fetchval(
-        "SELECT true FROM api_clients WHERE client_id = $1", client_id
-    )
-    if not known:
+    if await context.clients.get(context.pool, client_id) is None:
         raise invalid_field("client_id", "no API client has this id")
 
     public_url = context.settings.public_url

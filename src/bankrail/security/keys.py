@@ -1,15 +1,39 @@
-"""Merchant public keys, parsed once and cached per process."""
+"""What a process remembers of merchants' credentials between requests: signing keys (parsed
+once) and whether an API client is still active. Revocation reaches these caches at once in
+the process that revoked (`forget`) and through NOTIFY on `CREDENTIALS_CHANNEL` in every
+other; an entry is also never trusted for longer than `ttl` (1 s), should a notification be
+missed. (The verifier processes, security.verifier, key their parsed keys by the key's own
+bytes and verify only with the key this process sends them, so they hold nothing to revoke.)
+"""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import asyncpg
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bankrail.db.pool import Connection
 from bankrail.security.signing import load_public_key
+
+__all__ = [
+    "CREDENTIALS_CHANNEL",
+    "CREDENTIALS_TTL_SECONDS",
+    "ActiveClients",
+    "PublicKeyCache",
+    "RegisteredKey",
+    "announce_revocation",
+]
+
+CREDENTIALS_CHANNEL = "bankrail_credentials"
+CREDENTIALS_TTL_SECONDS = 1.0
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -18,41 +42,111 @@ class RegisteredKey:
 
     key: ec.EllipticCurvePublicKey
     der: bytes
+    pem: str
+
+
+async def announce_revocation(conn: Connection) -> None:
+    """Tell every process to forget what it cached of credentials (delivered at commit)."""
+    await conn.execute(f"NOTIFY {CREDENTIALS_CHANNEL}")
+
+
+class _FreshCache(Generic[K, V]):
+    """Entries kept for at most `ttl` seconds; `forget` drops them all. A value read from the
+    database before a `forget` is not stored after it (the generation changed), so a lookup
+    that raced a revocation cannot bring the revoked credential back."""
+
+    def __init__(self, ttl: float, max_entries: int) -> None:
+        self._entries: dict[K, tuple[float, V]] = {}
+        self._ttl = ttl
+        self._max_entries = max_entries
+        self.generation = 0
+
+    def fresh(self, key: K) -> tuple[bool, V | None]:
+        """(True, value) when a fresh entry is held; (False, the stale value or None)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return False, None
+        stored_at, value = entry
+        return time.monotonic() - stored_at < self._ttl, value
+
+    def store(self, key: K, value: V, generation: int) -> None:
+        """Remember `value`, read while the cache was at `generation`."""
+        if generation != self.generation:
+            return
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        self._entries[key] = (time.monotonic(), value)
+
+    def forget(self) -> None:
+        """Drop every entry (a credential was revoked)."""
+        self.generation += 1
+        self._entries.clear()
 
 
 class PublicKeyCache:
-    """Looks up a merchant's registered signing key by kid, parsing each PEM only once.
+    """Looks up a merchant's active signing key by kid, parsing each PEM only once."""
 
-    Keys are never changed once registered, so a cached key stays right; a miss is not
-    cached, so a key registered by another process is found on its first use here.
-    """
-
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self._keys: dict[tuple[uuid.UUID, str], RegisteredKey] = {}
-        self._max_entries = max_entries
+    def __init__(self, max_entries: int = 10_000, ttl: float = CREDENTIALS_TTL_SECONDS) -> None:
+        self._cache: _FreshCache[tuple[uuid.UUID, str], RegisteredKey | None] = _FreshCache(
+            ttl, max_entries
+        )
 
     async def get(
         self, pool: asyncpg.Pool, merchant_id: uuid.UUID, kid: str
     ) -> RegisteredKey | None:
-        """The merchant's key with this kid, or None if none is registered."""
-        cached = self._keys.get((merchant_id, kid))
-        if cached is not None:
+        """The merchant's active key with this kid, or None if none is (or it was revoked)."""
+        fresh, cached = self._cache.fresh((merchant_id, kid))
+        if fresh:
             return cached
+        generation = self._cache.generation
         pem = await pool.fetchval(
-            "SELECT public_key_pem FROM signing_keys WHERE merchant_id = $1 AND kid = $2",
+            "SELECT public_key_pem FROM signing_keys"
+            " WHERE merchant_id = $1 AND kid = $2 AND revoked_at IS NULL",
             merchant_id,
             kid,
         )
         if pem is None:
-            return None
-        parsed = load_public_key(pem)
-        key = RegisteredKey(
-            parsed,
-            parsed.public_bytes(
+            return None  # a miss is not kept: a key registered meanwhile is found at once
+        if cached is None or cached.pem != pem:
+            parsed = load_public_key(pem)
+            der = parsed.public_bytes(
                 serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-            ),
+            )
+            cached = RegisteredKey(parsed, der, pem)
+        self._cache.store((merchant_id, kid), cached, generation)
+        return cached
+
+    def forget(self) -> None:
+        """Forget every key (one was revoked)."""
+        self._cache.forget()
+
+
+class ActiveClients:
+    """Whether an API client is active (not revoked), and its scopes, remembered briefly: an
+    access token outlives nothing its client does."""
+
+    def __init__(self, max_entries: int = 10_000, ttl: float = CREDENTIALS_TTL_SECONDS) -> None:
+        self._cache: _FreshCache[str, tuple[uuid.UUID, frozenset[str]] | None] = _FreshCache(
+            ttl, max_entries
         )
-        if len(self._keys) >= self._max_entries:
-            self._keys.clear()
-        self._keys[(merchant_id, kid)] = key
-        return key
+
+    async def get(
+        self, pool: asyncpg.Pool, client_id: str
+    ) -> tuple[uuid.UUID, frozenset[str]] | None:
+        """(merchant id, scopes) of the active client, or None when it is unknown or revoked."""
+        fresh, cached = self._cache.fresh(client_id)
+        if fresh:
+            return cached
+        generation = self._cache.generation
+        row = await pool.fetchrow(
+            "SELECT merchant_id, scopes FROM api_clients"
+            " WHERE client_id = $1 AND revoked_at IS NULL",
+            client_id,
+        )
+        found = (row["merchant_id"], frozenset(row["scopes"])) if row else None
+        self._cache.store(client_id, found, generation)
+        return found
+
+    def forget(self) -> None:
+        """Forget every client (one was revoked)."""
+        self._cache.forget()

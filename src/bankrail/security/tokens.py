@@ -109,8 +109,9 @@ class TokenIssuer:
 
         A token whose signature was verified once is remembered (bounded), so a client
         reusing its token pays for one dictionary lookup and the expiry check, not for
-        a JWT decode on every request. Tokens are never revoked before they expire, so what
-        was verified stays true.
+        a JWT decode on every request. What is remembered is only that the signature is
+        ours; whether the token's client is still active is checked apart, on every request
+        (http.auth, security.keys.ActiveClients).
         """
         known = self._verified.get(token)
         if known is not None:

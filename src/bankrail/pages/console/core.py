@@ -12,6 +12,7 @@ import functools
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote, urlencode
 
@@ -23,8 +24,10 @@ from starlette.datastructures import FormData, UploadFile
 
 from bankrail.context import AppContext
 from bankrail.core.money import decimal_text, format_amount
-from bankrail.core.problems import ProblemError
+from bankrail.core.problems import Forbidden, ProblemError
 from bankrail.core.timefmt import iso_utc
+from bankrail.db.pool import Connection
+from bankrail.merchants.console_users import user_scopes
 from bankrail.pages.console.chart import format_time
 from bankrail.pages.console.data import get_merchant, list_merchants
 from bankrail.pages.console.forms import FieldError
@@ -37,6 +40,7 @@ from bankrail.pages.console.session import (
     is_revoked,
     set_flash,
 )
+from bankrail.security.tokens import AccessClaims, audiences_for
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -153,13 +157,15 @@ def app_context(request: Request) -> AppContext:
 @dataclass
 class Viewer:
     """The signed-in person and the merchant the page is about (None: the operator's view
-    of every merchant)."""
+    of every merchant). `claims` are what the API would grant a merchant session (its
+    client's or console user's current scopes); None for the operator, who may do anything."""
 
     session: Session
     signer: SessionSigner
     merchant_id: uuid.UUID | None
     merchant: dict[str, Any] | None
     merchants: list[dict[str, Any]] = field(default_factory=list)
+    claims: AccessClaims | None = None
 
     @property
     def operator(self) -> bool:
@@ -207,8 +213,86 @@ def safe_next(raw: str | None) -> str:
     return "/console"
 
 
-async def resolve_viewer(request: Request, *, operator_only: bool = False) -> Viewer:
-    """The signed-in viewer of the request, or a redirect to the sign-in page.
+Need = Callable[[AccessClaims], object]
+"""A scope check of the API (http.auth), raising Forbidden when the claims fall short."""
+
+
+async def _session_scopes(
+    conn: Connection, context: AppContext, session: Session
+) -> frozenset[str] | None:
+    """The current scopes of a merchant session: its console user's, or (sandbox only) its
+    API client's; None when the user or client is gone or revoked, or when a client-secret
+    session meets a production-mode server."""
+    assert session.merchant_id is not None
+    if session.user_id is not None:
+        return await user_scopes(conn, session.user_id, session.merchant_id)
+    if session.client_id is None or not context.settings.sandbox:
+        return None
+    client = await context.clients.get(context.pool, session.client_id)
+    if client is None or client[0] != session.merchant_id:
+        return None
+    return client[1]
+
+
+async def _merchant_viewer(
+    conn: Connection, context: AppContext, session: Session, signer: SessionSigner
+) -> Viewer | None:
+    assert session.merchant_id is not None
+    scopes = await _session_scopes(conn, context, session)
+    merchant = await get_merchant(conn, session.merchant_id)
+    if scopes is None or merchant is None:
+        return None
+    claims = AccessClaims(
+        client_id=session.client_id or f"console-user:{session.user_id}",
+        merchant_id=session.merchant_id,
+        scopes=scopes,
+        audiences=audiences_for(scopes),
+        expires_at=datetime.fromtimestamp(session.expires, UTC),
+    )
+    return Viewer(session, signer, session.merchant_id, merchant, claims=claims)
+
+
+async def _operator_viewer(
+    request: Request, conn: Connection, session: Session, signer: SessionSigner
+) -> Viewer:
+    merchants = await list_merchants(conn)
+    viewer = Viewer(session, signer, None, None, merchants)
+    request.state.console_viewer = viewer
+    raw = request.query_params.get("merchant_id", "").strip()
+    if raw:
+        try:
+            chosen = uuid.UUID(raw)
+        except ValueError as exc:
+            raise PageError(400, "merchant_id must be a merchant's identifier.") from exc
+        merchant = await get_merchant(conn, chosen)
+        if merchant is None:
+            raise not_found("merchant")
+        viewer.merchant_id, viewer.merchant = chosen, merchant
+    return viewer
+
+
+def require(viewer: Viewer, needs: Need) -> None:
+    """The 403 page unless the viewer may do what `needs` checks, as the API checks a token:
+    the operator may do anything, a merchant session what its scopes allow."""
+    if viewer.claims is None:
+        return
+    try:
+        needs(viewer.claims)
+    except Forbidden as exc:
+        held = ", ".join(sorted(viewer.claims.scopes)) or "none"
+        why = exc.detail.removeprefix("InvalidAudience: ")
+        raise PageError(
+            403,
+            f"Your session's scopes ({held}) do not allow this; the API would refuse it too. "
+            f"{why[:1].upper()}{why[1:]}",
+        ) from exc
+
+
+async def resolve_viewer(
+    request: Request, *, needs: Need | None, operator_only: bool = False
+) -> Viewer:
+    """The signed-in viewer of the request, or a redirect to the sign-in page; the 403 page
+    when the session's scopes fail `needs` (None: the page needs no scope).
 
     The operator may pick a merchant with `?merchant_id=`; a merchant always sees its own.
     """
@@ -227,28 +311,17 @@ async def resolve_viewer(request: Request, *, operator_only: bool = False) -> Vi
         if await is_revoked(conn, session.sid):
             raise Redirect(login_url(request))
         if session.role == "merchant":
-            assert session.merchant_id is not None
-            merchant = await get_merchant(conn, session.merchant_id)
-            if merchant is None:
+            found = await _merchant_viewer(conn, context, session, signer)
+            if found is None:
                 raise Redirect(login_url(request))
-            viewer = Viewer(session, signer, session.merchant_id, merchant)
+            viewer = found
         else:
-            merchants = await list_merchants(conn)
-            viewer = Viewer(session, signer, None, None, merchants)
-            request.state.console_viewer = viewer
-            raw = request.query_params.get("merchant_id", "").strip()
-            if raw:
-                try:
-                    chosen = uuid.UUID(raw)
-                except ValueError as exc:
-                    raise PageError(400, "merchant_id must be a merchant's identifier.") from exc
-                merchant = await get_merchant(conn, chosen)
-                if merchant is None:
-                    raise not_found("merchant")
-                viewer.merchant_id, viewer.merchant = chosen, merchant
+            viewer = await _operator_viewer(request, conn, session, signer)
     request.state.console_viewer = viewer
     if operator_only and not viewer.operator:
         raise PageError(403, "Only the operator can open this page.")
+    if needs is not None:
+        require(viewer, needs)
     return viewer
 
 

@@ -144,9 +144,9 @@ async def get_payout(
 
 
 async def list_signing_keys(conn: Connection, merchant_id: uuid.UUID) -> list[dict[str, Any]]:
-    """The merchant's registered public keys, newest first."""
+    """The merchant's active (registered, not revoked) public keys, newest first."""
     rows = await conn.fetch(
-        "SELECT kid, created_at FROM signing_keys WHERE merchant_id = $1"
+        "SELECT kid, created_at FROM signing_keys WHERE merchant_id = $1 AND revoked_at IS NULL"
         " ORDER BY created_at DESC, kid",
         merchant_id,
     )

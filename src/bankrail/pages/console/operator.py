@@ -88,7 +88,7 @@ async def _panel(
 @router.get("", response_class=HTMLResponse)
 async def operator_panel(request: Request) -> Response:
     """Thresholds, screening list and the sandbox controls."""
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     return await _panel(request, viewer)
 
 
@@ -110,7 +110,7 @@ async def _account_in_scope(
 @router.post("/thresholds")
 async def set_threshold(request: Request) -> Response:
     """Set (or clear, with an empty field) an account's low-balance threshold."""
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     form = await check_csrf(request, viewer)
     context = app_context(request)
     raw_account = text(form, "account_id")
@@ -153,7 +153,7 @@ async def set_threshold(request: Request) -> Response:
 @router.post("/screening-list")
 async def save_screening_list(request: Request) -> Response:
     """Replace the AML screening list (one beneficiary name per line)."""
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     form = await check_csrf(request, viewer)
     raw = text(form, "names")
     names = [line.strip() for line in raw.splitlines() if line.strip()]
@@ -190,7 +190,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
     """Simulate an incoming bank transfer to an account (credited at once). The form's
     one-time key makes a double submission credit the account only once."""
     _require_sandbox(request)
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     form = await check_csrf(request, viewer)
     context = app_context(request)
     values = {
@@ -268,7 +268,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
 async def sandbox_clock(request: Request) -> Response:
     """Move the service clock forward: due retries, expiries and rail steps then happen."""
     _require_sandbox(request)
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     form = await check_csrf(request, viewer)
     values = {"amount": text(form, "amount"), "unit": text(form, "unit")}
     errors: Errors = {}

@@ -15,6 +15,7 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters
 from bankrail.db.pool import Connection
+from bankrail.http.auth import require_payments_audience
 from bankrail.http.idempotent import keyed_request
 from bankrail.pages.console.core import (
     ConsoleRoute,
@@ -83,7 +84,7 @@ async def _list_page(
     title: str,
 ) -> Response:
     """A filtered, paginated list page; a bad filter or page link is a 400 with its message."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     errors: Errors = {}
     where, values = _list_filter(request, viewer, statuses, errors)
     items: list[dict[str, Any]] = []
@@ -157,7 +158,7 @@ async def _payment_page(
 @router.get("/payments/{payment_id}", response_class=HTMLResponse)
 async def payment_detail(request: Request, payment_id: str) -> Response:
     """One payment with its status history, its refunds and (once settled) a refund form."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     return await _payment_page(request, viewer, object_id(payment_id, "payment"))
 
 
@@ -165,7 +166,7 @@ async def payment_detail(request: Request, payment_id: str) -> Response:
 async def refund_payment(request: Request, payment_id: str) -> Response:
     """Refund part or all of a settled payment (the refund use case of the API). The form's
     one-time key makes a double submission refund only once."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     form = await check_csrf(request, viewer)
     context = app_context(request)
     payment_uuid = object_id(payment_id, "payment")
@@ -245,7 +246,7 @@ async def payouts_list(request: Request) -> Response:
 @router.get("/payouts/{payout_id}", response_class=HTMLResponse)
 async def payout_detail(request: Request, payout_id: str) -> Response:
     """One payout with its lifecycle as a timeline."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     async with app_context(request).pool.acquire() as conn:
         payout = await get_payout(conn, object_id(payout_id, "payout"), viewer.merchant_id)
     if payout is None:

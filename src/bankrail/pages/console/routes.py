@@ -17,12 +17,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from bankrail.http.auth import require_payments_audience
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.console.chart import build_chart
 from bankrail.pages.console.core import ConsoleRoute, PageError, app_context, render, resolve_viewer
 from bankrail.pages.console.data import balance_history
 from bankrail.pages.console.mandates import router as mandates_router
 from bankrail.pages.console.operator import router as operator_router
+from bankrail.pages.console.passwords import router as passwords_router
 from bankrail.pages.console.payments import router as payments_router
 from bankrail.pages.console.settings import router as settings_router
 from bankrail.pages.console.signin import router as signin_router
@@ -31,12 +33,13 @@ from bankrail.pages.console.webhooks import router as webhooks_router
 router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
 
 router.include_router(signin_router)
+router.include_router(passwords_router)
 
 
 @router.get("", response_class=HTMLResponse)
 async def overview(request: Request) -> Response:
     """Accounts with balances and a balance chart each (the operator first picks a merchant)."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     context = app_context(request)
     if viewer.merchant_id is None:
         return render(request, "overview.html", title="Overview", section="overview", cards=[])

@@ -58,7 +58,8 @@ Role = Literal["anonymous", "merchant", "operator"]
 
 @dataclass(frozen=True)
 class Session:
-    """Who holds the cookie: an anonymous visitor (sign-in page), a merchant or the operator."""
+    """Who holds the cookie: an anonymous visitor (sign-in page), a merchant (through an API
+    client's secret, sandbox only, or a console user) or the operator."""
 
     sid: str
     role: Role
@@ -66,6 +67,7 @@ class Session:
     merchant_id: uuid.UUID | None = None
     client_id: str | None = None
     operator_key: str | None = None
+    user_id: uuid.UUID | None = None
 
     @property
     def signed_in(self) -> bool:
@@ -81,6 +83,8 @@ class Session:
             payload["cid"] = self.client_id
         if self.operator_key is not None:
             payload["opk"] = self.operator_key
+        if self.user_id is not None:
+            payload["uid"] = str(self.user_id)
         return payload
 
     @classmethod
@@ -94,9 +98,12 @@ class Session:
         if role not in ("anonymous", "merchant", "operator"):
             return None
         merchant_id: uuid.UUID | None = None
+        user_id: uuid.UUID | None = None
         if role == "merchant":
             try:
                 merchant_id = uuid.UUID(str(payload.get("mid")))
+                if "uid" in payload:
+                    user_id = uuid.UUID(str(payload["uid"]))
             except ValueError:
                 return None
         client_id = payload.get("cid")
@@ -108,6 +115,7 @@ class Session:
             merchant_id=merchant_id,
             client_id=client_id if isinstance(client_id, str) else None,
             operator_key=operator_key if isinstance(operator_key, str) else None,
+            user_id=user_id,
         )
 
 
@@ -190,8 +198,10 @@ def new_session(
     merchant_id: uuid.UUID | None = None,
     client_id: str | None = None,
     operator_key: str | None = None,
+    user_id: uuid.UUID | None = None,
 ) -> Session:
-    """A fresh session id for a role, expiring after its time to live (service time)."""
+    """A fresh session id for a role, expiring after its time to live (service time). A
+    merchant session names either its API client (`client_id`) or its console user."""
     ttl = ANONYMOUS_TTL if role == "anonymous" else SESSION_TTL
     return Session(
         sid=secrets.token_urlsafe(18),
@@ -200,6 +210,7 @@ def new_session(
         merchant_id=merchant_id,
         client_id=client_id,
         operator_key=operator_key,
+        user_id=user_id,
     )
 
 

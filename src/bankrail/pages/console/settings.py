@@ -11,12 +11,14 @@ from fastapi.responses import HTMLResponse, Response
 
 from bankrail.core.problems import Conflict, InvalidParameters
 from bankrail.events.destinations import webhook_destination_problem
+from bankrail.http.auth import require_payments_audience
 from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
     PageError,
+    Redirect,
     Viewer,
     app_context,
     attempt,
@@ -48,9 +50,11 @@ async def _settings_page(
     values: dict[str, str] | None = None,
 ) -> Response:
     keys: list[dict[str, Any]] = []
+    clients: list[dict[str, Any]] = []
     if viewer.merchant_id is not None:
         async with app_context(request).pool.acquire() as conn:
             keys = await list_signing_keys(conn, viewer.merchant_id)
+            clients = await merchants_service.list_clients(conn, viewer.merchant_id)
     merchant = viewer.merchant or {}
     shown = {
         "payments_uri": merchant.get("payments_webhook_uri") or "",
@@ -67,6 +71,7 @@ async def _settings_page(
         title="Settings",
         section="settings",
         keys=keys,
+        clients=clients,
         values=shown,
         errors=errors or {},
         production=not app_context(request).settings.sandbox,
@@ -82,14 +87,14 @@ def _require_merchant(viewer: Viewer) -> uuid.UUID:
 @router.get("/settings", response_class=HTMLResponse)
 async def settings_page(request: Request) -> Response:
     """Webhook URIs and request-signing keys."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     return await _settings_page(request, viewer)
 
 
 @router.post("/settings/webhooks")
 async def save_webhooks(request: Request) -> Response:
     """Set the payments and payouts webhook URIs (an empty field clears one)."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     form = await check_csrf(request, viewer)
     merchant_id = _require_merchant(viewer)
     context = app_context(request)
@@ -122,7 +127,7 @@ async def save_webhooks(request: Request) -> Response:
 async def save_return_uris(request: Request) -> Response:
     """Replace the merchant's allowed return URIs, one per line (operator only: in production
     mode they decide where the service's pages may send a payer)."""
-    viewer = await resolve_viewer(request, operator_only=True)
+    viewer = await resolve_viewer(request, needs=None, operator_only=True)
     form = await check_csrf(request, viewer)
     merchant_id = _require_merchant(viewer)
     raw = text(form, "return_uris")
@@ -151,7 +156,7 @@ async def save_return_uris(request: Request) -> Response:
 @router.post("/settings/signing-keys")
 async def add_signing_key(request: Request) -> Response:
     """Register a P-521 public key (PEM pasted or uploaded) under a kid."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     form = await check_csrf(request, viewer)
     merchant_id = _require_merchant(viewer)
     context = app_context(request)
@@ -187,4 +192,40 @@ async def add_signing_key(request: Request) -> Response:
         return await _settings_page(request, viewer, 409, errors=errors, values=values)
     return await redirect_with_flash(
         request, viewer, viewer.url("/console/settings"), f"Key registered with kid {registered}."
+    )
+
+
+@router.post("/settings/signing-keys/revoke")
+async def revoke_signing_key(request: Request) -> Response:
+    """Revoke one of the merchant's signing keys (the admin API's revocation): signatures
+    made with it stop verifying at once here and within a second on every host."""
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
+    form = await check_csrf(request, viewer)
+    merchant_id = _require_merchant(viewer)
+    context = app_context(request)
+    kid = text(form, "kid")
+    async with context.pool.acquire() as conn, conn.transaction():
+        await merchants_service.revoke_signing_key(conn, merchant_id, kid, context.clock.now())
+    context.forget_credentials()
+    return await redirect_with_flash(
+        request, viewer, viewer.url("/console/settings"), f"Key {kid} revoked."
+    )
+
+
+@router.post("/settings/clients/revoke")
+async def revoke_client(request: Request) -> Response:
+    """Revoke one of the merchant's API clients (the admin API's revocation): its secret,
+    tokens and console sessions stop working at once here and within a second everywhere."""
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
+    form = await check_csrf(request, viewer)
+    merchant_id = _require_merchant(viewer)
+    context = app_context(request)
+    client_id = text(form, "client_id")
+    async with context.pool.acquire() as conn, conn.transaction():
+        await merchants_service.revoke_client(conn, merchant_id, client_id, context.clock.now())
+    context.forget_credentials()
+    if viewer.session.client_id == client_id:
+        raise Redirect("/console/login")
+    return await redirect_with_flash(
+        request, viewer, viewer.url("/console/settings"), f"Client {client_id} revoked."
     )

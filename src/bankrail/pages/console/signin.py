@@ -1,44 +1,62 @@
-"""The console's sign-in and sign-out pages (`/console/login`, `/console/logout`): merchant
-client credentials or the operator token start a session; signing out revokes it everywhere."""
+"""The console's sign-in and sign-out pages (`/console/login`, `/console/logout`): a console
+user's email and password, the operator token, or (sandbox mode only) an API client's
+credentials start a session; signing out revokes it everywhere. Each credential is checked by
+its one function in security.credentials."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.datastructures import FormData
 
 from bankrail.http.auth import (
     client_identity,
-    operator_token_matches,
+    console_user_identity,
     record_wrong_credential,
     refuse_if_blocked,
 )
+from bankrail.merchants.console_users import MAX_PASSWORD_LENGTH
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
     PageError,
+    Redirect,
     app_context,
     forbidden_form,
     read_form,
     render,
+    resolve_viewer,
     safe_next,
     text,
 )
 from bankrail.pages.console.session import (
+    Session,
     clear_session_cookie,
     console_signer,
-    is_revoked,
     new_session,
     revoke,
     set_flash,
     set_session_cookie,
 )
-from bankrail.security.tokens import hash_secret, secret_matches
+from bankrail.security.credentials import (
+    check_client_secret,
+    check_console_password,
+    check_operator_token,
+)
 
 router = APIRouter(route_class=ConsoleRoute)
 
 LOGIN_FAILED = (
     "Sign-in failed: the client ID and secret do not match a client of any merchant. "
     "Check both values (they are printed by `bankrail init`) and try again."
+)
+USER_LOGIN_FAILED = (
+    "Sign-in failed: the email and password do not match a console user. Check both; a new "
+    "console user first sets a password with the link the operator gave them."
+)
+CLIENT_LOGIN_OFF = (
+    "In production mode the console does not accept API client credentials: sign in as a "
+    "console user (the operator creates one for you)."
 )
 OPERATOR_LOGIN_FAILED = (
     "Sign-in failed: this is not the operator token. It is the value of "
@@ -81,21 +99,97 @@ async def _login_page(
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request) -> Response:
-    """The sign-in page (a signed-in visitor goes straight to the overview)."""
+    """The sign-in page (a visitor whose session is still good goes straight on)."""
+    try:
+        await resolve_viewer(request, needs=None)
+    except Redirect:
+        return await _login_page(request)
+    return RedirectResponse(safe_next(request.query_params.get("next")), 303)
+
+
+SignIn = tuple[Session, str] | Response
+"""A started session and its greeting, or the sign-in page again with the errors."""
+
+
+async def _operator_sign_in(request: Request, form: FormData, values: dict[str, str]) -> SignIn:
     context = app_context(request)
     signer = await console_signer(request)
-    session = signer.read_session(request, context.clock.now())
-    if session is not None and session.signed_in:
-        async with context.pool.acquire() as conn:
-            revoked = await is_revoked(conn, session.sid)
-        if not revoked:
-            return RedirectResponse(safe_next(request.query_params.get("next")), 303)
-    return await _login_page(request)
+    token = text(form, "admin_token").strip()
+    if not token:
+        errors = {"admin_token": ["Enter the operator token."]}
+        return await _login_page(request, 400, errors=errors, values=values, kind="operator")
+    refuse_if_blocked(request)
+    if not check_operator_token(token, context.admin_token_hash):
+        record_wrong_credential(request)
+        errors = {"admin_token": [OPERATOR_LOGIN_FAILED]}
+        return await _login_page(request, 401, errors=errors, values=values, kind="operator")
+    key = signer.operator_key(context.admin_token_hash)
+    return new_session("operator", context.clock.now(), operator_key=key), (
+        "Signed in as the operator."
+    )
+
+
+async def _client_sign_in(request: Request, form: FormData, values: dict[str, str]) -> SignIn:
+    context = app_context(request)
+    if not context.settings.sandbox:
+        errors = {"client_id": [CLIENT_LOGIN_OFF]}
+        return await _login_page(request, 403, errors=errors, values=values, kind="merchant")
+    client_id = text(form, "client_id").strip()
+    secret = text(form, "client_secret").strip()
+    values["client_id"] = client_id
+    missing: Errors = {}
+    if not client_id:
+        missing["client_id"] = ["Enter the client ID."]
+    if not secret:
+        missing["client_secret"] = ["Enter the client secret."]
+    if missing:
+        return await _login_page(request, 400, errors=missing, values=values, kind="merchant")
+    refuse_if_blocked(request, client_identity(client_id))
+    async with context.pool.acquire() as conn:
+        client = await check_client_secret(conn, client_id, secret)
+    if client is None:
+        record_wrong_credential(request, client_identity(client_id))
+        errors = {"client_secret": [LOGIN_FAILED]}
+        return await _login_page(request, 401, errors=errors, values=values, kind="merchant")
+    started = new_session(
+        "merchant", context.clock.now(), merchant_id=client.merchant_id, client_id=client_id
+    )
+    return started, f"Signed in to {client.merchant_name}."
+
+
+async def _user_sign_in(request: Request, form: FormData, values: dict[str, str]) -> SignIn:
+    context = app_context(request)
+    email = text(form, "email").strip()
+    password = text(form, "password")
+    values["email"] = email
+    missing: Errors = {}
+    if not email:
+        missing["email"] = ["Enter your email address."]
+    if not password:
+        missing["password"] = ["Enter your password."]
+    if missing:
+        return await _login_page(request, 400, errors=missing, values=values, kind="user")
+    identity = console_user_identity(email)
+    refuse_if_blocked(request, identity)
+    async with context.pool.acquire() as conn:
+        user = await check_console_password(conn, email, password[:MAX_PASSWORD_LENGTH])
+    if user is None:
+        record_wrong_credential(request, identity)
+        errors = {"password": [USER_LOGIN_FAILED]}
+        return await _login_page(request, 401, errors=errors, values=values, kind="user")
+    started = new_session(
+        "merchant", context.clock.now(), merchant_id=user.merchant_id, user_id=user.id
+    )
+    return started, f"Signed in to {user.merchant_name} as {user.email}."
+
+
+SIGN_INS = {"operator": _operator_sign_in, "merchant": _client_sign_in, "user": _user_sign_in}
 
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    """Check merchant client credentials or the operator token and start a session."""
+    """Check a console user's email and password, the operator token, or (sandbox mode only)
+    an API client's credentials, and start a session."""
     context = app_context(request)
     signer = await console_signer(request)
     now = context.clock.now()
@@ -103,49 +197,14 @@ async def login(request: Request) -> Response:
     session = signer.read_session(request, now)
     if session is None or not signer.csrf_matches(session.sid, form.get("csrf_token")):
         raise forbidden_form()
-    kind = text(form, "kind")
+    sign_in = SIGN_INS.get(text(form, "kind"))
+    if sign_in is None:
+        raise PageError(400, "Choose how to sign in: as a console user, a client or the operator.")
     target = safe_next(text(form, "next"))
-    values = {"next": target}
-    if kind == "operator":
-        token = text(form, "admin_token").strip()
-        if not token:
-            errors = {"admin_token": ["Enter the operator token."]}
-            return await _login_page(request, 400, errors=errors, values=values, kind=kind)
-        refuse_if_blocked(request)
-        if not operator_token_matches(token, context):
-            record_wrong_credential(request)
-            errors = {"admin_token": [OPERATOR_LOGIN_FAILED]}
-            return await _login_page(request, 401, errors=errors, values=values, kind=kind)
-        operator_key = signer.operator_key(context.admin_token_hash)
-        started = new_session("operator", now, operator_key=operator_key)
-        greeting = "Signed in as the operator."
-    elif kind == "merchant":
-        client_id = text(form, "client_id").strip()
-        secret = text(form, "client_secret").strip()
-        values["client_id"] = client_id
-        missing: Errors = {}
-        if not client_id:
-            missing["client_id"] = ["Enter the client ID."]
-        if not secret:
-            missing["client_secret"] = ["Enter the client secret."]
-        if missing:
-            return await _login_page(request, 400, errors=missing, values=values, kind=kind)
-        refuse_if_blocked(request, client_identity(client_id))
-        async with context.pool.acquire() as conn:
-            row = await conn.fetchrow(
-                "SELECT c.merchant_id, c.secret_hash, m.name FROM api_clients c"
-                " JOIN merchants m ON m.id = c.merchant_id WHERE c.client_id = $1",
-                client_id,
-            )
-        stored = bytes(row["secret_hash"]) if row else hash_secret(client_id + "\0none")
-        if not secret_matches(secret, stored) or row is None:
-            record_wrong_credential(request, client_identity(client_id))
-            errors = {"client_secret": [LOGIN_FAILED]}
-            return await _login_page(request, 401, errors=errors, values=values, kind=kind)
-        started = new_session("merchant", now, merchant_id=row["merchant_id"], client_id=client_id)
-        greeting = f"Signed in to {row['name']}."
-    else:
-        raise PageError(400, "Choose how to sign in: as a merchant or as the operator.")
+    outcome = await sign_in(request, form, {"next": target})
+    if isinstance(outcome, Response):
+        return outcome
+    started, greeting = outcome
     response = RedirectResponse(target, status_code=303)
     set_session_cookie(response, request, signer, started)
     set_flash(response, request, signer, now, "success", greeting)

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from bankrail.core.problems import InvalidParameters, ProblemError
 from bankrail.events import service as events_service
+from bankrail.http.auth import require_payments_audience
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
@@ -35,7 +36,7 @@ DELIVERY_STATUSES = ("pending", "delivered", "discarded", "skipped")
 @router.get("/webhooks", response_class=HTMLResponse)
 async def webhooks_list(request: Request) -> Response:
     """Webhook deliveries, newest first, with status and event type filters."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     query = request.query_params
     values = {k: query.get(k, "") for k in ("status", "event_type", "cursor")}
     errors: Errors = {}
@@ -76,7 +77,7 @@ async def webhooks_list(request: Request) -> Response:
 @router.get("/webhooks/{delivery_id}", response_class=HTMLResponse)
 async def webhook_detail(request: Request, delivery_id: str) -> Response:
     """One delivery with every attempt, its payload, and a replay button."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     async with app_context(request).pool.acquire() as conn:
         try:
             delivery = await events_service.get_delivery(
@@ -101,7 +102,7 @@ async def webhook_detail(request: Request, delivery_id: str) -> Response:
 @router.post("/webhooks/{delivery_id}/replay")
 async def webhook_replay(request: Request, delivery_id: str) -> Response:
     """Send the delivery's event (same event_id) again to the current URI."""
-    viewer = await resolve_viewer(request)
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
     await check_csrf(request, viewer)
     context = app_context(request)
     delivery_uuid = object_id(delivery_id, "webhook delivery")

@@ -49,3 +49,56 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The claim of events/delivery.py: leases (until clock_timestamp() + p_lease) and returns the
+-- due pending deliveries a worker may send now, at most p_limit, so that no destination (a
+-- merchant's URI: the merchant and the URI) has more than p_per_destination attempts in
+-- flight on all workers together. An attempt is in flight while its lease is live; claims are
+-- serialised by a transaction-scoped advisory lock (two-integer key space, apart from the
+-- bigint keys of idempotency), so each one counts the leases of the claims before it.
+-- Fairness: a free slot goes first to the destination with the fewest attempts in flight
+-- (its place is its attempts in flight plus the rank of the delivery among its due ones),
+-- then to the delivery due longest. A delivery whose ordering key has a pending delivery
+-- with a lower place is not due (outbox.py), and takes no place.
+CREATE OR REPLACE FUNCTION bankrail_claim_webhook_deliveries(
+    p_now timestamptz,
+    p_limit integer,
+    p_per_destination integer,
+    p_lease interval
+) RETURNS TABLE (id uuid, uri text, payload bytea, attempt_count integer,
+                 window_start timestamptz, lease_until timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pg_advisory_xact_lock(1650552427, 1752133483);  -- 'bank', 'hook'
+    RETURN QUERY
+    WITH busy AS (
+        SELECT b.merchant_id, b.uri, count(*) AS n FROM webhook_deliveries b
+        WHERE b.status = 'pending' AND b.lease_until >= clock_timestamp()
+        GROUP BY b.merchant_id, b.uri),
+    due AS (
+        SELECT d.id, d.next_attempt_at,
+               coalesce(busy.n, 0) + row_number() OVER (PARTITION BY d.merchant_id, d.uri
+                   ORDER BY d.next_attempt_at, d.id) AS place
+        FROM webhook_deliveries d
+        LEFT JOIN busy ON busy.merchant_id = d.merchant_id AND busy.uri = d.uri
+        WHERE d.status = 'pending' AND d.next_attempt_at <= p_now
+          AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())
+          AND (d.ordering_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM webhook_deliveries p
+              WHERE p.ordering_key = d.ordering_key AND p.ordering_seq < d.ordering_seq
+                AND p.status = 'pending'))),
+    chosen AS (
+        SELECT due.id FROM due WHERE due.place <= p_per_destination
+        ORDER BY due.place, due.next_attempt_at LIMIT p_limit),
+    locked AS (
+        SELECT d.id FROM webhook_deliveries d
+        WHERE d.id IN (SELECT chosen.id FROM chosen) AND d.status = 'pending'
+          AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())
+        FOR UPDATE OF d SKIP LOCKED)
+    UPDATE webhook_deliveries d SET lease_until = clock_timestamp() + p_lease
+    FROM locked, events e WHERE d.id = locked.id AND e.id = d.event_id
+    RETURNING d.id, d.uri, e.payload, d.attempt_count, d.window_start, d.lease_until;
+END
+$$;

@@ -263,7 +263,7 @@ class DeliveryWorker:
             if self._public_only:
                 check_literal_destination(delivery.uri)  # names go through the resolver
             # A deadline for the whole attempt, not only for each read: a receiver that
-            # trickles its answer must not hold the batch (and its leases) for long.
+            # trickles its answer must not hold its slot (and its lease) for long.
             async with (
                 asyncio.timeout(ATTEMPT_TIMEOUT),
                 self._client().post(

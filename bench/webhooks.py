@@ -41,8 +41,12 @@ async def delivery_rate(dsn: str, events: int, workers: int = 2) -> dict[str, fl
                             body={"n": i},
                             now=now,
                         )
+        # One destination: its share is the whole of each worker's capacity, so that the
+        # figure is the sender's rate rather than the share of one receiver.
         senders = [
-            DeliveryWorker(pool, clock, key, "http://127.0.0.1", batch_size=200)
+            DeliveryWorker(
+                pool, clock, key, "http://127.0.0.1", max_in_flight=200, per_destination=400
+            )
             for _ in range(workers)
         ]
 

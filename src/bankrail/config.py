@@ -96,6 +96,9 @@ class Settings:
     # How long a finished webhook delivery (delivered, discarded or skipped), its attempts
     # and its event are kept after its last change, in service time.
     webhook_retention_seconds: int = 30 * 86400
+    # Webhook attempts in flight to one destination (a merchant's URI) at once, on all
+    # workers together: a receiver that never answers holds no more (docs/webhooks.md).
+    webhook_destination_concurrency: int = 8
     # How often what is kept only for a while (expired idempotency answers, accepted
     # signatures past the replay window, finished webhook deliveries) is deleted, and the
     # most rows one statement deletes (jobs/pruning.py).
@@ -200,6 +203,9 @@ def settings_from_env() -> Settings:
         webhook_retention_seconds=_env_int("BANKRAIL_WEBHOOK_RETENTION_SECONDS", 30 * 86400),
         signature_replay_window_seconds=_env_positive_int(
             "BANKRAIL_SIGNATURE_REPLAY_WINDOW_SECONDS", 30 * 86400
+        ),
+        webhook_destination_concurrency=_env_positive_int(
+            "BANKRAIL_WEBHOOK_DESTINATION_CONCURRENCY", 8
         ),
         # BANKRAIL_IDEMPOTENCY_PRUNE_INTERVAL_SECONDS is the name this setting had when it
         # pruned idempotency answers alone.

@@ -97,6 +97,8 @@ async def run_worker(
             process.clock,
             process.webhook_key,
             settings.public_url,
+            per_destination=settings.webhook_destination_concurrency,
+            on_settled=waker("webhooks"),
             public_destinations_only=not settings.sandbox,
         )
         pruner = Pruner(
@@ -113,11 +115,9 @@ async def run_worker(
             concurrency=2,
             gather=settings.job_gather_seconds,
         )
+        # One task claims: the attempts run on their own, and each that ends wakes it.
         loops["webhooks"] = BackgroundLoop(
-            "webhooks",
-            [deliveries.run_batch],
-            poll_interval=settings.worker_poll_interval,
-            concurrency=2,
+            "webhooks", [deliveries.start_due], poll_interval=settings.worker_poll_interval
         )
         for loop in loops.values():
             loop.start()

@@ -130,3 +130,68 @@ class WebhookReceiver:
         """Stop serving."""
         self._server.shutdown()
         self._server.server_close()
+
+
+class HangingReceiver:
+    """A loopback endpoint that accepts every connection, reads what it is sent and never
+    answers; it counts the connections open at once. `close` drops them all."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self._listener.settimeout(0.2)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._open: set[socket.socket] = set()
+        self.accepted = 0
+        self.most_open = 0
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        """The receiver's base URL."""
+        host, port = self._listener.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def open_now(self) -> int:
+        """Connections open at this moment."""
+        with self._lock:
+            return len(self._open)
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self._open.add(conn)
+                self.accepted += 1
+                self.most_open = max(self.most_open, len(self._open))
+            thread = threading.Thread(target=self._hold, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        # Read until the sender gives up (or `close`), never answering.
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):
+                pass
+        with self._lock:
+            self._open.discard(conn)
+        conn.close()
+
+    def close(self) -> None:
+        """Stop accepting and drop every connection."""
+        self._stopping.set()
+        self._listener.close()
+        with self._lock:
+            held = list(self._open)
+        for conn in held:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(timeout=5)

@@ -11,6 +11,14 @@ out one at a time in their sequence: the claim skips one while a delivery of its
 lower place is still pending, so a later event is never attempted before the one before it
 is delivered or discarded. The skipped ones take no place in the batch, and no other key or
 merchant waits for them.
+
+No destination waits for another (docs/webhooks.md, "Delivery fairness"). A destination is a
+merchant's URI: the merchant and the URI together. Every attempt runs and is recorded on its
+own, so a receiver that never answers holds only its own attempts, each until the timeout;
+and the claim (`bankrail_claim_webhook_deliveries`, db/functions/events.sql) gives no
+destination more than its share of attempts in flight on all workers, and the free slots to
+the destinations with the fewest in flight first. A hanging receiver's backlog waits for its
+own slots while every other destination's deliveries go out at once.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -33,6 +42,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from bankrail.core.clock import ServiceClock
 from bankrail.core.metrics import record_webhook_attempt
 from bankrail.core.threadlane import CRYPTO
+from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection
 from bankrail.events.destinations import PublicOnlyResolver, check_literal_destination
 from bankrail.events.schedule import next_attempt_at
@@ -119,7 +129,15 @@ class Outcome:
 
 
 class DeliveryWorker:
-    """Sends due webhook deliveries in batches, concurrently."""
+    """Sends due webhook deliveries, each attempt on its own: a slow receiver holds up only
+    its own attempts, never another destination's.
+
+    At most `max_in_flight` attempts run at once in this process, and at most
+    `per_destination` at once to one destination (a merchant's URI) on all workers together.
+    Each attempt is recorded as soon as it ends (the outcomes that end meanwhile share one
+    transaction), which frees its slot; `on_settled` is then called, so that the caller's
+    loop claims again.
+    """
 
     def __init__(
         self,
@@ -128,7 +146,9 @@ class DeliveryWorker:
         key: WebhookKey,
         public_url: str,
         *,
-        batch_size: int = 100,
+        max_in_flight: int = 100,
+        per_destination: int,
+        on_settled: Callable[[], None] | None = None,
         rng: random.Random | None = None,
         public_destinations_only: bool = False,
     ) -> None:
@@ -137,17 +157,26 @@ class DeliveryWorker:
         self._clock = clock
         self._key = key
         self._jku = f"{public_url}/.well-known/jwks"
-        self._batch_size = batch_size
+        self._max_in_flight = max_in_flight
+        self._per_destination = per_destination
+        self._on_settled = on_settled
         self._rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
+        self._reserved = 0  # slots of claims under way, not yet tasks
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._recorder: GroupCommit[tuple[Claimed, Outcome], None] = GroupCommit(
+            pool, self._write, max_batch=max_in_flight
+        )
 
     def _client(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the event loop that will use it.
+        # Created on first use, inside the event loop that will use it. No limit per host:
+        # two merchants whose receivers share a host are two destinations, each kept to its
+        # share by the claim; a limit per host would make one wait for the other's hang.
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=100,
-                    limit_per_host=32,
+                    limit=self._max_in_flight,
+                    limit_per_host=0,
                     resolver=PublicOnlyResolver() if self._public_only else None,
                 ),
                 timeout=aiohttp.ClientTimeout(total=ATTEMPT_TIMEOUT),
@@ -157,34 +186,59 @@ class DeliveryWorker:
         return self._session
 
     async def close(self) -> None:
-        """Release the HTTP connections."""
+        """Let the attempts in flight end and be recorded, then release the connections."""
+        while self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
-    async def run_batch(self) -> int:
-        """Claim and send one batch of due deliveries; returns how many were attempted."""
-        claimed = await self._claim()
-        if not claimed:
-            return 0
-        outcomes = await asyncio.gather(*(self._attempt(c) for c in claimed))
-        await self._record(list(zip(claimed, outcomes, strict=True)))
-        return len(claimed)
+    async def start_due(self) -> int:
+        """Claim the deliveries that may be sent now and start sending them, without waiting
+        for any answer; returns how many were started (0 when nothing is due or every slot
+        is taken). The delivery loop's step."""
+        return len(await self._dispatch())
 
-    async def _claim(self) -> list[Claimed]:
-        now = self._clock.now()
+    async def run_batch(self) -> int:
+        """Claim the deliveries that may be sent now, send them and record every outcome;
+        returns how many were attempted. One round, waited for."""
+        started = await self._dispatch()
+        await asyncio.gather(*started)
+        return len(started)
+
+    async def _dispatch(self) -> list[asyncio.Task[None]]:
+        free = self._max_in_flight - len(self._in_flight) - self._reserved
+        if free <= 0:
+            return []
+        self._reserved += free
+        try:
+            claimed = await self._claim(free)
+        finally:
+            self._reserved -= free
+        started = [asyncio.create_task(self._send(delivery)) for delivery in claimed]
+        self._in_flight.update(started)
+        for task in started:
+            task.add_done_callback(self._settled)
+        return started
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        if self._on_settled is not None:
+            self._on_settled()
+
+    async def _send(self, delivery: Claimed) -> None:
+        # A failure to record (the database unreachable) leaves the lease to run out: the
+        # delivery is then sent again (at-least-once).
+        try:
+            await self._record([(delivery, await self._attempt(delivery))])
+        except Exception:
+            log.exception("webhook delivery %s: attempt not recorded", delivery.id)
+
+    async def _claim(self, limit: int | None = None) -> list[Claimed]:
         rows = await self._pool.fetch(
-            "WITH due AS (SELECT d.id FROM webhook_deliveries d"
-            " WHERE d.status = 'pending' AND d.next_attempt_at <= $1"
-            " AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())"
-            " AND (d.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_deliveries p"
-            " WHERE p.ordering_key = d.ordering_key AND p.ordering_seq < d.ordering_seq"
-            " AND p.status = 'pending'))"
-            " ORDER BY d.next_attempt_at LIMIT $2 FOR UPDATE OF d SKIP LOCKED)"
-            " UPDATE webhook_deliveries d SET lease_until = clock_timestamp() + $3::interval"
-            " FROM due, events e WHERE d.id = due.id AND e.id = d.event_id"
-            " RETURNING d.id, d.uri, e.payload, d.attempt_count, d.window_start, d.lease_until",
-            now,
-            self._batch_size,
+            "SELECT * FROM bankrail_claim_webhook_deliveries($1, $2, $3, $4)",
+            self._clock.now(),
+            self._max_in_flight if limit is None else limit,
+            self._per_destination,
             LEASE,
         )
         return [
@@ -209,7 +263,7 @@ class DeliveryWorker:
             if self._public_only:
                 check_literal_destination(delivery.uri)  # names go through the resolver
             # A deadline for the whole attempt, not only for each read: a receiver that
-            # trickles its answer must not hold the batch (and its leases) for long.
+            # trickles its answer must not hold its slot (and its lease) for long.
             async with (
                 asyncio.timeout(ATTEMPT_TIMEOUT),
                 self._client().post(
@@ -228,58 +282,70 @@ class DeliveryWorker:
         return Outcome(at, None, error, (time.perf_counter() - started) * 1000)
 
     async def _record(self, results: list[tuple[Claimed, Outcome]]) -> None:
+        """Record the outcomes (each in the next group commit)."""
+        for _, outcome in results:
+            record_webhook_attempt(outcome.status_code)
+        await asyncio.gather(*(self._recorder.submit(result) for result in results))
+
+    def _next_state(
+        self, delivery: Claimed, outcome: Outcome, now: datetime
+    ) -> tuple[str, datetime | None]:
+        """The delivery's status after this attempt, and when it is tried again."""
+        if outcome.delivered:
+            return "delivered", None
+        try:
+            retry_at = next_attempt_at(
+                delivery.window_start, now, delivery.attempt_count + 1, self._rng
+            )
+        except (OverflowError, ValueError):  # never let one delivery sink the batch
+            log.exception("cannot schedule delivery %s; discarding it", delivery.id)
+            retry_at = None
+        return ("pending" if retry_at is not None else "discarded"), retry_at
+
+    async def _write(
+        self, conn: Connection, results: Sequence[tuple[Claimed, Outcome]]
+    ) -> list[None]:
         now = self._clock.now()
         ids, statuses, next_times, counts, leases = [], [], [], [], []
         for delivery, outcome in results:
-            record_webhook_attempt(outcome.status_code)
-            attempts = delivery.attempt_count + 1
-            retry_at = None
-            if outcome.delivered:
-                status = "delivered"
-            else:
-                try:
-                    retry_at = next_attempt_at(delivery.window_start, now, attempts, self._rng)
-                except (OverflowError, ValueError):  # never let one delivery sink the batch
-                    log.exception("cannot schedule delivery %s; discarding it", delivery.id)
-                    retry_at = None
-                status = "pending" if retry_at is not None else "discarded"
+            status, retry_at = self._next_state(delivery, outcome, now)
             ids.append(delivery.id)
             statuses.append(status)
             next_times.append(retry_at)
-            counts.append(attempts)
+            counts.append(delivery.attempt_count + 1)
             leases.append(delivery.lease_until)
-        async with self._pool.acquire() as conn, conn.transaction():
-            # Only the lease holder moves the delivery on: a stale worker whose lease ran out
-            # and was taken over only logs its attempt (which did happen: at-least-once).
-            # The deliveries waiting behind an ordered one are not due before its next attempt:
-            # they are moved to it, out of the claim's way (a receiver that fails for hours
-            # would otherwise leave them for every claim to skip), and are due again as soon
-            # as it is delivered or discarded. The claim alone keeps the order; this only
-            # keeps the claim fast.
-            await conn.execute(
-                "WITH done AS (UPDATE webhook_deliveries d SET status = u.status,"
-                " next_attempt_at = u.next_at, attempt_count = u.attempts, lease_until = NULL,"
-                " updated_at = $6"
-                " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
-                " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
-                " WHERE d.id = u.id AND d.lease_until = u.lease"
-                " RETURNING d.id, d.status, d.next_attempt_at, d.ordering_key, d.ordering_seq)"
-                " UPDATE webhook_deliveries s SET next_attempt_at = CASE"
-                " WHEN done.status = 'pending' THEN done.next_attempt_at ELSE $6 END"
-                " FROM done WHERE done.ordering_key IS NOT NULL"
-                " AND s.ordering_key = done.ordering_key AND s.ordering_seq > done.ordering_seq"
-                " AND s.status = 'pending' AND s.id NOT IN (SELECT id FROM done)"
-                " AND CASE WHEN done.status = 'pending'"
-                " THEN s.next_attempt_at < done.next_attempt_at ELSE s.next_attempt_at > $6 END",
-                ids,
-                statuses,
-                next_times,
-                counts,
-                leases,
-                now,
-            )
-            await conn.executemany(
-                "INSERT INTO webhook_attempts (delivery_id, at, status_code, error, latency_ms)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                [(d.id, o.at, o.status_code, o.error, o.latency_ms) for d, o in results],
-            )
+        # Only the lease holder moves the delivery on: a stale worker whose lease ran out
+        # and was taken over only logs its attempt (which did happen: at-least-once).
+        # The deliveries waiting behind an ordered one are not due before its next attempt:
+        # they are moved to it, out of the claim's way (a receiver that fails for hours
+        # would otherwise leave them for every claim to skip), and are due again as soon
+        # as it is delivered or discarded. The claim alone keeps the order; this only
+        # keeps the claim fast.
+        await conn.execute(
+            "WITH done AS (UPDATE webhook_deliveries d SET status = u.status,"
+            " next_attempt_at = u.next_at, attempt_count = u.attempts, lease_until = NULL,"
+            " updated_at = $6"
+            " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
+            " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
+            " WHERE d.id = u.id AND d.lease_until = u.lease"
+            " RETURNING d.id, d.status, d.next_attempt_at, d.ordering_key, d.ordering_seq)"
+            " UPDATE webhook_deliveries s SET next_attempt_at = CASE"
+            " WHEN done.status = 'pending' THEN done.next_attempt_at ELSE $6 END"
+            " FROM done WHERE done.ordering_key IS NOT NULL"
+            " AND s.ordering_key = done.ordering_key AND s.ordering_seq > done.ordering_seq"
+            " AND s.status = 'pending' AND s.id NOT IN (SELECT id FROM done)"
+            " AND CASE WHEN done.status = 'pending'"
+            " THEN s.next_attempt_at < done.next_attempt_at ELSE s.next_attempt_at > $6 END",
+            ids,
+            statuses,
+            next_times,
+            counts,
+            leases,
+            now,
+        )
+        await conn.executemany(
+            "INSERT INTO webhook_attempts (delivery_id, at, status_code, error, latency_ms)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            [(d.id, o.at, o.status_code, o.error, o.latency_ms) for d, o in results],
+        )
+        return [None] * len(results)

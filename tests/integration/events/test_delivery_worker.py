@@ -22,6 +22,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.events import delivery as delivery_module
 from bankrail.events.delivery import DeliveryWorker, WebhookKey, ensure_webhook_key
@@ -164,6 +165,7 @@ class Workers:
         self.made: list[DeliveryWorker] = []
 
     def new(self, **kwargs: Any) -> DeliveryWorker:
+        kwargs.setdefault("per_destination", Settings().webhook_destination_concurrency)
         worker = DeliveryWorker(self.pool, self.clock, self.key, PUBLIC_URL, **kwargs)
         self.made.append(worker)
         return worker
@@ -695,7 +697,8 @@ async def test_concurrent_workers_never_claim_the_same_delivery(
     merchant_id = await new_merchant(pool, clock, receiver.url)
     for _ in range(30):
         await new_event(pool, clock, merchant_id)
-    claimers = [workers.new(batch_size=7) for _ in range(6)]
+    # One destination whose share is all of them: this is about claims, not shares.
+    claimers = [workers.new(max_in_flight=7, per_destination=30) for _ in range(6)]
     claims = await asyncio.gather(*(w._claim() for w in claimers))
     claimed = [c.id for batch in claims for c in batch]
     assert len(claimed) == len(set(claimed)) == 30
@@ -791,7 +794,7 @@ async def test_a_worker_that_died_mid_delivery_is_covered_by_another(
     # second worker delivers all of them.
     merchant_id = await new_merchant(pool, clock, receiver.url)
     created = [str((await new_event(pool, clock, merchant_id))[0]) for _ in range(25)]
-    dead, alive = workers.new(), workers.new()
+    dead, alive = workers.new(per_destination=25), workers.new(per_destination=25)
     assert len(await dead._claim()) == 25
     assert await alive.run_batch() == 0
     await pool.execute("UPDATE webhook_deliveries SET lease_until = now() - interval '1 s'")
@@ -957,3 +960,136 @@ async def test_a_replay_that_delivers_early_lets_the_waiting_ones_go_at_once(
     assert await worker.run_batch() == 1
     assert places(receiver.snapshot(), key) == [1, 1, 2]
     assert [(await row(pool, d))["status"] for d in (first, second)] == ["delivered"] * 2
+
+
+# --- fairness across destinations --------------------------------------------------------------
+
+
+def hang(conn: socket.socket) -> None:
+    """Never answer: hold the connection until the sender gives up on it."""
+    while conn.recv(65536):
+        pass
+
+
+async def many_events(
+    pool: asyncpg.Pool, clock: ServiceClock, merchant_id: uuid.UUID, count: int
+) -> None:
+    """Record `count` unordered v1 events for the merchant in one transaction."""
+    async with pool.acquire() as conn, conn.transaction():
+        for n in range(count):
+            await record_event(
+                conn,
+                merchant_id=merchant_id,
+                family="payouts",
+                event_type="test_event",
+                body={"n": n},
+                now=clock.now(),
+            )
+
+
+async def in_flight(pool: asyncpg.Pool, merchant_id: uuid.UUID) -> int:
+    """The merchant's deliveries under a live lease."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM webhook_deliveries WHERE merchant_id = $1"
+            " AND status = 'pending' AND lease_until > clock_timestamp()",
+            merchant_id,
+        )
+    )
+
+
+async def test_a_hanging_receiver_holds_its_share_while_another_is_delivered_at_once(
+    pool: asyncpg.Pool,
+    clock: ServiceClock,
+    workers: Workers,
+    receiver: WebhookReceiver,
+    raw_servers: Callable[[Script], RawServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(delivery_module, "ATTEMPT_TIMEOUT", 1.0)
+    hanging = raw_servers(hang)
+    slow_merchant = await new_merchant(pool, clock, hanging.url + "/hook")
+    await many_events(pool, clock, slow_merchant, 200)
+    worker = workers.new(max_in_flight=20, per_destination=3)
+
+    # 200 due, 20 slots free: the hanging destination gets its share and no more.
+    assert await worker.start_due() == 3
+    assert await worker.start_due() == 0
+    assert await in_flight(pool, slow_merchant) == 3
+
+    # Another merchant's event goes out at once, not after the hanging attempts.
+    fast_merchant = await new_merchant(pool, clock, receiver.url)
+    _, fast_delivery = await new_event(pool, clock, fast_merchant)
+    started = time.monotonic()
+    assert await worker.start_due() == 1
+    deadline = time.monotonic() + 5
+    while not receiver.snapshot():  # polled without blocking the loop the worker sends on
+        assert time.monotonic() < deadline, "the other merchant's webhook never arrived"
+        await asyncio.sleep(0.01)
+    assert time.monotonic() - started < 0.9  # the hanging attempts have not timed out
+    assert await in_flight(pool, slow_merchant) == 3
+
+    # The hanging attempts time out, are recorded and scheduled as ever, and free the slots.
+    deadline = time.monotonic() + 10
+    while (row_ := await row(pool, fast_delivery))["status"] != "delivered" or await in_flight(
+        pool, slow_merchant
+    ):
+        assert time.monotonic() < deadline, row_
+        await asyncio.sleep(0.05)
+    tried = await pool.fetch(
+        "SELECT d.next_attempt_at, a.at, a.latency_ms, a.error FROM webhook_deliveries d"
+        " JOIN webhook_attempts a ON a.delivery_id = d.id WHERE d.merchant_id = $1",
+        slow_merchant,
+    )
+    assert len(tried) == 3
+    for attempt in tried:
+        assert "timeout" in attempt["error"]
+        failed_at = attempt["at"] + timedelta(milliseconds=attempt["latency_ms"])
+        assert timedelta(seconds=1) <= attempt["next_attempt_at"] - failed_at < timedelta(seconds=2)
+    assert await worker.start_due() == 3
+    await worker.close()
+    assert len(hanging.requests) == 6
+
+
+async def test_a_destinations_share_holds_across_workers(
+    pool: asyncpg.Pool, clock: ServiceClock, workers: Workers, receiver: WebhookReceiver
+) -> None:
+    busy_merchant = await new_merchant(pool, clock, receiver.url + "/busy")
+    await many_events(pool, clock, busy_merchant, 20)
+    first, second = workers.new(per_destination=3), workers.new(per_destination=3)
+
+    claims = await asyncio.gather(first._claim(), second._claim())
+    assert sorted(len(claim) for claim in claims) == [0, 3]
+    assert await second._claim() == []
+    # Another destination (the same receiver, another merchant) has a share of its own.
+    other_merchant = await new_merchant(pool, clock, receiver.url + "/busy")
+    _, other_delivery = await new_event(pool, clock, other_merchant)
+    assert [c.id for c in await second._claim()] == [other_delivery]
+    # A lease that runs out (its worker died) frees its slot.
+    await pool.execute(
+        "UPDATE webhook_deliveries SET lease_until = now() - interval '1 s' WHERE merchant_id = $1",
+        busy_merchant,
+    )
+    assert len(await first._claim()) == 3
+
+
+async def test_free_slots_go_to_the_destination_with_the_fewest_in_flight(
+    pool: asyncpg.Pool, clock: ServiceClock, workers: Workers, receiver: WebhookReceiver
+) -> None:
+    older = await new_merchant(pool, clock, receiver.url + "/older")
+    await many_events(pool, clock, older, 10)
+    async with pool.acquire() as conn:
+        await clock.advance(conn, 1)
+    newer = await new_merchant(pool, clock, receiver.url + "/newer")
+    await many_events(pool, clock, newer, 10)
+    worker = workers.new(per_destination=8)
+
+    # Four slots: two each, although all of the older merchant's deliveries are due first.
+    claimed = await worker._claim(4)
+    uris = Counter(c.uri for c in claimed)
+    assert uris == {receiver.url + "/older": 2, receiver.url + "/newer": 2}
+    # With two in flight each, the next slot goes to the one due longest.
+    [next_one] = await worker._claim(1)
+    assert next_one.uri == receiver.url + "/older"
+    [after] = await worker._claim(1)
+    assert after.uri == receiver.url + "/newer"

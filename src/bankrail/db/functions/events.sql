@@ -49,3 +49,74 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The claim of events/delivery.py: leases (until clock_timestamp() + p_lease) and returns the
+-- due pending deliveries a worker may send now, at most p_limit, so that no destination (a
+-- merchant's URI: the merchant and the URI) has more than p_per_destination attempts in
+-- flight on all workers together. An attempt is in flight while its lease is live; claims are
+-- serialised by a transaction-scoped advisory lock (two-integer key space, apart from the
+-- bigint keys of idempotency), so each one counts the leases of the claims before it.
+-- Fairness: a free slot goes first to the destination with the fewest attempts in flight
+-- (its place is its attempts in flight plus the rank of the delivery among its due ones),
+-- then to the delivery due longest. A delivery whose ordering key has a pending delivery
+-- with a lower place is not due (outbox.py), and takes no place.
+--
+-- The cost follows the number of destinations with pending deliveries, not their backlogs:
+-- the destinations are found by skipping through webhook_deliveries_by_destination one
+-- destination at a time, and each is read only as far as its free share (a hanging
+-- receiver's thousands of due deliveries are not sorted on every claim).
+CREATE OR REPLACE FUNCTION bankrail_claim_webhook_deliveries(
+    p_now timestamptz,
+    p_limit integer,
+    p_per_destination integer,
+    p_lease interval
+) RETURNS TABLE (id uuid, uri text, payload bytea, attempt_count integer,
+                 window_start timestamptz, lease_until timestamptz)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- planning the claim costs more than running it
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pg_advisory_xact_lock(1650552427, 1752133483);  -- 'bank', 'hook'
+    RETURN QUERY
+    WITH RECURSIVE destinations AS (
+        (SELECT w.merchant_id, w.uri FROM webhook_deliveries w WHERE w.status = 'pending'
+         ORDER BY w.merchant_id, w.uri LIMIT 1)
+        UNION ALL
+        SELECT n.merchant_id, n.uri FROM destinations t CROSS JOIN LATERAL (
+            SELECT w.merchant_id, w.uri FROM webhook_deliveries w
+            WHERE w.status = 'pending' AND (w.merchant_id, w.uri) > (t.merchant_id, t.uri)
+            ORDER BY w.merchant_id, w.uri LIMIT 1) n),
+    candidates AS (
+        SELECT c.id, c.next_attempt_at, busy.n + c.rank AS place
+        FROM destinations t
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS n FROM webhook_deliveries b
+            WHERE b.merchant_id = t.merchant_id AND b.uri = t.uri AND b.status = 'pending'
+              AND b.lease_until >= clock_timestamp()) busy
+        CROSS JOIN LATERAL (
+            SELECT f.id, f.next_attempt_at,
+                   row_number() OVER (ORDER BY f.next_attempt_at) AS rank
+            FROM (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+                  WHERE d.merchant_id = t.merchant_id AND d.uri = t.uri
+                    AND d.status = 'pending' AND d.next_attempt_at <= p_now
+                    AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())
+                    AND (d.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM webhook_deliveries p
+                        WHERE p.ordering_key = d.ordering_key
+                          AND p.ordering_seq < d.ordering_seq AND p.status = 'pending'))
+                  ORDER BY d.next_attempt_at
+                  LIMIT greatest(p_per_destination - busy.n, 0)) f) c),
+    chosen AS (
+        SELECT candidates.id FROM candidates
+        ORDER BY candidates.place, candidates.next_attempt_at LIMIT p_limit),
+    locked AS (
+        SELECT d.id FROM webhook_deliveries d
+        WHERE d.id IN (SELECT chosen.id FROM chosen) AND d.status = 'pending'
+          AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())
+        FOR UPDATE OF d SKIP LOCKED)
+    UPDATE webhook_deliveries d SET lease_until = clock_timestamp() + p_lease
+    FROM locked, events e WHERE d.id = locked.id AND e.id = d.event_id
+    RETURNING d.id, d.uri, e.payload, d.attempt_count, d.window_start, d.lease_until;
+END
+$$;

@@ -307,3 +307,38 @@ def test_addresses_of_one_ipv6_64_count_as_one(http: httpx.Client, server: Runni
     _assert_blocked(http.get("/admin/merchants", headers=right))
     elsewhere = {**bearer(server.admin_token), **_from(f"2001:db8:37:{next(_addresses):x}::1")}
     assert http.get("/admin/merchants", headers=elsewhere).status_code == 200
+
+
+def test_wrong_console_passwords_for_one_user_from_many_addresses_block_that_user(
+    operator: Operator, server: RunningServer, console_at: Callable[[str], Console]
+) -> None:
+    # Console users' passwords are one more kind of credential: guesses at one user's
+    # password, each from another address, block that user (by email, case folded) and
+    # nobody else.
+    from test_console_http import Console as Browser
+    from test_console_scopes_http import create_console_user, login_user, set_password
+
+    merchant = operator.new_merchant("Console Guessing Ltd")
+    email, other_email = (f"{who}-{uuid.uuid4().hex[:8]}@shop.example" for who in "ab")
+    password = f"pw-{uuid.uuid4().hex}"
+    browser = Browser(server.base_url)
+    try:
+        for address in (email, other_email):
+            user = create_console_user(operator, merchant.merchant_id, address)
+            assert set_password(browser, user["set_password_url"], password).status_code == 303
+
+        def guess(index: int) -> httpx.Response:
+            who = email.upper() if index % 2 else email
+            return console_at(_address()).sign_in(kind="user", email=who, password=f"x{index}")
+
+        _spend(guess, 401)
+        refused = console_at(_address()).sign_in(kind="user", email=email, password=password)
+        assert refused.status_code == 429, refused.text
+        assert 1 <= int(refused.headers["retry-after"]) <= WINDOW
+        # The other user of the same merchant signs in; so does the blocked one a window later.
+        assert login_user(browser, other_email, password).status_code == 303
+        _advance_a_window(operator)
+        again = console_at(_address()).sign_in(kind="user", email=email, password=password)
+        assert again.status_code == 303, again.text
+    finally:
+        browser.close()

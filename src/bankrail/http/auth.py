@@ -33,6 +33,7 @@ __all__ = [
     "access_claims",
     "bearer_of",
     "bearer_token",
+    "is_operator_token",
     "may_use_mandates",
     "require_mandate_scope",
     "require_operator",
@@ -67,7 +68,18 @@ def access_claims(authorization: str | None, context: AppContext) -> AccessClaim
     try:
         return context.tokens.read_access_token(token, context.clock.now())
     except TokenError as exc:
+        if is_operator_token(token, context):
+            raise Unauthenticated(
+                "Invalid access token: this is an operator token; use a merchant access token "
+                "from /connect/token."
+            ) from exc
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
+
+
+def is_operator_token(token: str, context: AppContext) -> bool:
+    """Whether `token` is the operator token (compared in constant time)."""
+    expected = context.admin_token_hash
+    return expected is not None and hmac.compare_digest(hash_secret(token), expected)
 
 
 async def read_access_claims(request: Request, context: AppContext) -> AccessClaims:
@@ -151,8 +163,7 @@ async def require_operator(request: Request, context: AppContext) -> None:
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing operator bearer token.")
-    expected = context.admin_token_hash
-    if expected is None or not hmac.compare_digest(hash_secret(token), expected):
+    if not is_operator_token(token, context):
         raise Unauthenticated("Invalid operator token.")
 
 
@@ -217,12 +228,12 @@ async def _verify_signed_request(
     `path` is the path as sent."""
     if signature is None:
         raise Unauthenticated(f"Invalid request signature: the {names[0]} header is missing.")
-    if require_idempotency_key and not headers.get("idempotency-key"):
-        raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     try:
         parsed = parse_signature(signature)
     except SignatureError as exc:
-        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+        raise Unauthenticated(_sentence(f"Invalid request signature: {exc}")) from exc
+    if require_idempotency_key and not headers.get("idempotency-key"):
+        raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     headers.require_once(parsed.header.tl_headers)
     try:
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
@@ -244,7 +255,11 @@ async def _verify_signed_request(
         if not verified:
             raise mismatch(parsed)
     except SignatureError as exc:
-        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+        raise Unauthenticated(_sentence(f"Invalid request signature: {exc}")) from exc
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(("?", ".", "!")) else text + "."
 
 
 def signed_body(

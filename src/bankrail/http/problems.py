@@ -223,6 +223,24 @@ def _public_url(request: Request) -> str:
     return str(getattr(request.app.state, "public_url", ""))
 
 
+def validation_problem(request: Request, exc: RequestValidationError) -> Response:
+    """The 400 Invalid Parameters answer to a request that failed validation: what to send
+    instead when the body was not sent as JSON, else each failing field with its messages."""
+    not_json = _not_json_detail(request, exc)
+    if not_json is not None:
+        return problem_response(
+            INVALID_PARAMETERS, not_json, _public_url(request), errors={"body": [not_json]}
+        )
+    errors = validation_errors(exc, _body_model(request))
+    fields = "; ".join(f"{path}: {' '.join(errors[path])}" for path in sorted(errors))
+    return problem_response(
+        INVALID_PARAMETERS,
+        f"The request is invalid: {fields.rstrip('.')}.",
+        _public_url(request),
+        errors=errors,
+    )
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Register handlers so that every error, framework-made or ours, is problem+json."""
 
@@ -251,19 +269,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        not_json = _not_json_detail(request, exc)
-        if not_json is not None:
-            return problem_response(
-                INVALID_PARAMETERS, not_json, _public_url(request), errors={"body": [not_json]}
-            )
-        errors = validation_errors(exc, _body_model(request))
-        fields = "; ".join(f"{path}: {' '.join(errors[path])}" for path in sorted(errors))
-        return problem_response(
-            INVALID_PARAMETERS,
-            f"The request is invalid: {fields.rstrip('.')}.",
-            _public_url(request),
-            errors=errors,
-        )
+        return validation_problem(request, exc)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,

@@ -8,9 +8,11 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
+from fastapi_offline import FastAPIOffline
 from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
@@ -35,6 +37,7 @@ from bankrail.merchants.ledger_routes import router as ledger_router
 from bankrail.merchants.routes import router as merchant_router
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
+from bankrail.pages.front_door import router as front_door_router
 from bankrail.pages.hpp import router as hpp_router
 from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
@@ -80,6 +83,21 @@ def _credential_caches() -> tuple[PublicKeyCache, ActiveClients, dict[str, Calla
         clients.forget()
 
     return public_keys, clients, {CREDENTIALS_CHANNEL: forget_credentials}
+
+
+def _fastapi(settings: Settings, **options: Any) -> FastAPI:
+    """The bare application: with the API reference at /docs (Swagger UI whose scripts come
+    from the fastapi-offline package, served from /docs/assets: nothing is fetched from a
+    CDN) unless the settings turn it off. No ReDoc page: one reference is enough."""
+    if not settings.api_docs:
+        return FastAPI(docs_url=None, redoc_url=None, **options)
+    return FastAPIOffline(
+        docs_url="/docs",
+        redoc_url=None,
+        static_url="/docs/assets",
+        favicon_url="/favicon.ico",
+        **options,
+    )
 
 
 def create_app(settings: Settings, dsn: str) -> FastAPI:
@@ -147,15 +165,12 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 if context.verifier is not None:
                     await context.verifier.close()
 
-    app = FastAPI(
+    app = _fastapi(
+        settings,
         title="Bankrail",
         version=__version__,
         summary="Payments API v3 and payouts API v1, with a stateful sandbox.",
         lifespan=lifespan,
-        # No Swagger UI or ReDoc page: FastAPI's load their scripts from a CDN, and Bankrail
-        # fetches nothing at run time. /openapi.json opens in any OpenAPI viewer.
-        docs_url=None,
-        redoc_url=None,
         # Bankrail reports through Prometheus (/metrics). FastAPI's native OpenTelemetry
         # looks up the global providers on every request even when none is configured,
         # which cost a quarter of a GET's CPU; it is on only when asked for.
@@ -197,6 +212,7 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         rails_admin_router,
         ledger_router,
         pages_router,
+        front_door_router,
         health_router,
         metrics_router,
         hpp_router,

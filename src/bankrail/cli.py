@@ -126,6 +126,9 @@ def serve(
         _migrate_or_exit(dsn)
         if demo:
             typer.echo(describe(asyncio.run(create_demo(settings, dsn, force=False))))
+        from bankrail.sandbox.trigger import record_server_url
+
+        record_server_url(settings.data_dir, settings.public_url)
         run_http(settings, dsn, workers)
     finally:
         if embedded is not None:
@@ -263,12 +266,17 @@ def trigger(
         str | None, typer.Argument(help="The event to make happen (see --list).")
     ] = None,
     url: Annotated[
-        str, typer.Option(help="The running server.", envvar="BANKRAIL_URL")
-    ] = "http://127.0.0.1:8080",
+        str | None,
+        typer.Option(
+            help="The running server (default: the URL that the last `serve` on the data "
+            "directory recorded, else http://127.0.0.1:8080).",
+            envvar="BANKRAIL_URL",
+        ),
+    ] = None,
     admin_token: Annotated[
         str | None,
         typer.Option(
-            help="The operator token (default: <data-dir>/admin-token).",
+            help="The operator token (default: the one kept in the data directory).",
             envvar="BANKRAIL_ADMIN_TOKEN",
         ),
     ] = None,
@@ -293,36 +301,47 @@ def trigger(
 ) -> None:
     """Make a running server send a webhook: create the real objects that lead to EVENT for
     a merchant, wait until the event is recorded, and print what was made."""
-    from bankrail.sandbox.trigger import EVENTS, TriggerError, default_merchant_id
-    from bankrail.sandbox.trigger import trigger as run_trigger
+    from bankrail.sandbox import trigger as triggers
 
     if list_events:
-        if as_json:
-            listed = [{"event": e.name, "api": e.api, "how": e.how} for e in EVENTS.values()]
-            typer.echo(json.dumps(listed, indent=2))
-        else:
-            for e in EVENTS.values():
-                typer.echo(f"{e.name:<22}{e.api}  {e.how}")
+        _list_events(as_json)
         return
     if event is None:
         typer.echo("error: name an event (bankrail trigger --list names them)", err=True)
         raise typer.Exit(2)
-    token = admin_token
-    token_file = data_dir / "admin-token"
-    if not token and token_file.is_file():
-        token = token_file.read_text().strip()
+    try:
+        triggers.known_event(event)
+    except triggers.TriggerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    server = url or triggers.recorded_server_url(data_dir)
+    token = admin_token or triggers.recorded_admin_token(data_dir)
     if not token:
         typer.echo(
             "error: no operator token: give --admin-token or set BANKRAIL_ADMIN_TOKEN", err=True
         )
         raise typer.Exit(2)
     try:
-        merchant = merchant_id or default_merchant_id(url, token, data_dir)
-        made = run_trigger(event, url=url, admin_token=token, merchant_id=merchant, timeout=timeout)
-    except TriggerError as exc:
+        triggers.check_reachable(server)
+        merchant = merchant_id or triggers.default_merchant_id(server, token, data_dir)
+        made = triggers.trigger(
+            event, url=server, admin_token=token, merchant_id=merchant, timeout=timeout
+        )
+    except triggers.TriggerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
+
+
+def _list_events(as_json: bool) -> None:
+    from bankrail.sandbox.trigger import EVENTS
+
+    if as_json:
+        listed = [{"event": e.name, "api": e.api, "how": e.how} for e in EVENTS.values()]
+        typer.echo(json.dumps(listed, indent=2))
+    else:
+        for e in EVENTS.values():
+            typer.echo(f"{e.name:<22}{e.api}  {e.how}")
 
 
 def main() -> None:

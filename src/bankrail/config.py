@@ -134,6 +134,9 @@ class Settings:
     # Worker processes that verify request signatures (security.verifier); 0 verifies on
     # threads of the serving process instead.
     verify_processes: int = 2
+    # The offline API reference at /docs (Swagger UI from the fastapi-offline package),
+    # in production too unless BANKRAIL_API_DOCS=off.
+    api_docs: bool = True
 
     @property
     def public_url(self) -> str:
@@ -174,6 +177,17 @@ class Settings:
         """Return a copy with the given fields replaced (None values are ignored)."""
         kept = {k: v for k, v in changes.items() if v is not None}
         return replace(self, **kept)  # type: ignore[arg-type]
+
+
+def _env_switch(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"{name} must be on or off, not {raw!r}")
 
 
 def settings_from_env() -> Settings:
@@ -229,5 +243,6 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
+        api_docs=_env_switch("BANKRAIL_API_DOCS", True),
         host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

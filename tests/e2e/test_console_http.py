@@ -236,6 +236,11 @@ def test_wrong_credentials_answer_401_with_the_login_page_again(
     assert answer.status_code == 401
     assert answer.headers["content-type"].startswith("text/html")
     assert "Sign-in failed" in answer.text
+    # It says where the credentials come from, in plain text: no Markdown backticks, and no
+    # command that is not on the PATH after ./dev serve.
+    assert "printed when ./dev serve starts" in answer.text
+    assert "`" not in _text(answer)
+    assert "bankrail init" not in answer.text
     assert f'value="{merchant.client_id}"' in answer.text  # the client id is kept
     assert 'aria-invalid="true"' in answer.text
     assert console.get("/console").status_code == 303

@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -265,6 +266,32 @@ def test_bankrail_url_needs_the_admin_token(
     result.stdout.fnmatch_lines(["*bankrail_server: BANKRAIL_URL is set but BANKRAIL_ADMIN_TOKEN*"])
     assert re.search("Traceback", result.stdout.str()) is None
     assert os.environ.get("BANKRAIL_ADMIN_TOKEN") is None
+
+
+def test_a_wrong_bankrail_url_says_at_once_what_is_there(
+    pytester: pytest.Pytester, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    elsewhere = f"{server.base_url}/api"
+    expected = {
+        refused: f"*bankrail_server: nothing answers at {refused} (*): is `bankrail serve` "
+        "running there, on this host and port?",
+        elsewhere: f"*bankrail_server: {elsewhere} is not a Bankrail API: GET "
+        f"{elsewhere}/readyz answered 404 *",
+    }
+    monkeypatch.setenv("BANKRAIL_ADMIN_TOKEN", server.admin_token)
+    pytester.makepyfile(test_other="def test_x(bankrail_server):\n    pass\n")
+    for url, line in expected.items():
+        monkeypatch.setenv("BANKRAIL_URL", url)
+        began = time.monotonic()
+        result = _run(pytester)
+        # Said at once, not after the 30 s that a server still starting is given.
+        assert time.monotonic() - began < 25
+        result.assert_outcomes(errors=1)
+        result.stdout.fnmatch_lines([line])
+        assert "Traceback" not in result.stdout.str()
 
 
 def test_the_receiver_refuses_a_webhook_whose_signature_does_not_verify(

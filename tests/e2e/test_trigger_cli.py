@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from bankrail.events.schemas import WEBHOOKS
 from support.api import MerchantClient, Operator
 from support.receiver import WebhookReceiver
-from support.server import RunningServer
+from support.server import RunningServer, free_port
 
 EVENTS = {
     # the name `bankrail trigger` takes: the API whose webhook URI the event goes to
@@ -188,11 +188,19 @@ def test_an_unknown_event_or_a_missing_token_is_an_error(
         "--data-dir",
         str(data_dir),
     )
-    assert unknown.returncode == 1
+    assert unknown.returncode == 2
     assert "unknown event 'payment_teleported'" in unknown.stderr
     no_token = _bankrail("trigger", "payment_settled", "--data-dir", str(data_dir))
     assert no_token.returncode == 2
     assert "no operator token" in no_token.stderr
+
+
+def test_an_unknown_event_without_a_token_is_reported_as_unknown(data_dir: Path) -> None:
+    done = _bankrail("trigger", "payment_teleported", "--data-dir", str(data_dir))
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: unknown event 'payment_teleported'; `bankrail trigger --list` names them\n"
+    )
 
 
 def test_a_server_that_does_not_answer_is_one_line(data_dir: Path) -> None:
@@ -213,5 +221,55 @@ def test_a_server_that_does_not_answer_is_one_line(data_dir: Path) -> None:
             str(data_dir),
         )
         assert done.returncode == 1, done.stderr
-        assert done.stderr.startswith(f"error: cannot reach {url}"), done.stderr
+        assert done.stderr.startswith(f"error: nothing answers at {url} ("), done.stderr
+        assert "is `bankrail serve` running there" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_url_that_is_not_bankrails_api_says_what_answered(
+    server: RunningServer, data_dir: Path
+) -> None:
+    url = f"{server.base_url}/api"
+    done = _bankrail(
+        "trigger",
+        "payment_settled",
+        "--url",
+        url,
+        "--admin-token",
+        "t",
+        "--data-dir",
+        str(data_dir),
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"error: {url} is not a Bankrail API: GET {url}/readyz answered 404 (give the "
+        "server's base URL, such as http://127.0.0.1:8080)\n"
+    )
+
+
+@pytest.mark.slow
+def test_with_no_options_it_finds_the_server_that_serve_started_beside_it() -> None:
+    # As after `./dev serve --port P`: the data directory ./.bankrail of the working
+    # directory records the URL, the operator token and the demo merchant.
+    with tempfile.TemporaryDirectory(prefix="bankrail-trigger-") as tmp:
+        workdir = Path(tmp)
+        # No operator token given: serve generates one and keeps it in the data directory.
+        serving = RunningServer(
+            data_dir=workdir / ".bankrail", port=free_port(), admin_token="", env={}
+        )
+        serving.start("--demo")
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("BANKRAIL_")}
+            done = subprocess.run(
+                [sys.executable, "-m", "bankrail", "trigger", "payment_settled"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+                cwd=workdir,
+                check=False,
+            )
+        finally:
+            serving.stop()
+    assert done.returncode == 0, done.stderr
+    assert "Triggered payment_settled for merchant" in done.stdout

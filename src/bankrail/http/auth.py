@@ -131,6 +131,11 @@ def access_claims(request: Request, context: AppContext) -> AccessClaims:
         refuse_if_blocked(request)
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
     except TokenError as exc:
+        if check_operator_token(token, context.admin_token_hash):
+            raise Unauthenticated(
+                "Invalid access token: this is an operator token; use a merchant access token "
+                "from /connect/token."
+            ) from exc
         claimed = claimed_subject(token)
         record_wrong_credential(request, client_identity(claimed) if claimed else None)
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
@@ -298,12 +303,12 @@ async def _verify_signed_request(
     `path` is the path as sent."""
     if signature is None:
         raise Unauthenticated(f"Invalid request signature: the {names[0]} header is missing.")
-    if require_idempotency_key and not headers.get("idempotency-key"):
-        raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     try:
         parsed = parse_signature(signature)
     except SignatureError as exc:
-        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+        raise Unauthenticated(_sentence(f"Invalid request signature: {exc}")) from exc
+    if require_idempotency_key and not headers.get("idempotency-key"):
+        raise Unauthenticated("Invalid request signature: the Idempotency-Key header is missing.")
     headers.require_once(parsed.header.tl_headers)
     try:
         key = await context.public_keys.get(context.pool, claims.merchant_id, parsed.header.kid)
@@ -325,7 +330,7 @@ async def _verify_signed_request(
         if not verified:
             raise mismatch(parsed)
     except SignatureError as exc:
-        raise Unauthenticated(f"Invalid request signature: {exc}.") from exc
+        raise Unauthenticated(_sentence(f"Invalid request signature: {exc}")) from exc
     return signature_digest(parsed)
 
 
@@ -334,6 +339,10 @@ def accepted_signature(request: Request) -> bytes | None:
     idempotency remembers so that a signed request never takes effect twice), else None."""
     digest: bytes | None = getattr(request.state, "signature_digest", None)
     return digest
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(("?", ".", "!")) else text + "."
 
 
 def signed_body(

@@ -62,22 +62,34 @@ def _oauth_error(error: str, description: str, status: int = 400) -> Response:
     )
 
 
-async def _read_form_or_json(request: Request) -> dict[str, Any] | None:
+_NOT_AN_OBJECT = "Send a form-encoded or JSON object body."
+
+
+async def _read_form_or_json(request: Request) -> dict[str, Any] | str:
+    """The fields of a form-encoded or JSON body, or what to say about a body that is neither
+    (such as JSON sent without its content type, which reads as a form of nonsense names)."""
     raw = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return None
-        return parsed if isinstance(parsed, dict) else None
+            return _NOT_AN_OBJECT
+        return parsed if isinstance(parsed, dict) else _NOT_AN_OBJECT
     if content_type in ("application/x-www-form-urlencoded", ""):
+        if raw.lstrip().startswith(b"{"):
+            sent = f"Content-Type {content_type}" if content_type else "no Content-Type"
+            return (
+                f"The body is JSON but was sent with {sent}: send it form-encoded "
+                "(grant_type=client_credentials&client_id=...&client_secret=...) or send the "
+                "JSON with the header Content-Type: application/json."
+            )
         try:
             fields = parse_qs(raw.decode(), keep_blank_values=True, strict_parsing=False)
         except UnicodeDecodeError:
-            return None
+            return _NOT_AN_OBJECT
         return {name: values[-1] for name, values in fields.items()}
-    return None
+    return _NOT_AN_OBJECT
 
 
 @router.post(
@@ -101,8 +113,8 @@ async def issue_token(request: Request, context: Context) -> Response:
     # secrets are limited apart, per address and per client (refuse_if_blocked below).
     context.token_rate_limits.take(client_address(request))
     fields = await _read_form_or_json(request)
-    if fields is None:
-        return _oauth_error("invalid_request", "Send a form-encoded or JSON object body.")
+    if isinstance(fields, str):
+        return _oauth_error("invalid_request", fields)
     grant_type = fields.get("grant_type")
     client_id = fields.get("client_id")
     client_secret = fields.get("client_secret")

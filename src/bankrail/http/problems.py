@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import asyncpg
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bankrail.core.jsonbody import PROBLEM_MEDIA_TYPE, dumps
@@ -106,8 +108,10 @@ def _json_path(location: Sequence[int | str], body: Any) -> str:
     return path or "body"
 
 
-def validation_errors(exc: RequestValidationError) -> dict[str, list[str]]:
-    """Map each failing field's JSON path to its messages."""
+def validation_errors(exc: RequestValidationError, body_model: Any = None) -> dict[str, list[str]]:
+    """Map each failing field's JSON path to its messages, each saying what to send: a
+    missing `type` of a tagged object names the allowed values (read from `body_model`, the
+    route's body annotation, when given)."""
     errors: dict[str, list[str]] = {}
     body = getattr(exc, "body", None)
     for item in exc.errors():
@@ -116,9 +120,100 @@ def validation_errors(exc: RequestValidationError) -> dict[str, list[str]]:
             continue
         path = _json_path(item.get("loc", ()), body)
         message = str(item.get("msg", "invalid"))
+        if item.get("type") == "union_tag_not_found":
+            message = _missing_tag_message(item, body_model)
         if message not in errors.get(path, []):
             errors.setdefault(path, []).append(message)
     return errors
+
+
+def _missing_tag_message(item: Mapping[str, Any], body_model: Any) -> str:
+    tag = str(item.get("ctx", {}).get("discriminator", "type")).strip("'")
+    location = [p for p in item.get("loc", ())[1:] if not (isinstance(p, str) and "[" in p)]
+    tags = allowed_tags(body_model, location, tag) if body_model is not None else []
+    if not tags:
+        return f"`{tag}` is required."
+    return f"`{tag}` is required: one of {', '.join(repr(t) for t in tags)}."
+
+
+def _unwrap(annotation: Any) -> Any:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(_unwrap(m) for m in get_args(annotation) if m is not type(None))
+    return ()
+
+
+def _tag_values(model: Any, tag: str) -> list[str]:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    field = model.model_fields.get(tag)
+    if field is None or get_origin(field.annotation) is not Literal:
+        return []
+    return [str(value) for value in get_args(field.annotation)]
+
+
+def allowed_tags(annotation: Any, location: Sequence[int | str], tag: str) -> list[str]:
+    """The values of `tag` that the tagged union at `location` (a pydantic error location
+    under the body) of the body annotation accepts; empty when none is found there."""
+    for part in location:
+        annotation = _unwrap(annotation)
+        members = _members(annotation)
+        if len(members) == 1:
+            annotation, members = members[0], ()
+        if members:  # a tagged union: pydantic names the member by its tag
+            chosen = [m for m in members if str(part) in _tag_values(m, tag)]
+            if len(chosen) != 1:
+                return []
+            annotation = chosen[0]
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            fields = annotation.model_fields
+            field = fields.get(str(part)) or next(
+                (f for f in fields.values() if f.alias == part), None
+            )
+            if field is None:
+                return []
+            annotation = field.annotation
+        elif get_origin(annotation) in (list, tuple, set, frozenset) and isinstance(part, int):
+            annotation = get_args(annotation)[0]
+        else:
+            return []
+    return [value for member in _members(_unwrap(annotation)) for value in _tag_values(member, tag)]
+
+
+def _json_content_type(content_type: str) -> bool:
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _not_json_detail(request: Request, exc: RequestValidationError) -> str | None:
+    """What to say when a body was sent without a JSON content type, which is why FastAPI
+    did not read it as JSON; None otherwise."""
+    content_type = request.headers.get("content-type", "")
+    if _json_content_type(content_type):
+        return None
+    for item in exc.errors():
+        if tuple(item.get("loc", ())) == ("body",) and item.get("type") in (
+            "model_attributes_type",
+            "dict_type",
+            "model_type",
+        ):
+            sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+            return (
+                f"The body was sent with {sent}, so it was not read as JSON: send it as a "
+                "JSON object with the header `Content-Type: application/json`."
+            )
+    return None
+
+
+def _body_model(request: Request) -> Any:
+    """The body annotation of the route that answered, if it has one."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    return getattr(getattr(field, "field_info", None), "annotation", None)
 
 
 def _public_url(request: Request) -> str:
@@ -126,6 +221,24 @@ def _public_url(request: Request) -> str:
     if context is not None:
         return str(context.settings.public_url)
     return str(getattr(request.app.state, "public_url", ""))
+
+
+def validation_problem(request: Request, exc: RequestValidationError) -> Response:
+    """The 400 Invalid Parameters answer to a request that failed validation: what to send
+    instead when the body was not sent as JSON, else each failing field with its messages."""
+    not_json = _not_json_detail(request, exc)
+    if not_json is not None:
+        return problem_response(
+            INVALID_PARAMETERS, not_json, _public_url(request), errors={"body": [not_json]}
+        )
+    errors = validation_errors(exc, _body_model(request))
+    fields = "; ".join(f"{path}: {' '.join(errors[path])}" for path in sorted(errors))
+    return problem_response(
+        INVALID_PARAMETERS,
+        f"The request is invalid: {fields.rstrip('.')}.",
+        _public_url(request),
+        errors=errors,
+    )
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -156,14 +269,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        errors = validation_errors(exc)
-        fields = ", ".join(sorted(errors))
-        return problem_response(
-            INVALID_PARAMETERS,
-            f"The request is invalid: {fields}.",
-            _public_url(request),
-            errors=errors,
-        )
+        return validation_problem(request, exc)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,

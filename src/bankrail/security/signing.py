@@ -211,9 +211,11 @@ def verification_inputs(
 
 def mismatch(parsed: ParsedSignature) -> SignatureError:
     """The error of a well-formed signature that does not verify."""
-    if parsed.header.tl_version is None:
-        return SignatureError("signature does not match the request body")
-    return SignatureError("signature does not match the request")
+    signed = "the request body" if parsed.header.tl_version is None else "the request"
+    return SignatureError(
+        f"signature does not match {signed}: it does not verify with key "
+        f"{parsed.header.kid}: is this the key registered for this merchant?"
+    )
 
 
 def verify_request(

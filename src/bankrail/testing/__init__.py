@@ -30,7 +30,13 @@ from bankrail.testing._client import (
     mock_bank_pay_in,
 )
 from bankrail.testing._jws import generate_key_pem, public_key_pem
-from bankrail.testing._server import BankrailServer, ServerError, connect_server, start_server
+from bankrail.testing._server import (
+    BankrailServer,
+    ServerError,
+    connect_server,
+    probe_server,
+    start_server,
+)
 from bankrail.testing._webhooks import BankrailWebhooks, WebhookDelivery, WebhookTimeout
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "create_merchant",
     "generate_key_pem",
     "mock_bank_pay_in",
+    "probe_server",
     "public_key_pem",
     "start_server",
 ]

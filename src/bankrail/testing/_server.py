@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["BankrailServer", "ServerError", "connect_server", "start_server"]
+__all__ = ["BankrailServer", "ServerError", "connect_server", "probe_server", "start_server"]
 
 # Environment that would make the child serve another database, directory or address than
 # the one chosen here.
@@ -95,15 +95,47 @@ def _ready(url: str) -> bool:
         return False
 
 
+def probe_server(url: str) -> bool:
+    """Whether the Bankrail at `url` is ready: True when its `/readyz` answers 200, False while
+    it answers 503 (starting, or its database is down) or too slowly. Raises ServerError at
+    once, saying which, when nothing listens at `url` or what answers there is not Bankrail's
+    API (any other status, such as the 404 of another server or of a wrong path)."""
+    url = url.rstrip("/")
+    try:
+        answer = httpx.get(f"{url}/readyz", timeout=2)
+    except httpx.TimeoutException:
+        return False
+    except httpx.ConnectError as exc:
+        raise ServerError(
+            f"nothing answers at {url} ({exc}): is `bankrail serve` running there, on this "
+            "host and port?"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise ServerError(f"cannot reach {url}: {exc}") from None
+    if answer.status_code == 200:
+        return True
+    if answer.status_code == 503:
+        return False
+    raise ServerError(
+        f"{url} is not a Bankrail API: GET {url}/readyz answered {answer.status_code} "
+        "(give the server's base URL, such as http://127.0.0.1:8080)"
+    )
+
+
 def connect_server(url: str, admin_token: str | None, timeout: float = 30) -> BankrailServer:
-    """The server at `url` (`BANKRAIL_URL`), once its /readyz answers 200."""
+    """The server at `url` (`BANKRAIL_URL`), once its /readyz answers 200; ServerError at once
+    when nothing listens there or it is not Bankrail (probe_server), after `timeout` seconds
+    when it stays not ready."""
     if not admin_token:
         raise ServerError("BANKRAIL_URL is set but BANKRAIL_ADMIN_TOKEN is not")
     url = url.rstrip("/")
     deadline = time.monotonic() + timeout
-    while not _ready(url):
+    while not probe_server(url):
         if time.monotonic() >= deadline:
-            raise ServerError(f"the Bankrail server at {url} is not ready (GET /readyz)")
+            raise ServerError(
+                f"the Bankrail server at {url} is not ready after {timeout:g} s "
+                "(GET /readyz answers 503)"
+            )
         time.sleep(0.2)
     return BankrailServer(url=url, admin_token=admin_token)
 

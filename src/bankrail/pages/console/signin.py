@@ -48,7 +48,9 @@ router = APIRouter(route_class=ConsoleRoute)
 
 LOGIN_FAILED = (
     "Sign-in failed: the client ID and secret do not match a client of any merchant. "
-    "Check both values (they are printed by `bankrail init`) and try again."
+    "Check both values and try again: the operator gives each merchant its client "
+    "(POST /admin/merchants/{id}/clients), and in the sandbox the demo merchant's are printed "
+    "when ./dev serve starts and kept in .bankrail/demo-credentials.json."
 )
 USER_LOGIN_FAILED = (
     "Sign-in failed: the email and password do not match a console user. Check both; a new "

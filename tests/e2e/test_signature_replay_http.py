@@ -179,3 +179,47 @@ def test_a_captured_v1_payout_is_answered_202_again_however_late(operator: Opera
     transactions = merchant.get("/v1/transactions", type="Payout").json()["results"]
     assert [item["transaction_id"] for item in transactions] == [transaction_id]
     assert balances(merchant, "EUR")[1] == 4_000
+
+
+def _resigned_retry_is_refused_after_the_window(
+    operator: Operator, merchant: MerchantClient, path: str, body: dict[str, Any], status: int
+) -> str:
+    """Send a request, then its retry signed anew (ECDSA signs differently each time) under
+    the same key: the retry gets the first answer. Once the key's window is over, a capture
+    of the retry is refused as used too. Returns the id the first answer created."""
+    key = str(uuid.uuid4())
+    first = _send(merchant, _capture(merchant, path, body, key=key), merchant.token())
+    assert first.status_code == status, first.text
+    retry = _capture(merchant, path, body, key=key)
+    replayed = _send(merchant, retry, merchant.token())
+    assert (replayed.status_code, replayed.content) == (status, first.content)
+
+    advance_clock(operator, KEY_WINDOW_SECONDS + 1)
+    merchant.forget_token()
+    refused = assert_problem(_send(merchant, retry, merchant.token()), 409, "Conflict")
+    assert "already used" in refused["detail"]
+    return str(first.json()["id"])
+
+
+def test_a_payout_retry_signed_anew_is_refused_after_the_window_too(operator: Operator) -> None:
+    merchant = funded_merchant(operator, gbp=5_000)
+    body = payout_body(merchant, "GBP", 1_000, external_beneficiary(SORT_CODE))
+    payout_id = _resigned_retry_is_refused_after_the_window(operator, merchant, PATH, body, 202)
+    _paid_once(merchant, payout_id)
+
+
+def test_a_payment_and_a_mandate_retry_signed_anew_are_refused_after_the_window_too(
+    operator: Operator,
+) -> None:
+    # Payments take the payments' batch path, mandates respond_once's: the same claim step.
+    merchant = funded_merchant(operator)
+    payment_id = _resigned_retry_is_refused_after_the_window(
+        operator, merchant, "/v3/payments", payment_body(merchant), 201
+    )
+    listed = merchant.get("/v3/payments").json()["items"]
+    assert [payment["id"] for payment in listed] == [payment_id]
+    mandate_id = _resigned_retry_is_refused_after_the_window(
+        operator, merchant, "/v3/mandates", mandate_body(merchant), 201
+    )
+    listed = merchant.get("/v3/mandates").json()["items"]
+    assert [mandate["id"] for mandate in listed] == [mandate_id]

@@ -1,5 +1,6 @@
 """Which notifications a Bankrail process follows: every process follows the service clock,
-and only the worker follows the job and webhook channels (an API process of
+an API process also the revocation of signing keys and clients (its caches of them), and
+only the worker follows the job and webhook channels (an API process of
 `serve --workers N` would otherwise be woken by every commit that queues work it never
 does)."""
 
@@ -19,6 +20,7 @@ from bankrail.core.clock import CLOCK_CHANNEL, ServiceClock
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.jobs.queue import JOBS_CHANNEL
 from bankrail.process import ProcessResources
+from bankrail.security.keys import CREDENTIALS_CHANNEL
 from bankrail.worker import run_worker
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -40,10 +42,12 @@ async def test_the_worker_follows_the_clock_and_its_work(database: str, tmp_path
     assert seen == [{CLOCK_CHANNEL, JOBS_CHANNEL, WEBHOOK_CHANNEL}]
 
 
-async def test_an_api_only_process_follows_only_the_clock(database: str, tmp_path: Path) -> None:
+async def test_an_api_only_process_follows_only_the_clock_and_revocations(
+    database: str, tmp_path: Path
+) -> None:
     app = create_app(_settings(tmp_path), database)
     async with app.router.lifespan_context(app):
-        assert set(app.state.listener.channels) == {CLOCK_CHANNEL}
+        assert set(app.state.listener.channels) == {CLOCK_CHANNEL, CREDENTIALS_CHANNEL}
 
 
 async def test_an_api_only_process_still_follows_the_service_clock(

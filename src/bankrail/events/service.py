@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from bankrail.core.pagination import decode_cursor, encode_cursor
-from bankrail.core.problems import NotFound
+from bankrail.core.problems import Conflict, NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import WEBHOOK_CHANNEL
@@ -127,9 +127,12 @@ async def replay_delivery(
     conn: Connection, delivery_id: uuid.UUID, now: datetime, merchant_id: uuid.UUID | None = None
 ) -> dict[str, Any]:
     """Send the same event (same event_id) again now, to the merchant's current URI; the
-    72-hour retry window starts again. With no URI configured it stays `skipped`."""
+    72-hour retry window starts again. With no URI configured it stays `skipped`. Conflict
+    (409) while an attempt of the delivery is in flight: its lease holds one of its
+    destination's slots, and its answer is still to be recorded."""
     row = await conn.fetchrow(
-        "SELECT d.id, e.family, m.payments_webhook_uri, m.payouts_webhook_uri"
+        "SELECT d.id, e.family, m.payments_webhook_uri, m.payouts_webhook_uri,"
+        " d.status = 'pending' AND d.lease_until > clock_timestamp() AS in_flight"
         " FROM webhook_deliveries d JOIN events e ON e.id = d.event_id"
         " JOIN merchants m ON m.id = d.merchant_id"
         " WHERE d.id = $1 AND ($2::uuid IS NULL OR d.merchant_id = $2) FOR UPDATE OF d",
@@ -138,6 +141,10 @@ async def replay_delivery(
     )
     if row is None:
         raise NotFound(f"Webhook delivery {delivery_id} not found.")
+    if row["in_flight"]:
+        raise Conflict(
+            f"An attempt of webhook delivery {delivery_id} is in flight; replay it once it ends."
+        )
     uri = row["payments_webhook_uri"] if row["family"] == "payments" else row["payouts_webhook_uri"]
     await conn.execute(
         "UPDATE webhook_deliveries SET uri = $2, status = $3, next_attempt_at = $4,"

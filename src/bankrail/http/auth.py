@@ -28,7 +28,6 @@ from bankrail.security.tokens import (
     AccessClaims,
     TokenError,
     TokenExpired,
-    claimed_subject,
 )
 
 __all__ = [
@@ -119,9 +118,11 @@ def _limited_keys(request: Request, identity: str | None) -> tuple[str, ...]:
 
 def access_claims(request: Request, context: AppContext) -> AccessClaims:
     """The claims of the request's access token; raises Unauthenticated (401) when it is
-    missing or invalid, and RateLimited (429) while the caller is blocked for wrong
-    credentials. An invalid token (not an expired one: that was issued here) is counted as a
-    wrong credential, against the client it claims to be. Does not charge the rate limit."""
+    missing or invalid, and RateLimited (429) while the caller's address is blocked for wrong
+    credentials. An invalid token (not an expired one, nor the operator token: those were
+    issued here) counts as a wrong credential against the address alone: whom a token that
+    does not verify claims to be is unproven, so naming a client locks nobody out, and a token
+    that verifies is no guess. Does not charge the rate limit."""
     token = bearer_of(request.headers.get("authorization"))
     if token is None:
         raise Unauthenticated("Missing bearer access token.")
@@ -131,16 +132,16 @@ def access_claims(request: Request, context: AppContext) -> AccessClaims:
         refuse_if_blocked(request)
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
     except TokenError as exc:
+        refuse_if_blocked(request)
         if check_operator_token(token, context.admin_token_hash):
             raise Unauthenticated(
                 "Invalid access token: this is an operator token; use a merchant access token "
                 "from /connect/token."
             ) from exc
-        claimed = claimed_subject(token)
-        record_wrong_credential(request, client_identity(claimed) if claimed else None)
+        record_wrong_credential(request)
         raise Unauthenticated(f"Invalid access token: {exc}.") from exc
     if context.credential_limits.blocking:
-        refuse_if_blocked(request, client_identity(claims.client_id))
+        refuse_if_blocked(request)
     return claims
 
 

@@ -209,7 +209,7 @@ def _decide(
 ) -> tuple[Outcome, NewPayment | None]:
     keyed = item.keyed
     if keyed is not None:
-        before = claim_in_batch(row, keyed.fingerprint, item.now, keyed.ttl)
+        before = claim_in_batch(row, keyed, item.now, keyed.ttl, write.answers)
         if before is not None:
             return before, None
     account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None

@@ -153,7 +153,7 @@ async def accept_payouts(
 def _decide(keyed: Keyed, row: Any, write: _Write, render_problem: ProblemRenderer) -> Outcome:
     request = keyed.request
     now = request.now
-    before = claim_in_batch(row, keyed.fingerprint, now, keyed.ttl, keyed.reuse_problem)
+    before = claim_in_batch(row, keyed, now, keyed.ttl, write.answers, keyed.reuse_problem)
     if before is not None:
         return before
     facts = _facts(row)

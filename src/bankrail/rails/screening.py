@@ -26,7 +26,7 @@ __all__ = [
 
 # The rule's own revision, and the ICU and Unicode versions whose data it uses: a stored
 # skeleton made under another is made again (`refresh_screening_list`).
-SKELETON_VERSION = f"r1-icu{icu.ICU_VERSION}-unicode{icu.UNICODE_VERSION}"
+SKELETON_VERSION = f"r2-icu{icu.ICU_VERSION}-unicode{icu.UNICODE_VERSION}"
 
 
 def _code_points(property_name: str) -> list[int]:
@@ -53,6 +53,9 @@ _DROP_PUNCTUATION_PLAIN_SPACES = {
     **dict.fromkeys(_code_points("Punctuation")),
     **dict.fromkeys(_code_points("White_Space"), " "),
 }
+# After case folding a capital I and a small l, which UTS #39 takes for one another, would
+# differ (`EviI` is `evii`, `Evil` is `evil`): the last step writes every `i` as `l`.
+_I_AS_L = {ord("i"): "l"}
 _MAX_ROUNDS = 4  # casefold and skeleton settle in two rounds for every name seen; a bound
 
 
@@ -83,8 +86,9 @@ def name_skeleton(name: str) -> str:
     selectors); case folded (a capital that looks like a Latin capital as that capital);
     accents dropped; Unicode confusables mapped to their prototype (the UTS #39 skeleton, by
     ICU: a Cyrillic small ie is a Latin `e`), repeated until nothing changes (a prototype may
-    be a capital); then punctuation removed and whitespace collapsed to single spaces. Not
-    for display: `Smith` becomes `srnith`, as `Srnith` does.
+    be a capital); then punctuation removed, whitespace collapsed to single spaces, and `i`
+    written as `l` (a capital I looks like a small l, and case folding made it an i). Not for
+    display: `Smith` becomes `srnlth`, as `Srnith` and `SrnIth` do.
     """
     text = _NFKC.normalize(name).translate(_DROP_INVISIBLE)
     for _ in range(_MAX_ROUNDS):
@@ -92,7 +96,8 @@ def name_skeleton(name: str) -> str:
         if folded == text:
             break
         text = folded
-    return " ".join(filter(None, text.translate(_DROP_PUNCTUATION_PLAIN_SPACES).split(" ")))
+    words = text.translate(_DROP_PUNCTUATION_PLAIN_SPACES).translate(_I_AS_L).split(" ")
+    return " ".join(filter(None, words))
 
 
 def is_listed(name: str, listed_skeletons: Collection[str]) -> bool:

@@ -129,7 +129,7 @@ def _decide(
 ) -> Accepted:
     keyed = item.keyed
     if keyed is not None:
-        before = claim_in_batch(row, keyed.fingerprint, item.now, keyed.ttl)
+        before = claim_in_batch(row, keyed, item.now, keyed.ttl, write.answers)
         if before is not None:
             return before, None
     try:

@@ -230,28 +230,41 @@ def claim(
 
 def claim_in_batch(
     row: Any,
-    request_fingerprint: bytes,
+    keyed: KeyIdentity,
     now: datetime,
     ttl: timedelta,
+    answers: AnswersToStore,
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
 ) -> Outcome | None:
     """`claim`, for a row of a batch read that took the keys' locks
     (`bankrail_claimed_keys`, db/functions/idempotency.sql): its columns `locked`,
-    `stored_fingerprint`, `stored_status`, `stored_body`, `stored_at` and `signature_used`."""
+    `stored_fingerprint`, `stored_status`, `stored_body`, `stored_at` and `signature_used`.
+
+    A replay under a signature not seen before (a client that signs its retry anew) adds that
+    signature to `answers`, with the stored answer and its date unchanged: once the key's
+    answer is gone, that signature too is refused rather than taking effect again."""
     stored = None
     if row["stored_fingerprint"] is not None:
         stored = StoredAnswer(
             row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
         )
-    return claim(
+    outcome = claim(
         row["locked"],
         stored,
-        request_fingerprint,
+        keyed.fingerprint,
         now,
         ttl,
         reuse_problem,
         signature_used=row["signature_used"],
     )
+    if (
+        isinstance(outcome, tuple)
+        and stored is not None
+        and keyed.signature is not None
+        and not row["signature_used"]
+    ):
+        answers.add(keyed, outcome, stored.created_at)
+    return outcome
 
 
 def key_item(keyed: KeyIdentity | None) -> dict[str, Any]:

@@ -76,7 +76,7 @@ async def run_batch(
     for work, row in zip(batch, rows, strict=True):
         keyed = work.keyed
         if keyed is not None:
-            before = claim_in_batch(row, keyed.fingerprint, work.now, keyed.ttl, work.reuse_problem)
+            before = claim_in_batch(row, keyed, work.now, keyed.ttl, answers, work.reuse_problem)
             if before is not None:
                 results.append(before)
                 continue

@@ -21,7 +21,6 @@ __all__ = [
     "TokenError",
     "TokenExpired",
     "TokenIssuer",
-    "claimed_subject",
     "hash_secret",
     "new_client_secret",
     "secret_matches",
@@ -184,17 +183,6 @@ class TokenIssuer:
         if exp <= now.timestamp():
             raise TokenExpired("token has expired")
         return claims
-
-
-def claimed_subject(token: str) -> str | None:
-    """The `sub` a JWT claims, without verifying it (None when it is not a JWT or has none):
-    whom a token that failed verification pretended to be."""
-    try:
-        claims = jwt.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
-        return None
-    subject = claims.get("sub") if isinstance(claims, dict) else None
-    return subject if isinstance(subject, str) else None
 
 
 def new_client_secret() -> str:

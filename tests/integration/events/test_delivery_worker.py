@@ -24,6 +24,7 @@ import pytest_asyncio
 
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
+from bankrail.core.problems import Conflict
 from bankrail.events import delivery as delivery_module
 from bankrail.events.delivery import DeliveryWorker, WebhookKey, ensure_webhook_key
 from bankrail.events.outbox import Ordering, record_event
@@ -609,6 +610,33 @@ async def test_a_replayed_delivery_gets_a_fresh_72_hour_window(
     current = await row(pool, delivery_id)
     assert current["status"] == "pending"
     assert current["window_start"] >= replayed_at - timedelta(seconds=1)
+
+
+async def test_a_delivery_with_an_attempt_in_flight_is_not_replayed_until_it_ends(
+    pool: asyncpg.Pool, clock: ServiceClock, receiver: WebhookReceiver
+) -> None:
+    # A replay would drop the lease that counts the attempt against its destination's share
+    # (and the attempt's answer with it): refused while the lease is live.
+    merchant_id = await new_merchant(pool, clock, receiver.url)
+    _, delivery_id = await new_event(pool, clock, merchant_id)
+    await pool.execute(
+        "UPDATE webhook_deliveries SET lease_until = clock_timestamp() + interval '60 s'"
+        " WHERE id = $1",
+        delivery_id,
+    )
+    async with pool.acquire() as conn, conn.transaction():
+        with pytest.raises(Conflict, match="in flight"):
+            await replay_delivery(conn, delivery_id, clock.now())
+    assert (await row(pool, delivery_id))["lease_until"] is not None
+
+    await pool.execute(
+        "UPDATE webhook_deliveries SET lease_until = clock_timestamp() - interval '1 s'"
+        " WHERE id = $1",
+        delivery_id,
+    )
+    async with pool.acquire() as conn, conn.transaction():
+        await replay_delivery(conn, delivery_id, clock.now())
+    assert (await row(pool, delivery_id))["lease_until"] is None
 
 
 async def test_a_replayed_always_failing_delivery_is_discarded_again(

@@ -36,6 +36,11 @@ EVIL_CORP = name_skeleton("Evil Corp")
         "Evi\u05c0 Corp",  # Hebrew paseq: punctuation that looks like an l
         "Evil, Corp!",
         "\u201cEvil Corp\u201d",
+        "EviI Corp",  # Latin capital I for the small l
+        "Evi\u04c0 Corp",  # Cyrillic palochka
+        "Evi\u0399 Corp",  # Greek capital Iota
+        "Evi\u0406 Corp",  # Cyrillic capital Byelorussian-Ukrainian I
+        "Evi1 Corp",  # digit one
     ],
 )
 def test_a_look_alike_of_a_name_has_its_skeleton(look_alike: str) -> None:
@@ -54,6 +59,8 @@ def test_a_look_alike_of_a_name_has_its_skeleton(look_alike: str) -> None:
         ("Straße", "STRASSE"),
         ("paypal", "\u0440\u0430ypal"),  # Cyrillic er and a
         ("Smith", "Srnith"),  # r n looks like m
+        ("ISIS", "lSlS"),  # capital I and small l
+        ("Bill", "BiII"),
         ("\u2126mega", "\u03c9mega"),  # Ohm sign and Greek omega: a capital's fold maps further
     ],
 )

@@ -14,7 +14,6 @@ from bankrail.security.tokens import (
     TokenError,
     TokenExpired,
     TokenIssuer,
-    claimed_subject,
     hash_secret,
     new_client_secret,
     secret_matches,
@@ -246,15 +245,3 @@ def test_an_expired_token_is_told_apart_from_a_wrong_one(issuer: TokenIssuer) ->
     with pytest.raises(TokenError) as wrong:
         issuer.read_access_token(forged_and_expired, NOW + HOUR)
     assert not isinstance(wrong.value, TokenExpired)
-
-
-def test_claimed_subject_is_whom_a_token_pretends_to_be(issuer: TokenIssuer) -> None:
-    forged = TokenIssuer(b"x" * 32, RESOURCE_KEY).issue_access_token(
-        "victim-client", MERCHANT, frozenset({"payments"}), NOW, HOUR
-    )
-    assert claimed_subject(forged) == "victim-client"
-    assert claimed_subject(_tamper_payload(_access(issuer), sub=42)) is None
-    resource = issuer.issue_resource_token(PAYMENT, NOW, timedelta(minutes=15))
-    assert claimed_subject(resource) is None
-    for garbage in ("", "not-a-jwt", "a.b.c", "....."):
-        assert claimed_subject(garbage) is None

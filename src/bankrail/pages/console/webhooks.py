@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from bankrail.core.problems import InvalidParameters, ProblemError
+from bankrail.core.problems import Conflict, InvalidParameters, NotFound, ProblemError
 from bankrail.events import service as events_service
 from bankrail.http.auth import require_payments_audience
 from bankrail.pages.console.core import (
@@ -111,8 +111,11 @@ async def webhook_replay(request: Request, delivery_id: str) -> Response:
             replayed = await events_service.replay_delivery(
                 conn, delivery_uuid, context.clock.now(), viewer.merchant_id
             )
-        except ProblemError as exc:
+        except NotFound as exc:
             raise not_found("webhook delivery") from exc
+        except Conflict as exc:
+            back = viewer.url(f"/console/webhooks/{delivery_uuid}")
+            return await redirect_with_flash(request, viewer, back, exc.detail, "warning")
     if replayed["status"] == "skipped":
         message = (
             f"Not sent: no webhook URI is configured for {replayed['event_type']} events. "

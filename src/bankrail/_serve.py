@@ -1,7 +1,7 @@
 """How `bankrail serve` runs its processes: uvicorn's API processes (`api_only_app` builds the
 application of each), the background worker in a process of its own started once the API
 processes are up and restarted when it fails (`DeferredProcess`), and the state it reports at
-/readyz."""
+/readyz; which signals stop it (`stop_on_hangup`)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ __all__ = [
     "api_only_app",
     "published_state",
     "run_http",
+    "stop_on_hangup",
     "survive_reraised_signals",
     "tune_gc_for_serving",
 ]
@@ -48,6 +49,30 @@ log = logging.getLogger("bankrail.cli")
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
 # Set by `serve` for its API processes: the file where it keeps its background worker's state.
 _WORKER_STATE_FILE = "BANKRAIL_WORKER_STATE_FILE"
+
+
+def stop_on_hangup() -> None:
+    """Make SIGHUP (its terminal closed, `tmux kill-session`) stop `serve` as SIGTERM does,
+    in the same order, and make SIGTERM before the server runs end `serve` through its
+    cleanup (KeyboardInterrupt, as Ctrl-C does) rather than kill it with the database up.
+
+    Called first, before any thread exists. uvicorn's supervisor of `--workers N` takes
+    SIGHUP to mean "restart the API processes", and a process left to the default dies at
+    once with PostgreSQL running. So SIGHUP is blocked here, and thereby in every process
+    `serve` starts (a blocked signal stays blocked across fork and exec; PostgreSQL sets its
+    own mask): the API processes, the worker and the verifiers, which a closed terminal
+    signals too, keep running until `serve` stops them in order. One thread of this process
+    waits for SIGHUP and turns it into SIGTERM."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    hangup = {signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, hangup)
+
+    def relay() -> None:
+        while True:
+            signal.sigwait(hangup)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=relay, name="sighup-to-sigterm", daemon=True).start()
 
 
 def survive_reraised_signals() -> None:
@@ -108,6 +133,7 @@ def run_http(settings: Settings, dsn: str, workers: int) -> None:
     )
     worker.start()
     try:
+        survive_reraised_signals()
         uvicorn.run("bankrail._serve:api_only_app", factory=True, workers=workers, **common)
     finally:
         worker.stop(timeout=60)

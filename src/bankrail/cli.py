@@ -22,7 +22,7 @@ from bankrail._serve import (
     api_only_app,
     published_state,
     run_http,
-    survive_reraised_signals,
+    stop_on_hangup,
     tune_gc_for_serving,
 )
 from bankrail.config import Settings, settings_from_env
@@ -106,7 +106,9 @@ def serve(
     ] = False,
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
-    DATABASE_URL is set)."""
+    DATABASE_URL is set). SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) stop
+    the API processes, the worker, then PostgreSQL."""
+    stop_on_hangup()
     settings = _checked_settings(data_dir, host=host, port=port)
     if demo:
         _refuse_demo_in_production(settings, "serve --demo")
@@ -121,7 +123,6 @@ def serve(
         except EmbeddedPostgresError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from exc
-    survive_reraised_signals()
     try:
         _migrate_or_exit(dsn)
         if demo:

@@ -23,7 +23,12 @@ from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware
 from bankrail.http.metrics import router as metrics_router
-from bankrail.http.middleware import ServiceMiddleware
+from bankrail.http.middleware import (
+    AccessLog,
+    ServiceMiddleware,
+    log_access,
+    log_access_line,
+)
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
@@ -172,10 +177,19 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         public_url=settings.public_url,
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout_seconds,
-        access_log=not settings.sandbox,
+        access_log=access_log_of(settings),
     )
     app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
     return app
+
+
+def access_log_of(settings: Settings) -> AccessLog | None:
+    """What each request leaves in the log: in production one JSON record (always: it is
+    the audit trail, with the trace id); in the sandbox one concise line unless turned off
+    (`BANKRAIL_ACCESS_LOG=off`, `serve --no-access-log`)."""
+    if not settings.sandbox:
+        return log_access
+    return log_access_line if settings.access_log else None
 
 
 async def _drain_connections(settings: Settings) -> None:

@@ -57,6 +57,17 @@ def _env_positive_int(name: str, default: int) -> int:
     return value
 
 
+def _env_switch(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{name} must be on or off, not {value!r}")
+
+
 def _env_positive_float(name: str, default: float) -> float:
     value = _env_float(name, default)
     if not value > 0:
@@ -118,6 +129,10 @@ class Settings:
     # Worker processes that verify request signatures (security.verifier); 0 verifies on
     # threads of the serving process instead.
     verify_processes: int = 2
+    # In sandbox mode, one line per request on stderr (BANKRAIL_ACCESS_LOG=off, or
+    # `serve --no-access-log`, turns it off); production writes its JSON line per request
+    # whatever this says.
+    access_log: bool = True
 
     @property
     def public_url(self) -> str:
@@ -194,5 +209,6 @@ def settings_from_env() -> Settings:
         opentelemetry=os.environ.get("BANKRAIL_OPENTELEMETRY", "").lower() in ("1", "true"),
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
+        access_log=_env_switch("BANKRAIL_ACCESS_LOG", True),
         host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

@@ -98,3 +98,20 @@ def configure_logging(production: bool, host: str | None = None) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper())
+    _configure_access_lines(production, host)
+
+
+def _configure_access_lines(production: bool, host: str | None) -> None:
+    """In the sandbox, the access log's records (http/middleware.py, `log_access_line`) are
+    printed as the time then the message alone, as uvicorn prints its own; in production
+    they are JSON lines like every other record."""
+    access = logging.getLogger("bankrail.access")
+    for existing in list(access.handlers):
+        access.removeHandler(existing)
+    access.propagate = production
+    if production:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_TraceAndRedact(host or socket.gethostname()))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    access.addHandler(handler)

@@ -7,16 +7,22 @@ a request); in the sandbox lines are text with the trace id in brackets.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
+import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY
 from bankrail.core.tracing import trace_id_var
+from bankrail.http.middleware import log_access_line
+from bankrail.http.problems import problem_document, problem_title_var
 from bankrail.logs import configure_logging, redact
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
@@ -91,15 +97,19 @@ def test_ordinary_text_is_left_alone() -> None:
 
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
-    """Put the root logger's handlers and level back after a test reconfigures it."""
-    root = logging.getLogger()
+    """Put the root and access loggers' handlers and level back after a test reconfigures
+    them."""
+    root, access = logging.getLogger(), logging.getLogger("bankrail.access")
     handlers, level = list(root.handlers), root.level
+    access_handlers, propagate = list(access.handlers), access.propagate
     yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
+    for logger, kept in ((root, handlers), (access, access_handlers)):
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        for handler in kept:
+            logger.addHandler(handler)
     root.setLevel(level)
+    access.propagate = propagate
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -197,6 +207,25 @@ def test_the_sandbox_writes_text_lines_with_the_trace_id_and_redacts_too(
     assert inside.endswith("INFO bankrail.test [abc123]: Authorization: Bearer [redacted]")
     assert f" {socket.gethostname()}[{os.getpid()}] INFO " in inside
     assert outside.endswith("INFO bankrail.test [-]: idle")
+
+
+def test_the_sandbox_access_line_is_time_method_path_status_ms_and_the_problems_title(
+    capsys: pytest.CaptureFixture[str], restored_logging: None
+) -> None:
+    configure_logging(production=False)
+    began = time.perf_counter()
+    for path, status in (("/healthz", 200), ("/v3/payouts/x", 404), ("/v3/payouts", 409)):
+        context = contextvars.copy_context()  # one request's, as the server gives each
+        if status == 409:
+            # The renderer's title, not the catalogue's first for the status.
+            context.run(problem_document, IDEMPOTENCY_CONCURRENCY, "d", "http://x")
+        context.run(log_access_line, {"method": "GET", "path": path}, status, began)
+    ok, missing, conflict = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d GET /healthz 200 \d+\.\d ms", ok), ok
+    # No problem rendered here (a stored answer replayed): the catalogue's title.
+    assert re.fullmatch(r"\d\d:\d\d:\d\d GET /v3/payouts/x 404 \d+\.\d ms Not Found", missing)
+    assert conflict.endswith(f" ms {IDEMPOTENCY_CONCURRENCY.title}"), conflict
+    assert problem_title_var.get() is None, "each request's title stays in its own context"
 
 
 def test_the_level_comes_from_the_environment(

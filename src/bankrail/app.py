@@ -23,15 +23,11 @@ from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware
 from bankrail.http.metrics import router as metrics_router
-from bankrail.http.middleware import (
-    AccessLog,
-    ServiceMiddleware,
-    log_access,
-    log_access_line,
-)
+from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
+from bankrail.logs import write_access_line
 from bankrail.mandates.routes import router as mandates_router
 from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
@@ -189,7 +185,7 @@ def access_log_of(settings: Settings) -> AccessLog | None:
     (`BANKRAIL_ACCESS_LOG=off`, `serve --no-access-log`)."""
     if not settings.sandbox:
         return log_access
-    return log_access_line if settings.access_log else None
+    return access_line(write_access_line) if settings.access_log else None
 
 
 async def _drain_connections(settings: Settings) -> None:

@@ -13,13 +13,14 @@ import os
 import re
 import socket
 import sys
+import time
 from datetime import UTC, datetime
 
 import orjson
 
 from bankrail.core.tracing import trace_id_var
 
-__all__ = ["configure_logging", "redact"]
+__all__ = ["configure_logging", "redact", "write_access_line"]
 
 _SECRET_PATTERNS = (
     # key=value pairs in forms, query strings and reprs
@@ -32,8 +33,16 @@ _SECRET_PATTERNS = (
 )
 
 
+# Every pattern above needs one of these (case folded), or a JWT's "eyJ": text with none of
+# them is returned as it is, without running the patterns.
+_HINTS = ("token", "secret", "password", "bearer")
+
+
 def redact(text: str) -> str:
     """`text` with every credential-like value replaced by `[redacted]`."""
+    folded = text.lower()
+    if "eyJ" not in text and not any(hint in folded for hint in _HINTS):
+        return text
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
     return text
@@ -98,20 +107,21 @@ def configure_logging(production: bool, host: str | None = None) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper())
-    _configure_access_lines(production, host)
 
 
-def _configure_access_lines(production: bool, host: str | None) -> None:
-    """In the sandbox, the access log's records (http/middleware.py, `log_access_line`) are
-    printed as the time then the message alone, as uvicorn prints its own; in production
-    they are JSON lines like every other record."""
-    access = logging.getLogger("bankrail.access")
-    for existing in list(access.handlers):
-        access.removeHandler(existing)
-    access.propagate = production
-    if production:
+_access = logging.getLogger("bankrail.access")
+_clock: list[object] = [-1, ""]  # the second last printed, and its HH:MM:SS
+
+
+def write_access_line(message: str) -> None:
+    """Print one sandbox access line on stderr: the time (HH:MM:SS), then `message`,
+    redacted as every record is; nothing when BANKRAIL_LOG_LEVEL is above INFO.
+
+    It runs once per request, so it makes no log record (whose making and formatting cost
+    several times the line itself) and formats the time once a second."""
+    if not _access.isEnabledFor(logging.INFO):
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_TraceAndRedact(host or socket.gethostname()))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
-    access.addHandler(handler)
+    now = int(time.time())
+    if now != _clock[0]:
+        _clock[:] = [now, time.strftime("%H:%M:%S", time.localtime(now))]
+    sys.stderr.write(f"{_clock[1]} {redact(message)}\n")

@@ -21,9 +21,9 @@ import pytest
 
 from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY
 from bankrail.core.tracing import trace_id_var
-from bankrail.http.middleware import log_access_line
+from bankrail.http.middleware import access_line
 from bankrail.http.problems import problem_document, problem_title_var
-from bankrail.logs import configure_logging, redact
+from bankrail.logs import configure_logging, redact, write_access_line
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
 JWT = (
@@ -97,19 +97,15 @@ def test_ordinary_text_is_left_alone() -> None:
 
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
-    """Put the root and access loggers' handlers and level back after a test reconfigures
-    them."""
-    root, access = logging.getLogger(), logging.getLogger("bankrail.access")
+    """Put the root logger's handlers and level back after a test reconfigures it."""
+    root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    access_handlers, propagate = list(access.handlers), access.propagate
     yield
-    for logger, kept in ((root, handlers), (access, access_handlers)):
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        for handler in kept:
-            logger.addHandler(handler)
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
     root.setLevel(level)
-    access.propagate = propagate
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -213,6 +209,7 @@ def test_the_sandbox_access_line_is_time_method_path_status_ms_and_the_problems_
     capsys: pytest.CaptureFixture[str], restored_logging: None
 ) -> None:
     configure_logging(production=False)
+    log_access_line = access_line(write_access_line)
     began = time.perf_counter()
     for path, status in (("/healthz", 200), ("/v3/payouts/x", 404), ("/v3/payouts", 409)):
         context = contextvars.copy_context()  # one request's, as the server gives each
@@ -226,6 +223,20 @@ def test_the_sandbox_access_line_is_time_method_path_status_ms_and_the_problems_
     assert re.fullmatch(r"\d\d:\d\d:\d\d GET /v3/payouts/x 404 \d+\.\d ms Not Found", missing)
     assert conflict.endswith(f" ms {IDEMPOTENCY_CONCURRENCY.title}"), conflict
     assert problem_title_var.get() is None, "each request's title stays in its own context"
+
+
+def test_the_access_line_is_redacted_and_follows_the_level(
+    capsys: pytest.CaptureFixture[str],
+    restored_logging: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure_logging(production=False)
+    write_access_line(f"GET /v3/x/{JWT} 404 1.0 ms Not Found")
+    monkeypatch.setenv("BANKRAIL_LOG_LEVEL", "warning")
+    configure_logging(production=False)
+    write_access_line("GET /healthz 200 1.0 ms")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(" GET /v3/x/[redacted] 404 1.0 ms Not Found"), line
 
 
 def test_the_level_comes_from_the_environment(

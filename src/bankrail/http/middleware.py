@@ -58,7 +58,7 @@ time.perf_counter() when the request arrived."""
 class ServiceMiddleware:
     """Adds `Svc-Trace-Id` to every response, caps request bodies, answers problem+json
     for anything that escapes the routes (503 when the database is unreachable), and hands
-    each answered request to `access_log` (`log_access`, `log_access_line`, or None)."""
+    each answered request to `access_log` (`log_access`, an `access_line`, or None)."""
 
     def __init__(
         self,
@@ -263,18 +263,21 @@ def log_access(scope: Scope, status: int, began: float) -> None:
     )
 
 
-def log_access_line(scope: Scope, status: int, began: float) -> None:
-    """The sandbox's access line of a request: method, path, status, milliseconds and, for
-    a 4xx or 5xx, the title of the problem it was answered with (as its renderer noted it;
-    the catalogue's title for the status when none was rendered here, as for a stored
-    answer replayed). Written by the `bankrail.access` logger, whose sandbox handler
-    prints the message alone after the time (logs.configure_logging)."""
-    ms = (time.perf_counter() - began) * 1000
-    if status < 400:
-        access_log.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, ms)
-        return
-    title = problem_title_var.get() or problem_type_for_status(status).title
-    access_log.info("%s %s %d %.1f ms %s", scope["method"], scope["path"], status, ms, title)
+def access_line(write: Callable[[str], None]) -> AccessLog:
+    """The sandbox's access record of a request: one line handed to `write`, with method,
+    path, status, milliseconds and, for a 4xx or 5xx, the title of the problem it was
+    answered with (as its renderer noted it; the catalogue's title for the status when none
+    was rendered here, as for a stored answer replayed)."""
+
+    def log_access_line(scope: Scope, status: int, began: float) -> None:
+        ms = (time.perf_counter() - began) * 1000
+        if status < 400:
+            write(f"{scope['method']} {scope['path']} {status} {ms:.1f} ms")
+            return
+        title = problem_title_var.get() or problem_type_for_status(status).title
+        write(f"{scope['method']} {scope['path']} {status} {ms:.1f} ms {title}")
+
+    return log_access_line
 
 
 def _content_length(scope: Scope) -> int | None:

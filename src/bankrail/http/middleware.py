@@ -8,7 +8,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -79,9 +79,7 @@ class ServiceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        trace_id = new_trace_id()
-        token = trace_id_var.set(trace_id)
-        problem_title_var.set(None)  # this request's own, whatever ran before in its context
+        trace_id, token = _begin_request()
         started = False
         status = 0
         began = time.perf_counter()
@@ -197,6 +195,15 @@ async def _read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+def _begin_request() -> tuple[str, Token[str]]:
+    """A new trace id, set as the current one (with the token that resets it), and no
+    problem title yet: the request's own, whatever ran before in its context (the connection
+    guard answers some requests itself)."""
+    trace_id = new_trace_id()
+    problem_title_var.set(None)
+    return trace_id, trace_id_var.set(trace_id)
 
 
 def new_trace_id() -> str:

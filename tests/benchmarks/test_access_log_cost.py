@@ -33,4 +33,5 @@ def test_the_access_log_comparison_runs_both_settings_and_prints_the_ratio() -> 
     # 20 warm-up payouts, then 2 turns of 20: one line each on the server with the line on.
     assert re.search(r"access line on: +[\d.]+ requests/s .*\(60 lines written\)", done.stdout)
     assert re.search(r"access line off: +[\d.]+ requests/s", done.stdout), done.stdout
-    assert re.search(r"ratio on/off: \d\.\d{3}$", done.stdout, re.M), done.stdout
+    ratio = r"ratio on/off \(median over the rounds\): \d\.\d{3}; API CPU per request on/off: "
+    assert re.search(ratio + r"\d\.\d{3}$", done.stdout, re.M), done.stdout

@@ -17,6 +17,7 @@ from typing import Any
 
 from bankrail.db.embedded import EmbeddedPostgres
 from bankrail.db.migrations import migrate
+from bench import access_log
 from bench.baselines import es512_rates, insert_commit_rate
 from bench.http_scenarios import Options, scenarios
 from bench.loadgen import run as run_loadgen
@@ -59,6 +60,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--wrk", action="store_true", help="also measure GET /v3/payouts/{id} with wrk"
     )
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="only compare POST /v3/payouts with the sandbox's access line on and off "
+        "(--requests per turn, --repeats turns each) and print the ratio",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/latest.json"))
     return parser.parse_args(argv)
 
@@ -90,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         args.events, args.seconds, args.requests, args.workers = 300, 0.3, 60, "1"
         args.seed_rows, args.soak_seconds, args.rss_interval = 1_000, 0.0, 0.5
         args.repeats = 1
+    if args.access_log:
+        print(access_log.run(args.requests, args.concurrency, max(2, args.repeats)))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bankrail-bench-") as tmp:
         server = EmbeddedPostgres(Path(tmp))
         dsn = server.start()

@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,6 +41,10 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     admin_token: str = ""
     data_dir: Path | None = None
+    # Environment of the server besides the bench's own; and where its output goes (by
+    # default nowhere).
+    env: dict[str, str] = field(default_factory=dict)
+    output: Path | None = None
 
     ready_seconds: float = 0.0
 
@@ -68,7 +72,9 @@ class Server:
             # benchmark's single client: it measures the server, so the limit is lifted.
             "BANKRAIL_RATE_LIMIT_PER_SECOND": "1000000",
             "BANKRAIL_RATE_LIMIT_BURST": "1000000",
+            **self.env,
         }
+        output = self.output.open("ab") if self.output else subprocess.DEVNULL
         started = time.monotonic()
         self.process = subprocess.Popen(
             [
@@ -84,10 +90,12 @@ class Server:
                 str(self.workers),
             ],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
             start_new_session=True,
         )
+        if not isinstance(output, int):
+            output.close()
         deadline = started + 60
         while time.monotonic() < deadline:
             try:

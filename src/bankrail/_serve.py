@@ -1,12 +1,13 @@
 """How `bankrail serve` runs its processes: uvicorn's API processes (`api_only_app` builds the
 application of each), the background worker in a process of its own started once the API
 processes are up and restarted when it fails (`DeferredProcess`), and the state it reports at
-/readyz."""
+/readyz; which signals stop it (`stop_on_hangup`), and the line that says it answers."""
 
 from __future__ import annotations
 
 import functools
 import gc
+import http.client
 import logging
 import os
 import shutil
@@ -29,6 +30,7 @@ __all__ = [
     "api_only_app",
     "published_state",
     "run_http",
+    "stop_on_hangup",
     "survive_reraised_signals",
     "tune_gc_for_serving",
 ]
@@ -48,6 +50,30 @@ log = logging.getLogger("bankrail.cli")
 _API_STARTED_FILE = "BANKRAIL_API_STARTED_FILE"
 # Set by `serve` for its API processes: the file where it keeps its background worker's state.
 _WORKER_STATE_FILE = "BANKRAIL_WORKER_STATE_FILE"
+
+
+def stop_on_hangup() -> None:
+    """Make SIGHUP (its terminal closed, `tmux kill-session`) stop `serve` as SIGTERM does,
+    in the same order, and make SIGTERM before the server runs end `serve` through its
+    cleanup (KeyboardInterrupt, as Ctrl-C does) rather than kill it with the database up.
+
+    Called first, before any thread exists. uvicorn's supervisor of `--workers N` takes
+    SIGHUP to mean "restart the API processes", and a process left to the default dies at
+    once with PostgreSQL running. So SIGHUP is blocked here, and thereby in every process
+    `serve` starts (a blocked signal stays blocked across fork and exec; PostgreSQL sets its
+    own mask): the API processes, the worker and the verifiers, which a closed terminal
+    signals too, keep running until `serve` stops them in order. One thread of this process
+    waits for SIGHUP and turns it into SIGTERM."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    hangup = {signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, hangup)
+
+    def relay() -> None:
+        while True:
+            signal.sigwait(hangup)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=relay, name="sighup-to-sigterm", daemon=True).start()
 
 
 def survive_reraised_signals() -> None:
@@ -89,6 +115,7 @@ def run_http(settings: Settings, dsn: str, workers: int) -> None:
     os.environ["BANKRAIL_DATA_DIR"] = str(settings.data_dir)
     os.environ["BANKRAIL_HOST"] = settings.host
     os.environ["BANKRAIL_PORT"] = str(settings.port)
+    os.environ["BANKRAIL_ACCESS_LOG"] = "on" if settings.access_log else "off"
     # The processes write their counters to files here, so /metrics on any one of them
     # reports the sum (prometheus_client's multiprocess mode).
     run_dir = Path(tempfile.mkdtemp(prefix="bankrail-serve-"))
@@ -107,12 +134,52 @@ def run_http(settings: Settings, dsn: str, workers: int) -> None:
         state_file=worker_state,
     )
     worker.start()
+    answering = threading.Event()
+    threading.Thread(
+        target=announce_when_answering, args=(settings, answering), daemon=True
+    ).start()
     try:
+        survive_reraised_signals()
         uvicorn.run("bankrail._serve:api_only_app", factory=True, workers=workers, **common)
     finally:
+        answering.set()  # or stop waiting for it
         worker.stop(timeout=60)
         os.environ.pop(_WORKER_STATE_FILE, None)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def announce_when_answering(settings: Settings, stop: threading.Event) -> None:
+    """Once the server answers `GET /healthz` on its address, say so in one line (on stdout
+    in the sandbox, after the credentials `--demo` printed; a log record in production);
+    give up when `stop` is set first."""
+    # A server listening on every address is asked on loopback.
+    wildcards = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104
+    host = wildcards.get(settings.host, settings.host)
+    while not stop.wait(0.05):
+        if _answers(host, settings.port):
+            break
+    else:
+        return
+    url = settings.public_url
+    if settings.sandbox:
+        print(
+            f"Bankrail is ready on {url} (sandbox mode; console {url}/console; Ctrl-C stops it)",
+            flush=True,
+        )
+    else:
+        log.info("Bankrail is ready on %s (production mode)", url)
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether an HTTP server on host:port answers `GET /healthz` with 200."""
+    connection = http.client.HTTPConnection(host, port, timeout=2)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
 
 
 class DeferredProcess:

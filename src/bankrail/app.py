@@ -26,10 +26,11 @@ from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware
 from bankrail.http.metrics import router as metrics_router
-from bankrail.http.middleware import ServiceMiddleware
+from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
+from bankrail.logs import write_access_line
 from bankrail.mandates.routes import router as mandates_router
 from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
@@ -190,7 +191,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
         public_url=settings.public_url,
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout_seconds,
-        access_log=not settings.sandbox,
+        access_log=access_log_of(settings),
     )
     app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
     return app
@@ -226,6 +227,15 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         app.include_router(mock_bank_router)
         app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
+
+
+def access_log_of(settings: Settings) -> AccessLog | None:
+    """What each request leaves in the log: in production one JSON record (always: it is
+    the audit trail, with the trace id); in the sandbox one concise line unless turned off
+    (`BANKRAIL_ACCESS_LOG=off`, `serve --no-access-log`)."""
+    if not settings.sandbox:
+        return log_access
+    return access_line(write_access_line) if settings.access_log else None
 
 
 async def _drain_connections(settings: Settings) -> None:

@@ -22,7 +22,7 @@ from bankrail._serve import (
     api_only_app,
     published_state,
     run_http,
-    survive_reraised_signals,
+    stop_on_hangup,
     tune_gc_for_serving,
 )
 from bankrail.config import Settings, settings_from_env
@@ -104,10 +104,22 @@ def serve(
             "as `bankrail init` does (what `./dev serve` runs). Sandbox mode only.",
         ),
     ] = False,
+    access_log: Annotated[
+        bool | None,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="In sandbox mode, one line per request (method, path, status, ms, the "
+            "problem's title); on unless BANKRAIL_ACCESS_LOG=off. Production always writes "
+            "its JSON line per request.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the HTTP API, pages and background workers (embedded PostgreSQL unless
-    DATABASE_URL is set)."""
-    settings = _checked_settings(data_dir, host=host, port=port)
+    DATABASE_URL is set). SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) stop
+    the API processes, the worker, then PostgreSQL."""
+    stop_on_hangup()
+    settings = _checked_settings(data_dir, host=host, port=port, access_log=access_log)
     if demo:
         _refuse_demo_in_production(settings, "serve --demo")
     from bankrail.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
@@ -121,7 +133,6 @@ def serve(
         except EmbeddedPostgresError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from exc
-    survive_reraised_signals()
     try:
         _migrate_or_exit(dsn)
         if demo:

@@ -59,6 +59,17 @@ def _env_positive_int(name: str, default: int) -> int:
     return value
 
 
+def _env_switch(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{name} must be on or off, not {value!r}")
+
+
 def _env_positive_float(name: str, default: float) -> float:
     value = _env_float(name, default)
     if not value > 0:
@@ -137,6 +148,10 @@ class Settings:
     # The offline API reference at /docs (Swagger UI from the fastapi-offline package),
     # in production too unless BANKRAIL_API_DOCS=off.
     api_docs: bool = True
+    # In sandbox mode, one line per request on stderr (BANKRAIL_ACCESS_LOG=off, or
+    # `serve --no-access-log`, turns it off); production writes its JSON line per request
+    # whatever this says.
+    access_log: bool = True
 
     @property
     def public_url(self) -> str:
@@ -177,17 +192,6 @@ class Settings:
         """Return a copy with the given fields replaced (None values are ignored)."""
         kept = {k: v for k, v in changes.items() if v is not None}
         return replace(self, **kept)  # type: ignore[arg-type]
-
-
-def _env_switch(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "on", "yes"):
-        return True
-    if raw in ("0", "false", "off", "no"):
-        return False
-    raise ValueError(f"{name} must be on or off, not {raw!r}")
 
 
 def settings_from_env() -> Settings:
@@ -244,5 +248,6 @@ def settings_from_env() -> Settings:
         job_gather_seconds=_env_float("BANKRAIL_JOB_GATHER_SECONDS", 0.02),
         verify_processes=verify_processes,
         api_docs=_env_switch("BANKRAIL_API_DOCS", True),
+        access_log=_env_switch("BANKRAIL_ACCESS_LOG", True),
         host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

@@ -13,13 +13,14 @@ import os
 import re
 import socket
 import sys
+import time
 from datetime import UTC, datetime
 
 import orjson
 
 from bankrail.core.tracing import trace_id_var
 
-__all__ = ["configure_logging", "redact"]
+__all__ = ["configure_logging", "redact", "write_access_line"]
 
 _SECRET_PATTERNS = (
     # key=value pairs in forms, query strings and reprs
@@ -32,8 +33,16 @@ _SECRET_PATTERNS = (
 )
 
 
+# Every pattern above needs one of these (case folded), or a JWT's "eyJ": text with none of
+# them is returned as it is, without running the patterns.
+_HINTS = ("token", "secret", "password", "bearer")
+
+
 def redact(text: str) -> str:
     """`text` with every credential-like value replaced by `[redacted]`."""
+    folded = text.lower()
+    if "eyJ" not in text and not any(hint in folded for hint in _HINTS):
+        return text
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
     return text
@@ -119,3 +128,21 @@ def configure_logging(production: bool, host: str | None = None) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(os.environ.get("BANKRAIL_LOG_LEVEL", "INFO").upper())
+
+
+_access = logging.getLogger("bankrail.access")
+_clock: list[object] = [-1, ""]  # the second last printed, and its HH:MM:SS
+
+
+def write_access_line(message: str) -> None:
+    """Print one sandbox access line on stderr: the time (HH:MM:SS), then `message`,
+    redacted as every record is; nothing when BANKRAIL_LOG_LEVEL is above INFO.
+
+    It runs once per request, so it makes no log record (whose making and formatting cost
+    several times the line itself) and formats the time once a second."""
+    if not _access.isEnabledFor(logging.INFO):
+        return
+    now = int(time.time())
+    if now != _clock[0]:
+        _clock[:] = [now, time.strftime("%H:%M:%S", time.localtime(now))]
+    sys.stderr.write(f"{_clock[1]} {redact(message)}\n")

@@ -7,17 +7,23 @@ a request); in the sandbox lines are text with the trace id in brackets.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
+import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY
 from bankrail.core.tracing import trace_id_var
-from bankrail.logs import configure_logging, redact
+from bankrail.http.middleware import access_line
+from bankrail.http.problems import problem_document, problem_title_var
+from bankrail.logs import configure_logging, redact, write_access_line
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
 JWT = (
@@ -225,6 +231,40 @@ def test_the_sandbox_writes_text_lines_with_the_trace_id_and_redacts_too(
     assert inside.endswith("INFO bankrail.test [abc123]: Authorization: Bearer [redacted]")
     assert f" {socket.gethostname()}[{os.getpid()}] INFO " in inside
     assert outside.endswith("INFO bankrail.test [-]: idle")
+
+
+def test_the_sandbox_access_line_is_time_method_path_status_ms_and_the_problems_title(
+    capsys: pytest.CaptureFixture[str], restored_logging: None
+) -> None:
+    configure_logging(production=False)
+    log_access_line = access_line(write_access_line)
+    began = time.perf_counter()
+    for path, status in (("/healthz", 200), ("/v3/payouts/x", 404), ("/v3/payouts", 409)):
+        context = contextvars.copy_context()  # one request's, as the server gives each
+        if status == 409:
+            # The renderer's title, not the catalogue's first for the status.
+            context.run(problem_document, IDEMPOTENCY_CONCURRENCY, "d", "http://x")
+        context.run(log_access_line, {"method": "GET", "path": path}, status, began)
+    ok, missing, conflict = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d GET /healthz 200 \d+\.\d ms", ok), ok
+    # No problem rendered here (a stored answer replayed): the catalogue's title.
+    assert re.fullmatch(r"\d\d:\d\d:\d\d GET /v3/payouts/x 404 \d+\.\d ms Not Found", missing)
+    assert conflict.endswith(f" ms {IDEMPOTENCY_CONCURRENCY.title}"), conflict
+    assert problem_title_var.get() is None, "each request's title stays in its own context"
+
+
+def test_the_access_line_is_redacted_and_follows_the_level(
+    capsys: pytest.CaptureFixture[str],
+    restored_logging: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure_logging(production=False)
+    write_access_line(f"GET /v3/x/{JWT} 404 1.0 ms Not Found")
+    monkeypatch.setenv("BANKRAIL_LOG_LEVEL", "warning")
+    configure_logging(production=False)
+    write_access_line("GET /healthz 200 1.0 ms")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(" GET /v3/x/[redacted] 404 1.0 ms Not Found"), line
 
 
 def test_the_level_comes_from_the_environment(

@@ -8,7 +8,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,10 +19,11 @@ from bankrail.core.problems import (
     SERVICE_UNAVAILABLE,
     UNKNOWN_ERROR,
     ProblemType,
+    problem_type_for_status,
 )
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.outage import is_database_outage
-from bankrail.http.problems import problem_document
+from bankrail.http.problems import problem_document, problem_title_var
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("bankrail.access")
@@ -49,9 +50,15 @@ class _BodyTooLarge(Exception):
     pass
 
 
+AccessLog = Callable[[Scope, int, float], None]
+"""Writes the access record of a request: (scope, status, began), `began` as
+time.perf_counter() when the request arrived."""
+
+
 class ServiceMiddleware:
-    """Adds `Svc-Trace-Id` to every response, caps request bodies, and answers problem+json
-    for anything that escapes the routes (503 when the database is unreachable)."""
+    """Adds `Svc-Trace-Id` to every response, caps request bodies, answers problem+json
+    for anything that escapes the routes (503 when the database is unreachable), and hands
+    each answered request to `access_log` (`log_access`, an `access_line`, or None)."""
 
     def __init__(
         self,
@@ -60,7 +67,7 @@ class ServiceMiddleware:
         public_url: str,
         max_body_bytes: int,
         request_timeout: float = 30.0,
-        access_log: bool = False,
+        access_log: AccessLog | None = None,
     ) -> None:
         self.access_log = access_log
         self.app = app
@@ -72,8 +79,7 @@ class ServiceMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        trace_id = new_trace_id()
-        token = trace_id_var.set(trace_id)
+        trace_id, token = _begin_request()
         started = False
         status = 0
         began = time.perf_counter()
@@ -127,8 +133,8 @@ class ServiceMiddleware:
             if not started:
                 await self._problem(send_with_trace, problem, detail, extra)
         finally:
-            if self.access_log:
-                log_access(scope, status, began)
+            if self.access_log is not None:
+                self.access_log(scope, status, began)
             trace_id_var.reset(token)
             finished = request_finished_var.get()
             if finished is not None:
@@ -189,6 +195,15 @@ async def _read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+def _begin_request() -> tuple[str, Token[str]]:
+    """A new trace id, set as the current one (with the token that resets it), and no
+    problem title yet: the request's own, whatever ran before in its context (the connection
+    guard answers some requests itself)."""
+    trace_id = new_trace_id()
+    problem_title_var.set(None)
+    return trace_id, trace_id_var.set(trace_id)
 
 
 def new_trace_id() -> str:
@@ -253,6 +268,23 @@ def log_access(scope: Scope, status: int, began: float) -> None:
             "duration_ms": round((time.perf_counter() - began) * 1000, 2),
         },
     )
+
+
+def access_line(write: Callable[[str], None]) -> AccessLog:
+    """The sandbox's access record of a request: one line handed to `write`, with method,
+    path, status, milliseconds and, for a 4xx or 5xx, the title of the problem it was
+    answered with (as its renderer noted it; the catalogue's title for the status when none
+    was rendered here, as for a stored answer replayed)."""
+
+    def log_access_line(scope: Scope, status: int, began: float) -> None:
+        ms = (time.perf_counter() - began) * 1000
+        if status < 400:
+            write(f"{scope['method']} {scope['path']} {status} {ms:.1f} ms")
+            return
+        title = problem_title_var.get() or problem_type_for_status(status).title
+        write(f"{scope['method']} {scope['path']} {status} {ms:.1f} ms {title}")
+
+    return log_access_line
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -26,6 +27,10 @@ from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
 
+problem_title_var: ContextVar[str | None] = ContextVar("problem_title", default=None)
+"""The title of the last problem rendered for the request being served (what the sandbox's
+access line names), so that nothing reads the answer's body again to find it."""
+
 
 def problem_document(
     problem: ProblemType,
@@ -33,7 +38,9 @@ def problem_document(
     public_url: str,
     errors: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """The problem+json body for an error, carrying the current trace id."""
+    """The problem+json body for an error, carrying the current trace id; notes its title
+    for the request's access line (`problem_title_var`)."""
+    problem_title_var.set(problem.title)
     body: dict[str, Any] = {
         "type": f"{public_url}/errors#{problem.anchor}",
         "title": problem.title,

@@ -1,0 +1,37 @@
+"""`python -m bench --access-log` compares POST /v3/payouts with the sandbox's access line on
+and off, and the line is really written by the server where it is on (and only there)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_the_access_log_comparison_runs_both_settings_and_prints_the_ratio() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--access-log",
+            "--requests",
+            "20",
+            "--repeats",
+            "2",
+            "--concurrency",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # 20 warm-up payouts, then 2 turns of 20: one line each on the server with the line on.
+    assert re.search(r"access line on: +[\d.]+ requests/s .*\(60 lines written\)", done.stdout)
+    assert re.search(r"access line off: +[\d.]+ requests/s", done.stdout), done.stdout
+    ratio = r"ratio on/off \(median over the rounds\): \d\.\d{3}; API CPU per request on/off: "
+    assert re.search(ratio + r"\d\.\d{3}$", done.stdout, re.M), done.stdout

@@ -14,23 +14,9 @@ from test_console_scopes_http import sign_in_console_user
 
 from bankrail.security import signing
 from support.api import MerchantClient, Operator
-from support.server import RunningServer, own_server
+from support.server import RunningServer
 
 pytestmark = pytest.mark.slow  # a production-mode server of its own
-
-
-@pytest.fixture(scope="module")
-def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server for this module."""
-    with own_server(pg_server, {"BANKRAIL_MODE": "production"}) as running:
-        yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 @pytest.fixture

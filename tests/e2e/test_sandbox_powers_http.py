@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -28,32 +27,15 @@ from payout_helpers import DE_IBAN, create_payout, external_beneficiary, payout_
 from test_console_http import Console
 
 from support.api import MerchantClient, Operator
-from support.server import RunningServer, own_server
+from support.server import STAGING, RunningServer, own_server
 
 # Each module-scoped server is a `bankrail serve` of this module's own.
 pytestmark = pytest.mark.slow
 
-PRODUCTION = {"BANKRAIL_MODE": "production"}
-STAGING = {**PRODUCTION, "BANKRAIL_MOCK_PROVIDERS": "on"}
 EMBEDDED = "mock-payments-de-embedded"
 RETURN_URI = "https://shop.example/back"
 NO_PROVIDER = "No payment provider is available"
 ATTACK_AMOUNT = 500_000_000
-
-
-@pytest.fixture(scope="module")
-def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server without the mock providers."""
-    with own_server(pg_server, PRODUCTION) as running:
-        yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    """The production server's operator API."""
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 def _merchant(operator: Operator, name: str) -> MerchantClient:

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from bankrail.db.pool import create_pool
-from support.api import Operator
+from support.api import Operator, operator_of
 from support.databases import (
     drop_database,
     fresh_database,
@@ -20,7 +20,7 @@ from support.databases import (
     run,
 )
 from support.receiver import WebhookReceiver
-from support.server import RunningServer, free_port
+from support.server import PRODUCTION, RunningServer, free_port, own_server
 
 TESTS = Path(__file__).parent
 
@@ -96,9 +96,23 @@ def server(pg_server: str) -> Iterator[RunningServer]:
 @pytest.fixture
 def operator(server: RunningServer) -> Iterator[Operator]:
     """The operator API of the session's server."""
-    client = Operator(server.base_url, server.admin_token)
-    yield client
-    client.close()
+    with operator_of(server) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def production(pg_server: str) -> Iterator[RunningServer]:
+    """A production-mode `bankrail serve` of the test module's own, without the mock
+    providers. A module that needs other settings defines its own `production`."""
+    with own_server(pg_server, PRODUCTION) as running:
+        yield running
+
+
+@pytest.fixture
+def prod_operator(production: RunningServer) -> Iterator[Operator]:
+    """The operator API of the module's production server."""
+    with operator_of(production) as client:
+        yield client
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -14,12 +17,18 @@ from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
+    from bankrail.db.pool import Connection
     from bankrail.payments.creation import PaymentCreation
     from bankrail.payments.mandate_creation import MandatePaymentCreation
     from bankrail.payouts.service import PayoutAcceptance
     from bankrail.refunds.acceptance import RefundAcceptance
     from bankrail.security.idempotent_commit import IdempotentCommit
     from bankrail.security.verifier import VerifierProcesses
+
+
+Revocation = Callable[["Connection", uuid.UUID, str, datetime], Awaitable[None]]
+"""A merchant credential's revocation: merchants.service.revoke_signing_key or revoke_client
+(connection, merchant id, kid or client id, service time)."""
 
 
 @dataclass
@@ -48,3 +57,13 @@ class AppContext:
         """Forget every cached signing key and client (one was revoked, here or elsewhere)."""
         self.public_keys.forget()
         self.clients.forget()
+
+    async def revoke_credential(
+        self, revoke: Revocation, merchant_id: uuid.UUID, name: str
+    ) -> None:
+        """Revoke one of the merchant's credentials (the key `kid` or the client `client_id`
+        `name`) in a transaction of its own, then forget this process's cached credentials at
+        once; other processes forget theirs when they hear the commit's NOTIFY."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await revoke(conn, merchant_id, name, self.clock.now())
+        self.forget_credentials()

@@ -64,6 +64,13 @@ def _payout_body(
     }
 
 
+def _payout_outcome(merchant: MerchantClient, body: dict[str, Any]) -> dict[str, Any]:
+    """POST the payout (asserting the 202) and wait for it to be executed or failed."""
+    answer = merchant.signed_post(PAYOUTS, body)
+    assert answer.status_code == 202, answer.text
+    return wait_record_status(merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"})
+
+
 # --- the headline -----------------------------------------------------------------------------
 
 
@@ -152,11 +159,7 @@ def test_the_source_is_paid_back_again_after_a_second_deposit(operator: Operator
     # Default holder name when the user gave none.
     assert first["account_holder_name"]
 
-    answer = merchant.signed_post(PAYOUTS, _payout_body(merchant, 1_200, user["id"], first["id"]))
-    assert answer.status_code == 202, answer.text
-    payout = wait_record_status(
-        merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
-    )
+    payout = _payout_outcome(merchant, _payout_body(merchant, 1_200, user["id"], first["id"]))
     assert payout["status"] == "executed", payout
     assert _balances(merchant) == (0, 0)
 
@@ -209,11 +212,7 @@ def test_a_source_from_another_merchant_account_is_refused(operator: Operator) -
     assert_invalid(merchant.signed_post(PAYOUTS, body), "beneficiary.payment_source_id")
     # But it can from EUR.
     body = _payout_body(merchant, 100, user["id"], eur_source["id"], currency="EUR")
-    answer = merchant.signed_post(PAYOUTS, body)
-    assert answer.status_code == 202, answer.text
-    payout = wait_record_status(
-        merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
-    )
+    payout = _payout_outcome(merchant, body)
     assert payout["status"] == "executed", payout
     assert payout["scheme_id"] == "sepa_credit_transfer_instant"
     assert _balances(merchant, "EUR") == (5_200, 5_200)
@@ -314,12 +313,7 @@ def test_a_payout_back_to_a_source_whose_name_looks_screened_is_blocked(
         merchant = _merchant(operator)
         user = {"id": f"user-{uuid.uuid4()}", "name": "\u0415vil\u200b Corp."}
         source = _settled(merchant, _pay_in(merchant, 1_000, user))["payment_source"]
-        body = _payout_body(merchant, 400, user["id"], source["id"])
-        answer = merchant.signed_post(PAYOUTS, body)
-        assert answer.status_code == 202, answer.text
-        payout = wait_record_status(
-            merchant, f"{PAYOUTS}/{answer.json()['id']}", {"executed", "failed"}
-        )
+        payout = _payout_outcome(merchant, _payout_body(merchant, 400, user["id"], source["id"]))
         assert payout["status"] == "failed", payout
         assert payout["failure_reason"] == "blocked"
         assert _balances(merchant) == (1_000, 1_000)

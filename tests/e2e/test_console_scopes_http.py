@@ -53,6 +53,20 @@ def _refunds(merchant: MerchantClient, payment_id: str) -> list[dict[str, Any]]:
     return items
 
 
+def register_key_in_console(
+    console: Console, merchant: MerchantClient, kid: str, csrf: str | None
+) -> tuple[httpx.Response, MerchantClient]:
+    """Submit a new key `kid` on the console's settings form: the form's answer, and the
+    merchant signing with that key (the caller closes its `http`)."""
+    key = signing.generate_private_key()
+    answer = console.post(
+        "/console/settings/signing-keys",
+        {"kid": kid, "public_key_pem": signing.public_key_pem(key.public_key())},
+        csrf=csrf,
+    )
+    return answer, replace(merchant, kid=kid, private_key_pem=signing.private_key_pem(key))
+
+
 def _new_payment(merchant: MerchantClient) -> httpx.Response:
     """A signed POST /v3/payments with the merchant's registered key."""
     return merchant.signed_post("/v3/payments", payment_body(merchant))
@@ -101,14 +115,8 @@ def test_a_sweeping_only_client_can_do_in_the_console_only_what_its_scopes_allow
         assert refund.status_code == 403, refund.text
         assert _refunds(merchant, payment_id) == []
 
-        key = signing.generate_private_key()
-        registered = console.post(
-            "/console/settings/signing-keys",
-            {"kid": "sweeper-key", "public_key_pem": signing.public_key_pem(key.public_key())},
-            csrf=csrf,
-        )
+        registered, forged = register_key_in_console(console, merchant, "sweeper-key", csrf)
         assert registered.status_code == 403, registered.text
-        forged = replace(merchant, kid="sweeper-key", private_key_pem=signing.private_key_pem(key))
         try:
             answer = _new_payment(forged)
             assert_problem(answer, 401)

@@ -5,32 +5,16 @@ signing keys there; the operator's own sign-in and forms stay."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from pay_in_helpers import payment_body
 from test_console_http import Console
-from test_console_scopes_http import sign_in_console_user
+from test_console_scopes_http import register_key_in_console, sign_in_console_user
 
-from bankrail.security import signing
 from support.api import MerchantClient, Operator
-from support.server import RunningServer, own_server
+from support.server import RunningServer
 
 pytestmark = pytest.mark.slow  # a production-mode server of its own
-
-
-@pytest.fixture(scope="module")
-def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server for this module."""
-    with own_server(pg_server, {"BANKRAIL_MODE": "production"}) as running:
-        yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 @pytest.fixture
@@ -66,15 +50,9 @@ def test_a_console_user_registers_and_revokes_a_signing_key_in_production(
 ) -> None:
     merchant = prod_operator.new_merchant("Prod Keys Ltd")
     assert sign_in_console_user(prod_operator, console, merchant).status_code == 303
-    key = signing.generate_private_key()
     csrf = console.csrf("/console/settings")
-    added = console.post(
-        "/console/settings/signing-keys",
-        {"kid": "prod-user-key", "public_key_pem": signing.public_key_pem(key.public_key())},
-        csrf=csrf,
-    )
+    added, signer = register_key_in_console(console, merchant, "prod-user-key", csrf)
     assert added.status_code == 303, added.text
-    signer = replace(merchant, kid="prod-user-key", private_key_pem=signing.private_key_pem(key))
     try:
         assert _signature_status(signer) != 401
         revoked = console.post(

@@ -15,7 +15,7 @@ from pay_in_helpers import advance_clock
 from payout_helpers import GB_IBAN, external_beneficiary, funded_merchant
 from payout_helpers import payout_body as v3_payout_body
 
-from support.api import MerchantClient, Operator
+from support.api import MerchantClient, Operator, operator_of
 from support.databases import fetch_value, run
 from support.server import RunningServer, own_server
 
@@ -32,9 +32,8 @@ def pruning_server(pg_server: str) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def operator(pruning_server: RunningServer) -> Iterator[Operator]:
-    client = Operator(pruning_server.base_url, pruning_server.admin_token)
-    yield client
-    client.close()
+    with operator_of(pruning_server) as client:
+        yield client
 
 
 def _stored_keys(server: RunningServer, scope_prefix: str, key: str) -> object:

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +31,9 @@ from test_console_scopes_http import sign_in_console_user
 
 from support.api import MerchantClient, Operator
 from support.databases import with_database
-from support.server import RunningServer, free_port, own_server
+from support.server import PRODUCTION, RunningServer, free_port
 
-PRODUCTION = {"BANKRAIL_MODE": "production"}
 WEAK_TOKEN_MESSAGE = "error: production mode needs a strong BANKRAIL_ADMIN_TOKEN"
-
-
-@pytest.fixture(scope="module")
-def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server for this module."""
-    with own_server(pg_server, PRODUCTION) as running:
-        yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    """The production server's operator API."""
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 def _log_documents(server: RunningServer) -> list[dict[str, Any]]:

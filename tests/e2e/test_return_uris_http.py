@@ -26,7 +26,7 @@ from pay_in_helpers import payment_body
 from test_console_http import Console
 
 from support.api import MerchantClient, Operator
-from support.server import RunningServer, own_server
+from support.server import STAGING, RunningServer, own_server
 
 ALLOWED = "https://shop.example/cb"
 EVIL = "https://evil.example/phish"
@@ -53,18 +53,10 @@ ACCEPTED_RETURN_URIS = [
 
 @pytest.fixture(scope="module")
 def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server for this module, with the mock providers on."""
-    env = {"BANKRAIL_MODE": "production", "BANKRAIL_MOCK_PROVIDERS": "on"}
-    with own_server(pg_server, env) as running:
+    """A production-mode server for this module, with the mock providers on (the
+    conftest's `prod_operator` is its operator API)."""
+    with own_server(pg_server, STAGING) as running:
         yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    """The production server's operator API."""
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 @pytest.fixture

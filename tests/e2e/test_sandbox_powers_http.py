@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,33 +26,16 @@ from pay_in_helpers import payment_body
 from payout_helpers import DE_IBAN, create_payout, external_beneficiary, payout_body
 from test_console_http import Console
 
-from support.api import MerchantClient, Operator
-from support.server import RunningServer, own_server
+from support.api import MerchantClient, Operator, operator_of
+from support.server import STAGING, RunningServer, own_server
 
 # Each module-scoped server is a `bankrail serve` of this module's own.
 pytestmark = pytest.mark.slow
 
-PRODUCTION = {"BANKRAIL_MODE": "production"}
-STAGING = {**PRODUCTION, "BANKRAIL_MOCK_PROVIDERS": "on"}
 EMBEDDED = "mock-payments-de-embedded"
 RETURN_URI = "https://shop.example/back"
 NO_PROVIDER = "No payment provider is available"
 ATTACK_AMOUNT = 500_000_000
-
-
-@pytest.fixture(scope="module")
-def production(pg_server: str) -> Iterator[RunningServer]:
-    """A production-mode server without the mock providers."""
-    with own_server(pg_server, PRODUCTION) as running:
-        yield running
-
-
-@pytest.fixture
-def prod_operator(production: RunningServer) -> Iterator[Operator]:
-    """The production server's operator API."""
-    client = Operator(production.base_url, production.admin_token)
-    yield client
-    client.close()
 
 
 def _merchant(operator: Operator, name: str) -> MerchantClient:
@@ -179,31 +161,31 @@ def test_no_provider_is_found_or_can_be_chosen(
     _no_provider(deposit)
 
 
-def test_the_hosted_pages_say_no_bank_is_available(prod_operator: Operator) -> None:
-    merchant = _merchant(prod_operator, "Prod Pages Ltd")
-    created = _pay_in(merchant, 1_000)
-    page = merchant.http.get(
-        "/hpp/payments",
+def _hosted_page(
+    merchant: MerchantClient, path: str, id_param: str, created: dict[str, Any]
+) -> httpx.Response:
+    """The hosted page at `path` for a created payment or mandate, returning to RETURN_URI."""
+    return merchant.http.get(
+        path,
         params={
-            "payment_id": created["id"],
+            id_param: created["id"],
             "resource_token": created["resource_token"],
             "return_uri": RETURN_URI,
         },
     )
+
+
+def test_the_hosted_pages_say_no_bank_is_available(prod_operator: Operator) -> None:
+    merchant = _merchant(prod_operator, "Prod Pages Ltd")
+    created = _pay_in(merchant, 1_000)
+    page = _hosted_page(merchant, "/hpp/payments", "payment_id", created)
     assert page.status_code == 409, page.text
     assert "No bank is available" in page.text
     assert NO_PROVIDER in page.text
     assert f'href="{RETURN_URI}?payment_id={created["id"]}"' in page.text
 
     mandate = create_mandate(merchant, mandate_body(merchant))
-    mandate_page = merchant.http.get(
-        "/hpp/mandates",
-        params={
-            "mandate_id": mandate["id"],
-            "resource_token": mandate["resource_token"],
-            "return_uri": RETURN_URI,
-        },
-    )
+    mandate_page = _hosted_page(merchant, "/hpp/mandates", "mandate_id", mandate)
     assert mandate_page.status_code == 409, mandate_page.text
     assert "No bank is available" in mandate_page.text
 
@@ -264,62 +246,52 @@ def _payout_with(merchant: MerchantClient, reference: str) -> dict[str, Any]:
 def test_staging_turns_mock_providers_on_and_production_closes_them_again(
     pg_server: str,
 ) -> None:
-    with own_server(pg_server, STAGING) as server:
-        operator = Operator(server.base_url, server.admin_token)
-        try:
-            merchant = _merchant(operator, "Staging Ltd")
-            found = merchant.http.post(
-                "/v3/payments-providers/search", json={}, headers=bearer(merchant.token())
-            )
-            assert EMBEDDED in {p["id"] for p in found.json()["items"]}
-            _settle_through_the_form(merchant, 5_000)
-            assert _available(merchant) == 5_000
-            assert _payout_with(merchant, "fail:scheme_error")["status"] == "failed"
-            assert_problem(operator.post("/sandbox/clock/advance", {"seconds": 1}), 404)
-            assert "BANKRAIL_MOCK_PROVIDERS=on" in server.log_path.read_text()  # the risk, said
+    with own_server(pg_server, STAGING) as server, operator_of(server) as operator:
+        merchant = _merchant(operator, "Staging Ltd")
+        found = merchant.http.post(
+            "/v3/payments-providers/search", json={}, headers=bearer(merchant.token())
+        )
+        assert EMBEDDED in {p["id"] for p in found.json()["items"]}
+        _settle_through_the_form(merchant, 5_000)
+        assert _available(merchant) == 5_000
+        assert _payout_with(merchant, "fail:scheme_error")["status"] == "failed"
+        assert_problem(operator.post("/sandbox/clock/advance", {"seconds": 1}), 404)
+        assert "BANKRAIL_MOCK_PROVIDERS=on" in server.log_path.read_text()  # the risk, said
 
-            # A payment left at the embedded form while staging...
-            left_open = _pay_in(merchant, 7_000)
-            assert _start(merchant, left_open["id"]).status_code == 200
+        # A payment left at the embedded form while staging...
+        left_open = _pay_in(merchant, 7_000)
+        assert _start(merchant, left_open["id"]).status_code == 200
 
-            server.stop()
-            del server.env["BANKRAIL_MOCK_PROVIDERS"]
-            server.start(timeout=120)
+        server.stop()
+        del server.env["BANKRAIL_MOCK_PROVIDERS"]
+        server.start(timeout=120)
 
-            # ...cannot be decided once the mock providers are off, by anyone.
-            _no_provider(_form_as_merchant(merchant, left_open["id"]))
-            _no_provider(_fill_in_form(merchant.http, left_open["id"], left_open["resource_token"]))
-            assert _status(merchant, f"/v3/payments/{left_open['id']}") == "authorizing"
-            assert _available(merchant) == 5_000  # the failed payout gave its 100 back
-            # And a reference is only a reference.
-            assert _payout_with(merchant, "fail:scheme_error delay:600")["status"] == "executed"
-            assert _available(merchant) == 5_000 - 100
-        finally:
-            operator.close()
+        # ...cannot be decided once the mock providers are off, by anyone.
+        _no_provider(_form_as_merchant(merchant, left_open["id"]))
+        _no_provider(_fill_in_form(merchant.http, left_open["id"], left_open["resource_token"]))
+        assert _status(merchant, f"/v3/payments/{left_open['id']}") == "authorizing"
+        assert _available(merchant) == 5_000  # the failed payout gave its 100 back
+        # And a reference is only a reference.
+        assert _payout_with(merchant, "fail:scheme_error delay:600")["status"] == "executed"
+        assert _available(merchant) == 5_000 - 100
 
 
 def test_a_refunds_outcome_token_chooses_nothing_in_production(pg_server: str) -> None:
-    with own_server(pg_server, STAGING) as server:
-        operator = Operator(server.base_url, server.admin_token)
-        try:
-            merchant = _merchant(operator, "Refunds Ltd")
-            _settle_through_the_form(merchant, 3_000)
-            payment_id = merchant.get("/v3/payments").json()["items"][0]["id"]
-            server.stop()
-            del server.env["BANKRAIL_MOCK_PROVIDERS"]
-            server.start(timeout=120)
-            answer = merchant.signed_post(
-                f"/v3/payments/{payment_id}/refunds",
-                {"amount_in_minor": 1_000, "reference": "fail:scheme_error"},
-            )
-            assert answer.status_code == 201, answer.text
-            path = f"/v3/payments/{payment_id}/refunds/{answer.json()['id']}"
-            assert wait_record_status(merchant, path, {"executed", "failed"})["status"] == (
-                "executed"
-            )
-            wait_for(lambda: _available(merchant) == 2_000 or None, what="the refund's debit")
-        finally:
-            operator.close()
+    with own_server(pg_server, STAGING) as server, operator_of(server) as operator:
+        merchant = _merchant(operator, "Refunds Ltd")
+        _settle_through_the_form(merchant, 3_000)
+        payment_id = merchant.get("/v3/payments").json()["items"][0]["id"]
+        server.stop()
+        del server.env["BANKRAIL_MOCK_PROVIDERS"]
+        server.start(timeout=120)
+        answer = merchant.signed_post(
+            f"/v3/payments/{payment_id}/refunds",
+            {"amount_in_minor": 1_000, "reference": "fail:scheme_error"},
+        )
+        assert answer.status_code == 201, answer.text
+        path = f"/v3/payments/{payment_id}/refunds/{answer.json()['id']}"
+        assert wait_record_status(merchant, path, {"executed", "failed"})["status"] == "executed"
+        wait_for(lambda: _available(merchant) == 2_000 or None, what="the refund's debit")
 
 
 def test_the_trigger_cli_cannot_choose_outcomes_in_production(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -118,11 +119,14 @@ def test_a_captured_payout_replayed_after_its_keys_window_is_a_409(operator: Ope
     assert again.json()["id"] != first.json()["id"]
 
 
-def test_a_captured_payment_is_replayed_within_its_window_and_refused_after(
-    operator: Operator,
+def _replayed_within_its_window_and_refused_after(
+    operator: Operator, path: str, body: Callable[[MerchantClient], dict[str, Any]]
 ) -> None:
+    """A create captured at `path` is answered again (the stored 201) with another client's
+    token while its key is valid; after the key window it is a 409, and `path` lists the one
+    resource it made."""
     merchant = funded_merchant(operator)
-    captured = _capture(merchant, "/v3/payments", payment_body(merchant), key=str(uuid.uuid4()))
+    captured = _capture(merchant, path, body(merchant), key=str(uuid.uuid4()))
     first = _send(merchant, captured, merchant.token())
     assert first.status_code == 201, first.text
     replayed = _send(merchant, captured, _other_clients_token(operator, merchant))
@@ -132,27 +136,21 @@ def test_a_captured_payment_is_replayed_within_its_window_and_refused_after(
     merchant.forget_token()
     refused = assert_problem(_send(merchant, captured, merchant.token()), 409, "Conflict")
     assert "already used" in refused["detail"]
-    listed = merchant.get("/v3/payments").json()["items"]
-    assert [payment["id"] for payment in listed] == [first.json()["id"]]
+    listed = merchant.get(path).json()["items"]
+    assert [item["id"] for item in listed] == [first.json()["id"]]
+
+
+def test_a_captured_payment_is_replayed_within_its_window_and_refused_after(
+    operator: Operator,
+) -> None:
+    _replayed_within_its_window_and_refused_after(operator, "/v3/payments", payment_body)
 
 
 def test_a_captured_mandate_is_replayed_within_its_window_and_refused_after(
     operator: Operator,
 ) -> None:
     # The mandate, payment-flow and legacy POSTs are answered by respond_once: the same rule.
-    merchant = funded_merchant(operator)
-    captured = _capture(merchant, "/v3/mandates", mandate_body(merchant), key=str(uuid.uuid4()))
-    first = _send(merchant, captured, merchant.token())
-    assert first.status_code == 201, first.text
-    replayed = _send(merchant, captured, _other_clients_token(operator, merchant))
-    assert (replayed.status_code, replayed.content) == (201, first.content)
-
-    advance_clock(operator, KEY_WINDOW_SECONDS + 1)
-    merchant.forget_token()
-    refused = assert_problem(_send(merchant, captured, merchant.token()), 409, "Conflict")
-    assert "already used" in refused["detail"]
-    listed = merchant.get("/v3/mandates").json()["items"]
-    assert [mandate["id"] for mandate in listed] == [first.json()["id"]]
+    _replayed_within_its_window_and_refused_after(operator, "/v3/mandates", mandate_body)
 
 
 def test_a_captured_v1_payout_is_answered_202_again_however_late(operator: Operator) -> None:

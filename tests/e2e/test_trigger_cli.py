@@ -57,6 +57,23 @@ def _bankrail(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
+def _trigger_with_a_made_up_token(
+    url: str, data_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`bankrail trigger payment_settled` sent to `url` with the operator token "t"."""
+    return _bankrail(
+        "trigger",
+        "payment_settled",
+        "--url",
+        url,
+        "--admin-token",
+        "t",
+        *args,
+        "--data-dir",
+        str(data_dir),
+    )
+
+
 @pytest.fixture
 def hooked(operator: Operator, receiver: WebhookReceiver) -> MerchantClient:
     """A merchant with GBP and EUR accounts whose webhooks go to the receiver."""
@@ -209,17 +226,7 @@ def test_a_server_that_does_not_answer_is_one_line(data_dir: Path) -> None:
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     for merchant in ((), ("--merchant-id", str(uuid.uuid4()))):
-        done = _bankrail(
-            "trigger",
-            "payment_settled",
-            "--url",
-            url,
-            "--admin-token",
-            "t",
-            *merchant,
-            "--data-dir",
-            str(data_dir),
-        )
+        done = _trigger_with_a_made_up_token(url, data_dir, *merchant)
         assert done.returncode == 1, done.stderr
         assert done.stderr.startswith(f"error: nothing answers at {url} ("), done.stderr
         assert "is `bankrail serve` running there" in done.stderr
@@ -230,16 +237,7 @@ def test_a_url_that_is_not_bankrails_api_says_what_answered(
     server: RunningServer, data_dir: Path
 ) -> None:
     url = f"{server.base_url}/api"
-    done = _bankrail(
-        "trigger",
-        "payment_settled",
-        "--url",
-        url,
-        "--admin-token",
-        "t",
-        "--data-dir",
-        str(data_dir),
-    )
+    done = _trigger_with_a_made_up_token(url, data_dir)
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"error: {url} is not a Bankrail API: GET {url}/readyz answered 404 (give the "

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import truelayer_signing
 from truelayer_signing import HttpMethod
 
 from bankrail.security import signing
+
+if TYPE_CHECKING:
+    from support.server import RunningServer
 
 
 class Operator:
@@ -87,6 +92,17 @@ class Operator:
             **extra,
         }
         return self.post("/sandbox/bank-transfers", body)
+
+
+@contextmanager
+def operator_of(server: RunningServer) -> Iterator[Operator]:
+    """The operator API of a running server (its admin token), closed afterwards with the
+    merchants it made."""
+    client = Operator(server.base_url, server.admin_token)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @dataclass

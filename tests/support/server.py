@@ -20,6 +20,11 @@ import httpx
 
 from support.databases import drop_database, fresh_database, run
 
+PRODUCTION = {"BANKRAIL_MODE": "production"}
+"""The environment of a production-mode server."""
+STAGING = {**PRODUCTION, "BANKRAIL_MOCK_PROVIDERS": "on"}
+"""Production mode with the mock providers and outcome tokens on (a staging deployment)."""
+
 
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""

@@ -84,9 +84,7 @@ async def revoke_signing_key(
 ) -> Response:
     """Revoke a signing key: signatures made with it fail at once on this host and within a
     second on every other. 404 when the merchant has no such active key."""
-    async with context.pool.acquire() as conn, conn.transaction():
-        await service.revoke_signing_key(conn, merchant_id, kid, context.clock.now())
-    context.forget_credentials()
+    await context.revoke_credential(service.revoke_signing_key, merchant_id, kid)
     return Response(status_code=204)
 
 
@@ -100,9 +98,7 @@ async def revoke_client(
     """Revoke an API client: its secret, its access tokens and its console sessions stop
     working at once on this host and within a second on every other. 404 when the merchant
     has no such active client."""
-    async with context.pool.acquire() as conn, conn.transaction():
-        await service.revoke_client(conn, merchant_id, client_id, context.clock.now())
-    context.forget_credentials()
+    await context.revoke_credential(service.revoke_client, merchant_id, client_id)
     return Response(status_code=204)
 
 

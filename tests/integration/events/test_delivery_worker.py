@@ -683,18 +683,7 @@ async def test_two_workers_deliver_a_thousand_events_exactly_once(
     pool: asyncpg.Pool, clock: ServiceClock, workers: Workers, receiver: WebhookReceiver
 ) -> None:
     merchant_id = await new_merchant(pool, clock, receiver.url)
-    created: list[str] = []
-    async with pool.acquire() as conn, conn.transaction():
-        for n in range(1000):
-            event_id = await record_event(
-                conn,
-                merchant_id=merchant_id,
-                family="payouts",
-                event_type="test_event",
-                body={"n": n},
-                now=clock.now(),
-            )
-            created.append(str(event_id))
+    created = [str(event_id) for event_id in await many_events(pool, clock, merchant_id, 1000)]
     first, second = workers.new(), workers.new()
 
     deadline = time.monotonic() + 120
@@ -1001,10 +990,11 @@ def hang(conn: socket.socket) -> None:
 
 async def many_events(
     pool: asyncpg.Pool, clock: ServiceClock, merchant_id: uuid.UUID, count: int
-) -> None:
-    """Record `count` unordered v1 events for the merchant in one transaction."""
+) -> list[uuid.UUID]:
+    """Record `count` unordered v1 events for the merchant in one transaction (bodies
+    {"n": 0} to {"n": count - 1}); returns their ids in order."""
     async with pool.acquire() as conn, conn.transaction():
-        for n in range(count):
+        return [
             await record_event(
                 conn,
                 merchant_id=merchant_id,
@@ -1013,6 +1003,8 @@ async def many_events(
                 body={"n": n},
                 now=clock.now(),
             )
+            for n in range(count)
+        ]
 
 
 async def in_flight(pool: asyncpg.Pool, merchant_id: uuid.UUID) -> int:

@@ -14,22 +14,10 @@ import pytest
 
 from bankrail.core.problems import RATE_LIMITED
 from bankrail.security.ratelimit import CredentialLimiter, RateLimited, address_key
+from support.clocks import FakeClock
 
 LIMIT = 5
 WINDOW = 60.0
-
-
-class FakeClock:
-    """A clock that only moves when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

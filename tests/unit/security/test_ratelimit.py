@@ -11,19 +11,7 @@ import pytest
 
 from bankrail.core.problems import RATE_LIMITED
 from bankrail.security.ratelimit import RateLimited, RateLimiter
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from support.clocks import FakeClock
 
 
 @pytest.fixture

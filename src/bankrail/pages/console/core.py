@@ -38,7 +38,9 @@ from bankrail.pages.console.session import (
     clear_cookies,
     console_signer,
     is_revoked,
+    new_session,
     set_flash,
+    set_session_cookie,
 )
 from bankrail.security.tokens import AccessClaims, audiences_for
 
@@ -356,6 +358,47 @@ async def check_csrf(request: Request, viewer: Viewer) -> FormData:
     if not viewer.signer.csrf_matches(viewer.session.sid, form.get("csrf_token")):
         raise forbidden_form()
     return form
+
+
+async def check_visitor_csrf(request: Request) -> tuple[FormData, SessionSigner, datetime]:
+    """The form of a page that needs no sign-in (sign-in, set-password), after checking its
+    CSRF token against the visitor's session, whichever it is (403 page otherwise); with the
+    signer and the service time it was checked at."""
+    context = app_context(request)
+    signer = await console_signer(request)
+    now = context.clock.now()
+    form = await read_form(request)
+    session = signer.read_session(request, now)
+    if session is None or not signer.csrf_matches(session.sid, form.get("csrf_token")):
+        raise forbidden_form()
+    return form, signer, now
+
+
+async def render_visitor_form(
+    request: Request,
+    template: str,
+    status: int = 200,
+    *,
+    new_if_signed_in: bool = False,
+    show_flash: bool = False,
+    **values: Any,
+) -> HTMLResponse:
+    """A form that needs no sign-in (sign-in, set-password), its CSRF token bound to the
+    visitor's session: an anonymous one is started (and its cookie sent) when there is none,
+    or when there is a signed-in one and `new_if_signed_in`. `show_flash`: a pending flash
+    message is shown (the sign-in page)."""
+    signer = await console_signer(request)
+    now = app_context(request).clock.now()
+    session = signer.read_session(request, now)
+    fresh = session is None or (new_if_signed_in and session.signed_in)
+    if session is None or fresh:
+        session = new_session("anonymous", now)
+    if show_flash:
+        request.state.console_flash = signer.read_flash(request, now)
+    response = render(request, template, status, csrf=signer.csrf_token(session.sid), **values)
+    if fresh:
+        set_session_cookie(response, request, signer, session)
+    return response
 
 
 def attempt(errors: Errors, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:

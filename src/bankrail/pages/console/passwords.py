@@ -18,18 +18,11 @@ from bankrail.pages.console.core import (
     Errors,
     PageError,
     app_context,
-    forbidden_form,
-    read_form,
-    render,
+    check_visitor_csrf,
+    render_visitor_form,
     text,
 )
-from bankrail.pages.console.session import (
-    Session,
-    console_signer,
-    new_session,
-    set_flash,
-    set_session_cookie,
-)
+from bankrail.pages.console.session import set_flash
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -46,26 +39,16 @@ def _spent() -> PageError:
 async def _form_page(
     request: Request, token: str, status: int = 200, errors: Errors | None = None
 ) -> Response:
-    signer = await console_signer(request)
-    now = app_context(request).clock.now()
-    session: Session | None = signer.read_session(request, now)
-    fresh = session is None
-    if session is None:
-        session = new_session("anonymous", now)
-    response = render(
+    return await render_visitor_form(
         request,
         "set_password.html",
         status,
         title="Set your password",
         section="login",
-        csrf=signer.csrf_token(session.sid),
         token=token,
         errors=errors or {},
         min_length=MIN_PASSWORD_LENGTH,
     )
-    if fresh:
-        set_session_cookie(response, request, signer, session)
-    return response
 
 
 @router.get("/set-password", response_class=HTMLResponse)
@@ -94,12 +77,7 @@ def _password_errors(password: str, confirm: str) -> Errors:
 async def set_password_submit(request: Request) -> Response:
     """Set the password and spend the link; then the user signs in with it."""
     context = app_context(request)
-    signer = await console_signer(request)
-    now = context.clock.now()
-    form = await read_form(request)
-    session = signer.read_session(request, now)
-    if session is None or not signer.csrf_matches(session.sid, form.get("csrf_token")):
-        raise forbidden_form()
+    form, signer, now = await check_visitor_csrf(request)
     token = text(form, "token")
     errors = _password_errors(text(form, "password"), text(form, "password_confirm"))
     if errors:

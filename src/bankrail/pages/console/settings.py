@@ -202,11 +202,10 @@ async def revoke_signing_key(request: Request) -> Response:
     viewer = await resolve_viewer(request, needs=require_payments_audience)
     form = await check_csrf(request, viewer)
     merchant_id = _require_merchant(viewer)
-    context = app_context(request)
     kid = text(form, "kid")
-    async with context.pool.acquire() as conn, conn.transaction():
-        await merchants_service.revoke_signing_key(conn, merchant_id, kid, context.clock.now())
-    context.forget_credentials()
+    await app_context(request).revoke_credential(
+        merchants_service.revoke_signing_key, merchant_id, kid
+    )
     return await redirect_with_flash(
         request, viewer, viewer.url("/console/settings"), f"Key {kid} revoked."
     )
@@ -219,11 +218,10 @@ async def revoke_client(request: Request) -> Response:
     viewer = await resolve_viewer(request, needs=require_payments_audience)
     form = await check_csrf(request, viewer)
     merchant_id = _require_merchant(viewer)
-    context = app_context(request)
     client_id = text(form, "client_id")
-    async with context.pool.acquire() as conn, conn.transaction():
-        await merchants_service.revoke_client(conn, merchant_id, client_id, context.clock.now())
-    context.forget_credentials()
+    await app_context(request).revoke_credential(
+        merchants_service.revoke_client, merchant_id, client_id
+    )
     if viewer.session.client_id == client_id:
         raise Redirect("/console/login")
     return await redirect_with_flash(

@@ -22,9 +22,10 @@ from bankrail.pages.console.core import (
     PageError,
     Redirect,
     app_context,
+    check_visitor_csrf,
     forbidden_form,
     read_form,
-    render,
+    render_visitor_form,
     resolve_viewer,
     safe_next,
     text,
@@ -74,29 +75,19 @@ async def _login_page(
     values: dict[str, str] | None = None,
     kind: str = "merchant",
 ) -> Response:
-    context = app_context(request)
-    signer = await console_signer(request)
-    now = context.clock.now()
-    session = signer.read_session(request, now)
-    fresh = session is None or session.signed_in
-    if session is None or session.signed_in:
-        session = new_session("anonymous", now)
-    request.state.console_flash = signer.read_flash(request, now)
-    response = render(
+    return await render_visitor_form(
         request,
         "login.html",
         status,
+        new_if_signed_in=True,
+        show_flash=True,
         title="Sign in",
         section="login",
-        csrf=signer.csrf_token(session.sid),
         next=safe_next(request.query_params.get("next") or (values or {}).get("next")),
         errors=errors or {},
         values=values or {},
         kind=kind,
     )
-    if fresh:
-        set_session_cookie(response, request, signer, session)
-    return response
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -192,13 +183,7 @@ SIGN_INS = {"operator": _operator_sign_in, "merchant": _client_sign_in, "user": 
 async def login(request: Request) -> Response:
     """Check a console user's email and password, the operator token, or (sandbox mode only)
     an API client's credentials, and start a session."""
-    context = app_context(request)
-    signer = await console_signer(request)
-    now = context.clock.now()
-    form = await read_form(request)
-    session = signer.read_session(request, now)
-    if session is None or not signer.csrf_matches(session.sid, form.get("csrf_token")):
-        raise forbidden_form()
+    form, signer, now = await check_visitor_csrf(request)
     sign_in = SIGN_INS.get(text(form, "kind"))
     if sign_in is None:
         raise PageError(400, "Choose how to sign in: as a console user, a client or the operator.")

@@ -1,5 +1,5 @@
 -- The ledger: the one posting primitive, and the clearing accounts created on first use.
--- Owned by bankrail.ledger (ledger/service.py `post`, ledger/holds.py); the batch writers of
+-- Owned by bankrail.ledger (ledger/service.py `post`, ledger/movements.py); the batch writers of
 -- other areas call these functions and never update a balance or write a posting themselves.
 --
 -- Every function here probes indexes whatever the statistics say (a batch is at most a few

@@ -9,7 +9,8 @@ from typing import Any
 
 import asyncpg
 
-from bankrail.merchants.balances import credit_from_clearing
+from bankrail.ledger.movements import top_up
+from bankrail.merchants.balances import move
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import create_merchant, create_merchant_account, get_account
 
@@ -25,15 +26,7 @@ async def funded_account(
         merchant_id = await create_merchant(conn, name, now)
         account = await create_merchant_account(conn, merchant_id, "GBP", None, now)
         if credit:
-            await credit_from_clearing(
-                conn,
-                account,
-                rail="bank_transfer",
-                amount=credit,
-                kind="topup",
-                reference_id=uuid.uuid4(),
-                now=now,
-            )
+            await move(conn, top_up(account, "bank_transfer", credit, uuid.uuid4()), now)
         fresh = await get_account(conn, account.id)
     assert fresh is not None
     return fresh

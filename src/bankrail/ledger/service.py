@@ -60,17 +60,19 @@ async def post(
     reference_id: uuid.UUID | None,
     postings: Sequence[Posting],
     now: datetime,
+    transaction_id: uuid.UUID | None = None,
 ) -> uuid.UUID:
     """Record one balanced transaction and update the balances it touches.
 
     Must run inside the caller's transaction, so the movement commits together with the
     change that causes it. Raises InsufficientFunds when an account that may not go
     negative would, BalanceOverflow when a balance would leave the 64-bit range, and
-    UnbalancedTransaction for postings that do not balance or mix currencies; the caller's
+    UnbalancedTransaction for postings that do not balance or mix currencies (the transaction's
+    id is `transaction_id` when given, else a new one); the caller's
     transaction is then unusable unless the call was wrapped in a savepoint.
     """
     validate_postings(postings)
-    transaction_id = new_id()
+    transaction_id = transaction_id or new_id()
     # One round trip: the transaction row, the account locks taken in id order (so
     # concurrent transactions over overlapping accounts never deadlock), the balance updates
     # and the postings.

@@ -1,6 +1,7 @@
 """A merchant account's balance as the merchant sees it: each movement of its money (the
-movements themselves are `ledger.holds`) followed, in the same transaction, by the
-re-evaluation of the account's balance notification state."""
+movements themselves are named in `ledger.movements`) followed, in the same transaction, by
+the re-evaluation of the balance notification state of the account whose available balance
+it changed."""
 
 from __future__ import annotations
 
@@ -10,82 +11,18 @@ from datetime import datetime
 from bankrail.db.pool import Connection
 from bankrail.events import notifications
 from bankrail.events.outbox import record_event
-from bankrail.ledger import holds
-from bankrail.merchants.models import MerchantAccount
+from bankrail.ledger.movements import Movement, record
 
-__all__ = [
-    "credit_from_clearing",
-    "hold_funds",
-    "reevaluate_notifications",
-    "release_hold",
-    "transfer_between_accounts",
-]
+__all__ = ["move", "reevaluate_notifications"]
 
 
-async def credit_from_clearing(
-    conn: Connection,
-    account: MerchantAccount,
-    *,
-    rail: str,
-    amount: int,
-    kind: str,
-    reference_id: uuid.UUID,
-    now: datetime,
-) -> None:
-    """Money arrives from outside (a top-up or a settled pay-in)."""
-    await holds.credit_from_clearing(
-        conn, account, rail=rail, amount=amount, kind=kind, reference_id=reference_id, now=now
-    )
-    await reevaluate_notifications(conn, account.id, now)
-
-
-async def hold_funds(
-    conn: Connection,
-    account: MerchantAccount,
-    *,
-    amount: int,
-    reference_id: uuid.UUID,
-    now: datetime,
-    purpose: str = "payout",
-) -> None:
-    """Set funds aside for a payout (or another outgoing `purpose`, such as a refund); raises
-    InsufficientFunds, nothing written, when the available balance is too low."""
-    await holds.hold_funds(
-        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
-    )
-    await reevaluate_notifications(conn, account.id, now)
-
-
-async def release_hold(
-    conn: Connection,
-    account: MerchantAccount,
-    *,
-    amount: int,
-    reference_id: uuid.UUID,
-    now: datetime,
-    purpose: str = "payout",
-) -> None:
-    """Give held funds back to the available balance (the payout or refund failed)."""
-    await holds.release_hold(
-        conn, account, amount=amount, reference_id=reference_id, now=now, purpose=purpose
-    )
-    await reevaluate_notifications(conn, account.id, now)
-
-
-async def transfer_between_accounts(
-    conn: Connection,
-    source: MerchantAccount,
-    destination: MerchantAccount,
-    *,
-    amount: int,
-    reference_id: uuid.UUID,
-    now: datetime,
-) -> None:
-    """An internal transfer: held funds of `source` credit `destination`."""
-    await holds.transfer_between_accounts(
-        conn, source, destination, amount=amount, reference_id=reference_id, now=now
-    )
-    await reevaluate_notifications(conn, destination.id, now)
+async def move(conn: Connection, movement: Movement, now: datetime) -> None:
+    """Write the movement in the caller's transaction, then move the notification state of
+    the account whose available balance it changed (raises InsufficientFunds, nothing
+    written, when that balance would fall below zero)."""
+    await record(conn, movement, now)
+    if movement.available_of is not None:
+        await reevaluate_notifications(conn, movement.available_of, now)
 
 
 async def reevaluate_notifications(conn: Connection, account_id: uuid.UUID, now: datetime) -> None:

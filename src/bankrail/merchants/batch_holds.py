@@ -5,7 +5,8 @@ notifications they cause.
 Each request of a batch sees the holds of the requests before it, so the rules decide on the
 balance the account will have, not on the one the batch read. What is decided is written by
 the SQL function `bankrail_write_holds` (db/functions/holds.sql), which every batch writer of
-acceptances calls, in the transaction that writes the payments the holds are for.
+acceptances calls, in the transaction that writes the payments the holds are for. Which
+ledger accounts a hold moves is `ledger.movements.hold`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bankrail.core.ids import new_id
 from bankrail.events import notifications
 from bankrail.events.outbox import NewEvent, new_event
+from bankrail.ledger.movements import Movement, Purpose, columns, hold
 from bankrail.merchants.models import AccountFacts
 
 __all__ = ["BatchHolds"]
@@ -32,10 +33,12 @@ class _Running:
 
 @dataclass
 class BatchHolds:
-    """The holds of one batch, each seeing those before it, and what they cause."""
+    """The holds of one batch for one `purpose`, each seeing those before it, and what they
+    cause."""
 
+    purpose: Purpose
     _running: dict[uuid.UUID, _Running] = field(default_factory=dict)
-    _holds: list[tuple[uuid.UUID, uuid.UUID, int, int, int, datetime]] = field(default_factory=list)
+    _holds: list[tuple[Movement, datetime]] = field(default_factory=list)
     _states: dict[uuid.UUID, str] = field(default_factory=dict)
     _events: list[tuple[NewEvent, datetime]] = field(default_factory=list)
 
@@ -53,16 +56,7 @@ class BatchHolds:
         running = self._of(account)
         running.available -= amount
         running.held += amount
-        self._holds.append(
-            (
-                new_id(),
-                reference_id,
-                account.available_ledger_id,
-                account.held_ledger_id,
-                amount,
-                now,
-            )
-        )
+        self._holds.append((hold(account, self.purpose, amount, reference_id), now))
         if account.balance_threshold is None:
             return
         step = notifications.next_state(running.state, account.balance_threshold, running.available)
@@ -85,12 +79,20 @@ class BatchHolds:
             self._events.append((event, now))
 
     def arguments(self) -> list[Any]:
-        """The arguments of `bankrail_write_holds` after its first (the transactions' kind):
-        the holds, the accounts' new notification states, and the events."""
-        holds = list(zip(*self._holds, strict=True)) or [()] * 6
+        """The arguments of `bankrail_write_holds` after its first (the transactions' kind,
+        `{purpose}_hold`): the holds, the accounts' new notification states, and the
+        events."""
+        ids, _, references, sources, destinations, _, _, amounts = columns(
+            [movement for movement, _ in self._holds]
+        )
         events = [event for event, _ in self._events]
         return [
-            *(list(column) for column in holds),
+            ids,
+            references,
+            sources,
+            destinations,
+            amounts,
+            [at for _, at in self._holds],
             list(self._states),
             list(self._states.values()),
             [e.id for e in events],

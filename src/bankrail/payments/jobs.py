@@ -12,8 +12,9 @@ from typing import Any
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
+from bankrail.ledger.movements import settle_pay_in
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import credit_from_clearing
+from bankrail.merchants.balances import move
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import get_account
 from bankrail.payments._store import PAYMENT_COLUMNS, save, state_of
@@ -68,15 +69,8 @@ async def _settle(conn: Connection, row: Any, state: PaymentState, now: datetime
         payment_id=row["id"],
         now=now,
     )
-    await credit_from_clearing(
-        conn,
-        account,
-        rail=row["scheme_id"] or "bank_transfer",
-        amount=row["amount_in_minor"],
-        kind="payment",
-        reference_id=row["id"],
-        now=now,
-    )
+    rail = row["scheme_id"] or "bank_transfer"
+    await move(conn, settle_pay_in(account, rail, row["amount_in_minor"], row["id"]), now)
     await _record_activity(conn, row, account, source.id, now)
     await save(conn, row, state.settle(now), now, payment_source_id=source.id)
 

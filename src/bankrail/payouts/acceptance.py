@@ -22,6 +22,7 @@ from bankrail.core.problems import (
 )
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
+from bankrail.ledger.movements import PAYOUT
 from bankrail.merchants.batch_holds import BatchHolds
 from bankrail.merchants.models import AccountFacts, AccountIdentifiers
 from bankrail.payouts.models import (
@@ -107,7 +108,7 @@ class _Write:
 
     payouts: list[dict[str, Any]] = field(default_factory=list)
     answers: AnswersToStore = field(default_factory=AnswersToStore)
-    holds: BatchHolds = field(default_factory=BatchHolds)
+    holds: BatchHolds = field(default_factory=lambda: BatchHolds(PAYOUT))
 
     def arguments(self) -> list[Any]:
         answers = self.answers

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from bankrail.core.ids import new_id
 from bankrail.core.powers import SandboxPowers
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
-from bankrail.ledger.holds import clearing_code
+from bankrail.ledger.movements import PAYOUT, Ledgers, Movement, Payee, columns, end_hold
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.service import get_account
 from bankrail.payouts.models import Advance, Stage
@@ -85,9 +84,7 @@ class _Batch:
     payouts: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
     next_steps: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)
-    moves: list[tuple[uuid.UUID, str, uuid.UUID, int, int | None, str | None, str, int]] = field(
-        default_factory=list
-    )
+    moves: list[Movement] = field(default_factory=list)
 
     def add(self, row: Any, job_id: int | None, payee_ledger_id: int | None = None) -> Advance:
         """Decide the payout's steps and queue everything they write (its job, when given,
@@ -122,20 +119,26 @@ class _Batch:
             self.next_steps.append((payout_id, plan.next_step_at))
         if not plan.moves_money:
             return plan
-        amount: int = row["amount_in_minor"]
-        held: int = row["held_ledger_id"]
-        to_id: int | None = None
-        to_code: str | None = None
-        if state.stage is Stage.FAILED:
-            kind, to_id = "payout_release", row["available_ledger_id"]
-        elif row["destination_account_id"] is not None:
+        account = Ledgers(
+            row["merchant_account_id"],
+            row["currency"],
+            row["available_ledger_id"],
+            row["held_ledger_id"],
+        )
+        payee = None
+        if row["destination_account_id"] is not None:
             assert payee_ledger_id is not None
-            kind, to_id = "internal_transfer", payee_ledger_id
-        else:
-            kind = "payout_execution"
-            to_code = clearing_code(row["scheme_id"], row["currency"], row["merchant_account_id"])
+            payee = Payee(row["destination_account_id"], payee_ledger_id)
         self.moves.append(
-            (new_id(), kind, payout_id, held, to_id, to_code, row["currency"], amount)
+            end_hold(
+                account,
+                PAYOUT,
+                row["amount_in_minor"],
+                payout_id,
+                failed=state.stage is Stage.FAILED,
+                rail=row["scheme_id"],
+                payee=payee,
+            )
         )
         return plan
 
@@ -162,7 +165,6 @@ class _Batch:
         payouts = list(zip(*self.payouts, strict=True)) or [()] * 12
         events = self.events
         next_steps = list(zip(*self.next_steps, strict=True)) or [()] * 2
-        moves = list(zip(*self.moves, strict=True)) or [()] * 8
         return [
             self.from_stages,
             self.now,
@@ -178,7 +180,7 @@ class _Batch:
             [e.ordering.sequence if e.ordering else None for e in events],
             *(list(column) for column in next_steps),
             ADVANCE_JOB,
-            *(list(column) for column in moves),
+            *columns(self.moves),
         ]
 
 
@@ -254,16 +256,15 @@ async def advance_payout(
     await conn.execute(_WRITE_ONE, *batch.arguments()[1:])
     if not plan.moves_money:
         return
-    if plan.state.stage is Stage.FAILED:
-        await reevaluate_notifications(conn, row["merchant_account_id"], now)
-        return
-    if row["destination_account_id"] is None:
+    (moved,) = batch.moves
+    if moved.available_of is not None:
+        await reevaluate_notifications(conn, moved.available_of, now)
+    if plan.state.stage is Stage.FAILED or row["destination_account_id"] is None:
         return
     source = await get_account(conn, row["merchant_account_id"])
     payee = await get_account(conn, row["destination_account_id"])
     assert source is not None
     assert payee is not None
-    await reevaluate_notifications(conn, payee.id, now)
     await record_internal_credit(
         conn,
         payee,

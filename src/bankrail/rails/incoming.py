@@ -12,8 +12,9 @@ from bankrail.core.problems import InvalidParameters
 from bankrail.core.timefmt import iso_utc, iso_utc_7
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
+from bankrail.ledger.movements import top_up
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import credit_from_clearing
+from bankrail.merchants.balances import move
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import find_account_by_identifier
 
@@ -60,15 +61,7 @@ async def receive_transfer(
             {"currency": [f"must be {account.currency} for this account"]},
         )
     transfer_id = new_id()
-    await credit_from_clearing(
-        conn,
-        account,
-        rail=INCOMING_RAIL,
-        amount=transfer.amount_in_minor,
-        kind="topup",
-        reference_id=transfer_id,
-        now=now,
-    )
+    await move(conn, top_up(account, INCOMING_RAIL, transfer.amount_in_minor, transfer_id), now)
     await record_internal_credit(
         conn,
         account,

@@ -24,6 +24,7 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import NotFound, ProblemError
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
+from bankrail.ledger.movements import REFUND
 from bankrail.merchants.batch_holds import BatchHolds
 from bankrail.merchants.models import AccountFacts
 from bankrail.payouts.models import FailureReason
@@ -71,7 +72,7 @@ class _Write:
     refunds: list[dict[str, Any]] = field(default_factory=list)
     refunded: dict[uuid.UUID, int] = field(default_factory=dict)  # payment: amount added
     answers: AnswersToStore = field(default_factory=AnswersToStore)
-    holds: BatchHolds = field(default_factory=BatchHolds)
+    holds: BatchHolds = field(default_factory=lambda: BatchHolds(REFUND))
 
     def arguments(self) -> list[Any]:
         return [

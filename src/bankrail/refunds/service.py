@@ -19,9 +19,9 @@ from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import record_event
 from bankrail.jobs.queue import enqueue
-from bankrail.ledger.holds import consume_hold
+from bankrail.ledger.movements import REFUND, end_hold
 from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import release_hold
+from bankrail.merchants.balances import move
 from bankrail.merchants.service import get_account
 from bankrail.payouts.models import FailureReason, PayoutState, Stage, advance
 from bankrail.payouts.service import state_of
@@ -34,8 +34,6 @@ __all__ = [
     "get_refund",
     "list_refunds",
 ]
-
-PURPOSE = "refund"  # the ledger transactions of a refund are refund_hold, _release, _execution
 
 _COLUMNS = (
     "id, merchant_id, payment_id, merchant_account_id, amount_in_minor, currency, reference,"
@@ -102,11 +100,11 @@ async def advance_refund(
         return  # a refund refused before its hold was taken has nothing to give back
     account = await get_account(conn, row["merchant_account_id"])
     assert account is not None
-    money = {"amount": row["amount_in_minor"], "reference_id": row["id"], "now": now}
-    if state.stage is Stage.FAILED:
-        await release_hold(conn, account, purpose=PURPOSE, **money)
-    else:
-        await consume_hold(conn, account, rail=row["scheme_id"], purpose=PURPOSE, **money)
+    failed = state.stage is Stage.FAILED
+    movement = end_hold(
+        account, REFUND, row["amount_in_minor"], row["id"], failed=failed, rail=row["scheme_id"]
+    )
+    await move(conn, movement, now)
 
 
 async def _announce(conn: Connection, row: Any, state: PayoutState, now: datetime) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from bankrail.merchants.balances import credit_from_clearing, hold_funds, release_hold
+from bankrail.ledger.movements import PAYOUT, hold, release, top_up
+from bankrail.merchants.balances import move
 from bankrail.merchants.models import MerchantAccount
 from bankrail.merchants.service import (
     create_merchant,
@@ -43,25 +44,17 @@ async def _account(
 
 async def _credit(conn: asyncpg.Connection, account: MerchantAccount, amount: int) -> None:
     async with conn.transaction():
-        await credit_from_clearing(
-            conn,
-            account,
-            rail="bank_transfer",
-            amount=amount,
-            kind="topup",
-            reference_id=uuid.uuid4(),
-            now=_tick(),
-        )
+        await move(conn, top_up(account, "bank_transfer", amount, uuid.uuid4()), _tick())
 
 
 async def _hold(conn: asyncpg.Connection, account: MerchantAccount, amount: int) -> None:
     async with conn.transaction():
-        await hold_funds(conn, account, amount=amount, reference_id=uuid.uuid4(), now=_tick())
+        await move(conn, hold(account, PAYOUT, amount, uuid.uuid4()), _tick())
 
 
 async def _release(conn: asyncpg.Connection, account: MerchantAccount, amount: int) -> None:
     async with conn.transaction():
-        await release_hold(conn, account, amount=amount, reference_id=uuid.uuid4(), now=_tick())
+        await move(conn, release(account, PAYOUT, amount, uuid.uuid4()), _tick())
 
 
 async def _notifications(conn: asyncpg.Connection) -> list[dict[str, Any]]:
@@ -189,7 +182,7 @@ async def test_notification_is_written_with_the_balance_change(pool: asyncpg.Poo
         await _credit(conn, account, 5_000)
         tx = conn.transaction()
         await tx.start()
-        await hold_funds(conn, account, amount=4_500, reference_id=uuid.uuid4(), now=NOW)
+        await move(conn, hold(account, PAYOUT, 4_500, uuid.uuid4()), NOW)
         assert len(await _notifications(conn)) == 1
         await tx.rollback()
         assert await _notifications(conn) == []

@@ -20,9 +20,8 @@ import pytest
 from bankrail.core.clock import ServiceClock
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.ledger.service import check_ledger
-from bankrail.merchants.balances import hold_funds
 from bankrail.merchants.service import get_account
-from bankrail.payouts.service import ADVANCE_JOB, PayoutAcceptance
+from bankrail.payouts.service import ADVANCE_JOB, PayoutAcceptance, accept_payouts
 from bankrail.rails.screening import replace_screening_list
 from bankrail.security.idempotency import lock_key
 from support.accounts import funded_account, sort_code_beneficiary
@@ -249,7 +248,11 @@ async def test_a_hold_committed_elsewhere_first_is_seen_by_the_batch(
         batch = asyncio.create_task(accept_at_once(acceptance, account, now, amount=600))
         # Until the batch waits for the ledger row.
         assert await until_waiting_for_a_lock(pool, "bankrail_read_payout_requests", batch) == 1
-        await hold_funds(other, account, amount=500, reference_id=uuid.uuid4(), now=now)
+        # Another process's payout of 500, held in this open transaction.
+        (held,) = await accept_payouts(
+            other, [payout_request(account, now, amount=500)], render_problem
+        )
+        assert not isinstance(held, ProblemError)
         await transaction.commit()
         payout = await _written(pool, _id(await batch))
     assert payout["payout"]["pending_failure"] == "insufficient_funds"

@@ -1,8 +1,8 @@
 -- The holds a batch of acceptances decided (merchants/batch_holds.py `BatchHolds`), as every
 -- batch writer of acceptances (payouts, refunds) writes them, in its transaction:
---   holds:  one ledger transaction of kind p_kind per held payment, available to held,
---           through bankrail_post_transactions (the CHECK on ledger_accounts still refuses
---           an overdraft);
+--   holds:  one ledger transaction of kind p_kind per held payment, from and to the ledger
+--           accounts `ledger.movements.hold` named, through bankrail_post_movements (the
+--           CHECK on ledger_accounts still refuses an overdraft);
 --   the new notification states of accounts with a balance threshold, and the
 --           `balance_notification` events, delivered in no particular order.
 CREATE OR REPLACE FUNCTION bankrail_write_holds(
@@ -27,11 +27,9 @@ SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
-    PERFORM bankrail_post_transactions(
-        p_hold_ids, array_fill(p_kind, ARRAY[cardinality(p_hold_ids)]),
-        p_hold_references, p_hold_at, p_hold_ids || p_hold_ids, p_hold_from || p_hold_to,
-        ARRAY(SELECT -h FROM unnest(p_hold_amounts) WITH ORDINALITY AS a (h, n) ORDER BY n)
-            || p_hold_amounts);
+    PERFORM bankrail_post_movements(
+        p_hold_ids, array_fill(p_kind, ARRAY[cardinality(p_hold_ids)]), p_hold_references,
+        p_hold_at, p_hold_from, p_hold_to, NULL, NULL, p_hold_amounts);
     IF cardinality(p_state_accounts) > 0 THEN
         UPDATE merchant_accounts ma SET notification_state = x.state
             FROM unnest(p_state_accounts, p_states) AS x (id, state)

@@ -1,5 +1,6 @@
--- The ledger: the one posting primitive, and the clearing accounts created on first use.
--- Owned by bankrail.ledger (ledger/service.py `post`, ledger/holds.py); the batch writers of
+-- The ledger: the one posting primitive, the clearing accounts created on first use, and
+-- the movements of the batch writers as two-posting transactions.
+-- Owned by bankrail.ledger (ledger/service.py `post`, ledger/movements.py); the batch writers of
 -- other areas call these functions and never update a balance or write a posting themselves.
 --
 -- Every function here probes indexes whatever the statistics say (a batch is at most a few
@@ -117,5 +118,42 @@ BEGIN
         FROM unnest(p_codes) WITH ORDINALITY AS x (code, n)
         LEFT JOIN ledger_accounts a ON a.code = x.code;
     RETURN v_ids;
+END
+$$;
+
+-- Movements of money as ledger/movements.py decides them (`columns`), each one balanced
+-- transaction of two postings: p_amounts from the ledger account p_from to p_to or, where
+-- p_to is NULL, to the clearing account coded p_to_codes (created when missing, in
+-- p_currencies). The batch writers of holds and of payout steps call it; which accounts
+-- move is never decided here.
+CREATE OR REPLACE FUNCTION bankrail_post_movements(
+    p_ids uuid[],
+    p_kinds text[],
+    p_reference_ids uuid[],
+    p_created_at timestamptz[],
+    p_from bigint[],
+    p_to bigint[],
+    p_to_codes text[],
+    p_currencies text[],
+    p_amounts bigint[]
+) RETURNS void LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_to bigint[] := p_to;
+BEGIN
+    IF cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_to_codes) AS c (code) WHERE c.code IS NOT NULL) THEN
+        SELECT array_agg(coalesce(x.to_id, x.clearing_id) ORDER BY x.n) INTO v_to
+            FROM unnest(p_to, bankrail_clearing_accounts(p_to_codes, p_currencies))
+                WITH ORDINALITY AS x (to_id, clearing_id, n);
+    END IF;
+    PERFORM bankrail_post_transactions(
+        p_ids, p_kinds, p_reference_ids, p_created_at, p_ids || p_ids, p_from || v_to,
+        ARRAY(SELECT -m FROM unnest(p_amounts) WITH ORDINALITY AS a (m, n) ORDER BY n)
+            || p_amounts);
 END
 $$;

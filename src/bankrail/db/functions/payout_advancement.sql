@@ -73,9 +73,8 @@ $$;
 --   events:         id, delivery id, merchant, family, type, the exact bytes to deliver,
 --                   the ordering key and place of its delivery (NULL for both when none);
 --   next steps:     payout id and when its job runs again (kind p_job_kind);
---   money:          one balanced ledger transaction per payout that moves money: from its
---                   held ledger account to either a ledger account id or the code of a
---                   clearing account (created when missing), the same currency throughout.
+--   money:          the movement of each payout that moves money, as
+--                   ledger/movements.py `end_hold` decided it (bankrail_post_movements).
 CREATE OR REPLACE FUNCTION bankrail_advance_payouts(
     p_now timestamptz,
     p_job_ids bigint[],
@@ -114,8 +113,6 @@ CREATE OR REPLACE FUNCTION bankrail_advance_payouts(
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-    v_to bigint[];
 BEGIN
     DELETE FROM jobs WHERE id = ANY (p_job_ids);
     UPDATE payouts p SET stage = x.stage, authorized_at = x.authorized_at,
@@ -148,17 +145,9 @@ BEGIN
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
 
-    IF cardinality(p_move_ids) > 0 THEN
-        SELECT array_agg(coalesce(x.to_id, x.clearing_id) ORDER BY x.n) INTO v_to
-            FROM unnest(p_move_to, bankrail_clearing_accounts(p_move_to_codes, p_move_currencies))
-                WITH ORDINALITY AS x (to_id, clearing_id, n);
-        PERFORM bankrail_post_transactions(
-            p_move_ids, p_move_kinds, p_move_payouts,
-            array_fill(p_now, ARRAY[cardinality(p_move_ids)]),
-            p_move_ids || p_move_ids, p_move_from || v_to,
-            ARRAY(SELECT -m FROM unnest(p_move_amounts) WITH ORDINALITY AS a (m, n) ORDER BY n)
-                || p_move_amounts);
-    END IF;
+    PERFORM bankrail_post_movements(p_move_ids, p_move_kinds, p_move_payouts,
+        array_fill(p_now, ARRAY[cardinality(p_move_ids)]), p_move_from, p_move_to,
+        p_move_to_codes, p_move_currencies, p_move_amounts);
 END
 $$;
 

@@ -79,9 +79,7 @@ _CONTEXT = (
     "locator; it moves down once it no longer names area services and settings (point 6)"
 )
 _SETTINGS = "known, issue 38: Settings (config.py, assembly layer) is read from http/"
-_LIFECYCLE = (
-    "known, issue 38: the rails' lifecycle (FailureReason, Stage, advance) lives in payouts/"
-)
+_SCHEMA_TYPES = "known, issue 38: the shared schema types (Amount, Metadata) live in payouts/"
 _MANDATE_PAYMENTS = (
     "known, issue 38: payments on a mandate live in payments/, mandates/ uses payments/"
 )
@@ -104,15 +102,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("bankrail.payments.mandate_creation", "bankrail.mandates._store"): _MANDATE_PAYMENTS,
     ("bankrail.payments.mandate_creation", "bankrail.mandates.charges"): _MANDATE_PAYMENTS,
     ("bankrail.payments.mandate_creation", "bankrail.mandates.models"): _MANDATE_PAYMENTS,
-    ("bankrail.payouts.acceptance", "bankrail.rails.schemes"): _LIFECYCLE,
-    ("bankrail.payouts.acceptance", "bankrail.rails.screening"): _LIFECYCLE,
-    ("bankrail.payouts.jobs", "bankrail.rails.incoming"): _LIFECYCLE,
-    ("bankrail.payouts.service", "bankrail.rails.schemes"): _LIFECYCLE,
-    ("bankrail.rails.schemes", "bankrail.payouts.models"): _LIFECYCLE,
-    ("bankrail.refunds.acceptance", "bankrail.payouts.models"): _LIFECYCLE,
-    ("bankrail.refunds.schemas", "bankrail.payouts.schemas"): _LIFECYCLE,
-    ("bankrail.refunds.service", "bankrail.payouts.models"): _LIFECYCLE,
-    ("bankrail.refunds.service", "bankrail.payouts.service"): _LIFECYCLE,
+    ("bankrail.refunds.schemas", "bankrail.payouts.schemas"): _SCHEMA_TYPES,
 }
 
 

@@ -26,6 +26,7 @@ from bankrail.http.openapi import (
     documents,
 )
 from bankrail.http.responses import answer_response, json_response
+from bankrail.http.schema_types import RedirectAnswer
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import Caller, aliased_routes
@@ -41,7 +42,6 @@ from bankrail.payments.schemas import (
     PaymentOut,
     PaymentRequest,
     PaymentSourceList,
-    RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
 from bankrail.security.tokens import TokenError

@@ -79,9 +79,6 @@ _CONTEXT = (
     "locator; it moves down once it no longer names area services and settings (point 6)"
 )
 _SETTINGS = "known, issue 38: Settings (config.py, assembly layer) is read from http/"
-_MANDATE_PAYMENTS = (
-    "known, issue 38: payments on a mandate live in payments/, mandates/ uses payments/"
-)
 KNOWN: dict[tuple[str, str], str] = {
     ("bankrail.http.auth", "bankrail.context"): _CONTEXT,
     ("bankrail.http.deps", "bankrail.context"): _CONTEXT,
@@ -95,10 +92,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("bankrail.payments.flow_routes", "bankrail.context"): _CONTEXT,
     ("bankrail.http.connection_guard", "bankrail.config"): _SETTINGS,
     ("bankrail.http.guarded_loop", "bankrail.config"): _SETTINGS,
-    ("bankrail.mandates.service", "bankrail.payments.providers"): _MANDATE_PAYMENTS,
-    ("bankrail.payments.mandate_creation", "bankrail.mandates._store"): _MANDATE_PAYMENTS,
-    ("bankrail.payments.mandate_creation", "bankrail.mandates.charges"): _MANDATE_PAYMENTS,
-    ("bankrail.payments.mandate_creation", "bankrail.mandates.models"): _MANDATE_PAYMENTS,
 }
 
 

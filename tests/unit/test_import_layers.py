@@ -78,7 +78,6 @@ _CONTEXT = (
     "known, issue 38: AppContext (context.py, assembly layer) is read from below as a service "
     "locator; it moves down once it no longer names area services and settings (point 6)"
 )
-_SETTINGS = "known, issue 38: Settings (config.py, assembly layer) is read from http/"
 KNOWN: dict[tuple[str, str], str] = {
     ("bankrail.http.auth", "bankrail.context"): _CONTEXT,
     ("bankrail.http.deps", "bankrail.context"): _CONTEXT,
@@ -90,8 +89,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("bankrail.pages.mock_bank", "bankrail.context"): _CONTEXT,
     ("bankrail.payments._route_support", "bankrail.context"): _CONTEXT,
     ("bankrail.payments.flow_routes", "bankrail.context"): _CONTEXT,
-    ("bankrail.http.connection_guard", "bankrail.config"): _SETTINGS,
-    ("bankrail.http.guarded_loop", "bankrail.config"): _SETTINGS,
 }
 
 

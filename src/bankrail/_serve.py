@@ -5,6 +5,7 @@ processes are up and restarted when it fails (`DeferredProcess`), and the state 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import http.client
@@ -28,6 +29,7 @@ __all__ = [
     "WORKER_NICENESS",
     "DeferredProcess",
     "api_only_app",
+    "guarded_event_loop",
     "published_state",
     "run_http",
     "stop_on_hangup",
@@ -89,6 +91,24 @@ def survive_reraised_signals() -> None:
     signal.signal(signal.SIGINT, after_graceful_shutdown)
 
 
+def guarded_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop whose servers guard each connection with the limits of the
+    process's settings (`BANKRAIL_*`): uvicorn's `loop` option takes it by name."""
+    from bankrail.http.connection_guard import Limits
+    from bankrail.http.guarded_loop import GuardedLoop
+
+    settings = settings_from_env()
+    return GuardedLoop(
+        Limits(
+            max_head_bytes=settings.max_head_bytes,
+            head_timeout=settings.head_timeout_seconds,
+            request_timeout=settings.request_timeout_seconds,
+            max_connections=settings.max_connections,
+            public_url=settings.public_url,
+        )
+    )
+
+
 def run_http(settings: Settings, dsn: str, workers: int) -> None:
     """Serve HTTP with `workers` API processes on `dsn` until uvicorn stops, with the
     background worker in a process of its own, started once an API process has built its
@@ -107,7 +127,7 @@ def run_http(settings: Settings, dsn: str, workers: int) -> None:
         "ws": "none",
         # uvloop, whose servers put http/connection_guard.py's guard in front of each
         # connection: limits on request heads and open connections, which uvicorn lacks.
-        "loop": "bankrail.http.guarded_loop:guarded_event_loop",
+        "loop": "bankrail._serve:guarded_event_loop",
     }
     # The API processes build their settings from the environment: what the command line
     # chose must reach them there, or their links would name the default address.

@@ -17,7 +17,7 @@ from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
 from bankrail.config import Settings
-from bankrail.context import AppContext
+from bankrail.context import AppContext, Services
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
 from bankrail.events.routes import admin as events_admin_router
@@ -136,10 +136,12 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
                 clock=process.clock,
                 tokens=TokenIssuer(access_key, resource_key),
                 admin_token_hash=admin_hash,
-                payout_acceptance=payouts_service.PayoutAcceptance(process.pool, render),
-                payment_creation=PaymentCreation(process.pool, render),
-                mandate_payment_creation=MandatePaymentCreation(process.pool, render),
-                refund_acceptance=RefundAcceptance(process.pool, render),
+                services=Services(
+                    payouts_service.PayoutAcceptance(process.pool, render),
+                    PaymentCreation(process.pool, render),
+                    MandatePaymentCreation(process.pool, render),
+                    RefundAcceptance(process.pool, render),
+                ),
                 idempotent_commit=IdempotentCommit(process.pool, render),
                 public_keys=public_keys,
                 clients=clients,

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import asyncpg
 
@@ -18,12 +18,26 @@ from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
     from bankrail.db.pool import Connection
-    from bankrail.payments.creation import PaymentCreation
-    from bankrail.payments.mandate_creation import MandatePaymentCreation
-    from bankrail.payouts.service import PayoutAcceptance
-    from bankrail.refunds.acceptance import RefundAcceptance
     from bankrail.security.idempotent_commit import IdempotentCommit
     from bankrail.security.verifier import VerifierProcesses
+
+Service = TypeVar("Service")
+
+
+class Services:
+    """The areas' services of one process (their group commits), one per class: each area
+    names its own (`context.services.get(PayoutAcceptance)`), app.py wires them, and this
+    context names none."""
+
+    def __init__(self, *services: object) -> None:
+        self._by_class: dict[type, object] = {type(service): service for service in services}
+
+    def get(self, kind: type[Service]) -> Service:
+        """The service of this class that the assembly wired."""
+        service = self._by_class.get(kind)
+        if not isinstance(service, kind):
+            raise LookupError(f"no {kind.__name__} was wired in this process")
+        return service
 
 
 Revocation = Callable[["Connection", uuid.UUID, str, datetime], Awaitable[None]]
@@ -40,10 +54,7 @@ class AppContext:
     clock: ServiceClock
     tokens: TokenIssuer
     admin_token_hash: bytes | None
-    payout_acceptance: PayoutAcceptance
-    payment_creation: PaymentCreation
-    mandate_payment_creation: MandatePaymentCreation
-    refund_acceptance: RefundAcceptance
+    services: Services
     idempotent_commit: IdempotentCommit
     public_keys: PublicKeyCache = field(default_factory=PublicKeyCache)
     clients: ActiveClients = field(default_factory=ActiveClients)

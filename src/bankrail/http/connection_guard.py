@@ -6,7 +6,7 @@ uvicorn bounds none of these with the httptools parser: a head may grow without 
 has none, and httptools gathers a header's pieces in memory), a connection that trickles its
 head, or that sends nothing, is kept open for good, and `limit_concurrency` answers 503 in
 plain text. So `bankrail serve` runs uvicorn on an event loop (uvicorn's documented `loop`
-option, `guarded_event_loop` in http/guarded_loop.py) whose servers put a `ConnectionGuard` in
+option, `guarded_event_loop` in _serve.py, a `GuardedLoop`) whose servers put a `ConnectionGuard` in
 front of each connection's HTTP protocol. The guard is an `asyncio.Protocol` that sees the
 bytes before the protocol does: it runs them through a parser of its own (httptools, with no
 per-header callbacks, so it keeps nothing of them) to know where each request's head begins and
@@ -58,7 +58,6 @@ from typing import Any, cast
 
 import httptools
 
-from bankrail.config import Settings
 from bankrail.core.problems import (
     HEADERS_TOO_LARGE,
     REQUEST_TIMEOUT,
@@ -106,17 +105,6 @@ class Limits:
     request_timeout: float
     max_connections: int
     public_url: str
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        """The limits `settings` set."""
-        return cls(
-            max_head_bytes=settings.max_head_bytes,
-            head_timeout=settings.head_timeout_seconds,
-            request_timeout=settings.request_timeout_seconds,
-            max_connections=settings.max_connections,
-            public_url=settings.public_url,
-        )
 
 
 class Connections:

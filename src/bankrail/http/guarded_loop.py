@@ -1,7 +1,8 @@
 """The event loop of `bankrail serve`: uvloop's, with a `ConnectionGuard` in front of every
 connection its servers accept (http/connection_guard.py), and a stop that loses no request.
 
-uvicorn takes it through its documented `loop` option (`guarded_event_loop`). When uvicorn
+uvicorn takes it through its documented `loop` option (`_serve.guarded_event_loop`, which
+reads the limits from the process's settings). When uvicorn
 stops a server, the server first accepts the connections still waiting in the listening
 socket's backlog (closing the socket would reset them) and serves them like the others; the
 application's shutdown then waits (`GuardedLoop.drain`) until no connection has a request
@@ -19,21 +20,14 @@ from typing import Any, cast
 
 import uvloop
 
-from bankrail.config import settings_from_env
 from bankrail.http.connection_guard import ConnectionGuard, Connections, Limits
 
-__all__ = ["GuardedLoop", "guarded_event_loop"]
+__all__ = ["GuardedLoop"]
 
 log = logging.getLogger(__name__)
 
 # How often a drain looks again at the connections it waits for.
 DRAIN_POLL_SECONDS = 0.01
-
-
-def guarded_event_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop whose servers guard each connection with the limits of the
-    process's settings (`BANKRAIL_*`): uvicorn's `loop` option takes it by name."""
-    return GuardedLoop(Limits.from_settings(settings_from_env()))
 
 
 class GuardedLoop(uvloop.Loop):

@@ -32,6 +32,7 @@ from bankrail.http.openapi import (
     documents,
 )
 from bankrail.http.responses import json_response
+from bankrail.http.schema_types import AuthorizationFlowAnswer, RedirectAnswer
 from bankrail.mandates import service
 from bankrail.mandates.schemas import (
     ConsentAction,
@@ -44,7 +45,6 @@ from bankrail.mandates.schemas import (
     MandateProviderSubmit,
     MandateRequest,
 )
-from bankrail.payments.schemas import AuthorizationFlowAnswer, RedirectAnswer
 from bankrail.security.tokens import AccessClaims, TokenError
 
 router = APIRouter(tags=["mandates"])

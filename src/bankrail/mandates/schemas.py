@@ -9,9 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.core.timefmt import Timestamp
 from bankrail.http.listing import Pagination
-from bankrail.merchants.schemas import StrictModel
-from bankrail.payments.schemas import MerchantAccountBeneficiary, Redirect, ShortText
-from bankrail.payouts.schemas import Amount, Currency, Metadata
+from bankrail.http.schema_types import (
+    Amount,
+    Currency,
+    MerchantAccountBeneficiary,
+    Metadata,
+    Redirect,
+    ShortText,
+    StrictModel,
+)
 
 MandateType = Literal["sweeping", "commercial"]
 PERIODS = ("day", "week", "fortnight", "month", "half_year", "year")

@@ -55,14 +55,14 @@ from bankrail.mandates.models import (
 from bankrail.mandates.schemas import PERIODS, MandateRequest
 from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
 from bankrail.merchants.service import require_account
-from bankrail.payments.providers import (
+from bankrail.rails.mock_bank import remitter_for
+from bankrail.rails.providers import (
     Provider,
     find_provider,
     offered,
     require_offered,
     search,
 )
-from bankrail.rails.mock_bank import remitter_for
 from bankrail.security.tokens import TokenIssuer
 
 __all__ = [

@@ -6,13 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from bankrail.http.schema_types import StrictModel
 from bankrail.merchants.return_uris import MAX_RETURN_URIS, MAX_URI_LENGTH
-
-
-class StrictModel(BaseModel):
-    """Request bodies: exact JSON types, no unknown fields."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class AccountIdentifier(BaseModel):

@@ -30,7 +30,7 @@ from bankrail.merchants import service as merchants_service
 from bankrail.pages.errors import templates
 from bankrail.payments import service
 from bankrail.payments.models import PaymentStatus
-from bankrail.payments.providers import Provider, find_provider, offered
+from bankrail.rails.providers import Provider, find_provider, offered
 from bankrail.security.tokens import TokenError
 
 __all__ = [

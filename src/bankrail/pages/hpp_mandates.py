@@ -38,7 +38,7 @@ from bankrail.pages._hosted import (
     render_page,
     require_providers,
 )
-from bankrail.payments.providers import Provider, find_provider, offered
+from bankrail.rails.providers import Provider, find_provider, offered
 
 router = APIRouter(include_in_schema=False)
 

@@ -41,8 +41,8 @@ from bankrail.pages._hosted import (
 )
 from bankrail.pages.hpp_mandates import authenticate_mandate, ensure_mandate_open, mandate_view
 from bankrail.payments import service
-from bankrail.payments.providers import find_provider
 from bankrail.rails.mock_bank import action_for_username
+from bankrail.rails.providers import find_provider
 
 router = APIRouter(include_in_schema=False)
 

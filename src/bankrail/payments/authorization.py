@@ -25,7 +25,7 @@ from bankrail.payments.models import (
     InvalidTransition,
     PaymentStatus,
 )
-from bankrail.payments.providers import (
+from bankrail.rails.providers import (
     Provider,
     find_provider,
     offered,

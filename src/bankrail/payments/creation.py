@@ -29,8 +29,8 @@ from bankrail.db.pool import Connection, Pool
 from bankrail.payments.authorization import check_provider
 from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.models import PaymentState, PaymentStatus
-from bankrail.payments.providers import CATALOGUE, search
 from bankrail.payments.schemas import PaymentRequest
+from bankrail.rails.providers import CATALOGUE, search
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,

@@ -19,10 +19,10 @@ from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import json_response
+from bankrail.http.schema_types import AuthorizationFlowAnswer
 from bankrail.payments import service
 from bankrail.payments._route_support import Caller, PaymentCaller, aliased_routes, flow_answer
 from bankrail.payments.schemas import (
-    AuthorizationFlowAnswer,
     AuthorizationFlowRequest,
     FormSubmit,
     ProviderReturn,

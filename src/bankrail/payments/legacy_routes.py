@@ -16,13 +16,12 @@ from bankrail.http.auth import Merchant, signed_body
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_SIGNED_POST
-from bankrail.merchants.schemas import StrictModel
+from bankrail.http.schema_types import Amount, StrictModel
 from bankrail.merchants.service import account_in_currency
 from bankrail.payments import service
 from bankrail.payments._route_support import flow_answer
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import PaymentRequest
-from bankrail.payouts.schemas import Amount
 
 __all__ = ["router"]
 

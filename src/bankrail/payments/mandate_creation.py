@@ -24,13 +24,18 @@ from bankrail.core.problems import ProblemError, invalid_field
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
-from bankrail.mandates._store import MANDATE_COLUMNS, constraints_of
-from bankrail.mandates.charges import COUNTED, MandateCharge, decide_charge
 from bankrail.mandates.models import Period
+from bankrail.mandates.service import (
+    COUNTED,
+    MANDATE_COLUMNS,
+    MandateCharge,
+    constraints_of,
+    decide_charge,
+)
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB
 from bankrail.payments.models import PaymentStatus
-from bankrail.payments.providers import find_provider
 from bankrail.payments.schemas import PaymentRequest
+from bankrail.rails.providers import find_provider
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,

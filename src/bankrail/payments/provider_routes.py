@@ -20,8 +20,8 @@ from bankrail.http.auth import Merchant
 from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, Responses
 from bankrail.http.responses import json_response
-from bankrail.merchants.schemas import StrictModel
-from bankrail.payments.providers import Flow, Provider, find_provider, offered, search
+from bankrail.http.schema_types import StrictModel
+from bankrail.rails.providers import Flow, Provider, find_provider, offered, search
 
 router = APIRouter()
 

@@ -26,13 +26,14 @@ from bankrail.http.openapi import (
     documents,
 )
 from bankrail.http.responses import answer_response, json_response
+from bankrail.http.schema_types import RedirectAnswer
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import Caller, aliased_routes
-from bankrail.payments.creation import NewPayment, PaymentToCreate
+from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
 from bankrail.payments.flow_routes import router as flow_router
 from bankrail.payments.legacy_routes import router as legacy_router
-from bankrail.payments.mandate_creation import MandatePaymentToCreate
+from bankrail.payments.mandate_creation import MandatePaymentCreation, MandatePaymentToCreate
 from bankrail.payments.models import AUTHORIZATION_WINDOW, PaymentStatus
 from bankrail.payments.schemas import (
     BankAction,
@@ -41,7 +42,6 @@ from bankrail.payments.schemas import (
     PaymentOut,
     PaymentRequest,
     PaymentSourceList,
-    RedirectAnswer,
 )
 from bankrail.payments.sources import list_payment_sources
 from bankrail.security.tokens import TokenError
@@ -75,7 +75,7 @@ async def create_payment(
     keyed = keyed_request(context, request, scope=f"v3:{merchant.merchant_id}", key=key, body=raw)
     if body.payment_method.type == "mandate":
         on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
-        status, answer = await context.mandate_payment_creation.create(on_mandate)
+        status, answer = await context.services.get(MandatePaymentCreation).create(on_mandate)
         return answer_response(status, answer)
 
     def respond(payment: NewPayment) -> tuple[int, Any]:
@@ -87,7 +87,7 @@ async def create_payment(
             "status": "authorization_required",
         }
 
-    status, answer = await context.payment_creation.create(
+    status, answer = await context.services.get(PaymentCreation).create(
         PaymentToCreate(body, merchant.merchant_id, now, respond, keyed)
     )
     return answer_response(status, answer)

@@ -7,10 +7,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from bankrail.http.listing import Pagination
-from bankrail.merchants.schemas import StrictModel
-from bankrail.payouts.schemas import Address, Amount, Currency, Metadata, Uuid
-
-ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+from bankrail.http.schema_types import (
+    Address,
+    Amount,
+    Currency,
+    MerchantAccountBeneficiary,
+    Metadata,
+    Redirect,
+    ShortText,
+    StrictModel,
+    Uuid,
+)
 
 
 class ProviderFilter(StrictModel):
@@ -39,15 +46,6 @@ class ProviderSelection(StrictModel):
     scheme_id: ShortText | None = None
     filter: ProviderFilter | None = None
     scheme_selection: SchemeSelection | None = None
-
-
-class MerchantAccountBeneficiary(StrictModel):
-    """The merchant account a payment pays into."""
-
-    type: Literal["merchant_account"]
-    merchant_account_id: Uuid
-    account_holder_name: ShortText | None = None
-    reference: Annotated[StrictStr, Field(max_length=140)] | None = None
 
 
 class PaymentMethod(StrictModel):
@@ -134,13 +132,6 @@ class PaymentCreated(BaseModel):
     status: Literal["authorization_required", "authorized"]
 
 
-class Redirect(StrictModel):
-    """Where the payer returns after the bank."""
-
-    return_uri: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
-    direct_return_uri: Annotated[StrictStr, Field(max_length=2000)] | None = None
-
-
 class AuthorizationFlowRequest(StrictModel):
     """`POST /v3/payments/{id}/authorization-flow`."""
 
@@ -177,15 +168,6 @@ class BankAction(StrictModel):
     settlement_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
 
 
-class AuthorizationFlowAnswer(BaseModel):
-    """The status and the next action of the authorisation journey."""
-
-    model_config = ConfigDict(extra="allow")
-
-    status: str
-    authorization_flow: dict[str, Any] | None = None
-
-
 class PaymentOut(BaseModel):
     """The payment resource."""
 
@@ -195,12 +177,6 @@ class PaymentOut(BaseModel):
     status: str
     amount_in_minor: int
     currency: str
-
-
-class RedirectAnswer(BaseModel):
-    """Where the mock bank sends the payer next."""
-
-    redirect_uri: str
 
 
 class PaymentSourceOut(BaseModel):

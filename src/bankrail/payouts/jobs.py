@@ -29,7 +29,6 @@ from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
 from bankrail.ledger.movements import PAYOUT, Ledgers, Movement, Payee, columns, end_hold
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.service import get_account
-from bankrail.payouts.models import Advance, Stage
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     STATE_COLUMNS,
@@ -40,6 +39,7 @@ from bankrail.payouts.service import (
     v3_terminal_event,
 )
 from bankrail.rails.incoming import record_internal_credit
+from bankrail.rails.lifecycle import Advance, Stage
 
 __all__ = ["advance_due_payouts", "advance_payout"]
 

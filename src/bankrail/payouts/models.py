@@ -1,168 +1,31 @@
-"""The payout state machine, in plain Python.
+"""Payouts in plain Python: how API v1 names the rails' lifecycle, and what a payout request
+becomes at acceptance.
 
-One lifecycle serves both APIs:
-
-    pending --authorize--> authorized --submit--> submitted --execute--> executed
-       |                       |                      |
-       +-----------------------+----------------------+--fail--> failed (with a reason)
-
-v3 shows `pending`, `authorized` (also while submitted), `executed` and `failed`; v1 shows
-the same steps as events `payout_authorised`, `payout_submitted`, `payout_settled`, and a
-failure as `payout_rejected` (insufficient funds, AML) or `payout_failed` (anything else).
-
-The times of one payout's steps are strictly increasing (created < authorised < submitted <
-executed or failed), even when several steps are taken at one instant (one job run, one
-transaction): a step is dated `now`, or one microsecond after the payout's previous step when
-`now` is not later. Its events are numbered in that order (`event_sequence`), and delivered in it.
+A payout follows the rails' lifecycle (`rails.lifecycle`). v1 shows its steps as events
+`payout_authorised`, `payout_submitted`, `payout_settled`, and a failure as `payout_rejected`
+(insufficient funds, AML) or `payout_failed` (anything else).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from enum import StrEnum
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.merchants.models import AccountFacts, AccountIdentifiers
-
-# The least gap between two steps of one payout: PostgreSQL keeps timestamps to the
-# microsecond, so steps apart by this much stay apart once stored.
-STEP_GAP = timedelta(microseconds=1)
+from bankrail.rails.lifecycle import REJECTIONS, FailureReason, RailState, Stage
 
 
-class Stage(StrEnum):
-    """Where a payout is in its lifecycle."""
-
-    PENDING = "pending"
-    AUTHORIZED = "authorized"
-    SUBMITTED = "submitted"
-    EXECUTED = "executed"
-    FAILED = "failed"
-
-
-class FailureReason(StrEnum):
-    """Why a payout failed, as API v3 names it."""
-
-    INSUFFICIENT_FUNDS = "insufficient_funds"
-    BLOCKED = "blocked"
-    INVALID_IBAN = "invalid_iban"
-    SCHEME_ERROR = "scheme_error"
-    SERVER_ERROR = "server_error"
-
-
-# Reasons that v1 reports as a rejection at acceptance rather than a later failure.
-REJECTIONS = frozenset({FailureReason.INSUFFICIENT_FUNDS, FailureReason.BLOCKED})
-TERMINAL = frozenset({Stage.EXECUTED, Stage.FAILED})
-
-
-class InvalidTransition(Exception):
-    """The payout cannot take this step from its current stage."""
-
-
-@dataclass(frozen=True)
-class PayoutState:
-    """The lifecycle fields of a payout."""
-
-    stage: Stage
-    created_at: datetime
-    authorized_at: datetime | None = None
-    submitted_at: datetime | None = None
-    executed_at: datetime | None = None
-    failed_at: datetime | None = None
-    failure_reason: FailureReason | None = None
-
-    def _require(self, *stages: Stage) -> None:
-        if self.stage not in stages:
-            raise InvalidTransition(f"a {self.stage} payout cannot take this step")
-
-    @property
-    def last_step_at(self) -> datetime:
-        """When the payout last changed stage (its creation, before any step)."""
-        return max(
-            moment
-            for moment in (
-                self.created_at,
-                self.authorized_at,
-                self.submitted_at,
-                self.executed_at,
-                self.failed_at,
-            )
-            if moment is not None
-        )
-
-    def _step_time(self, now: datetime) -> datetime:
-        """The time of a step taken at `now`: strictly after the previous step."""
-        return max(now, self.last_step_at + STEP_GAP)
-
-    def authorize(self, now: datetime) -> PayoutState:
-        """Funds are held and screening passed."""
-        self._require(Stage.PENDING)
-        return replace(self, stage=Stage.AUTHORIZED, authorized_at=self._step_time(now))
-
-    def submit(self, now: datetime) -> PayoutState:
-        """Handed to the scheme."""
-        self._require(Stage.AUTHORIZED)
-        return replace(self, stage=Stage.SUBMITTED, submitted_at=self._step_time(now))
-
-    def execute(self, now: datetime) -> PayoutState:
-        """The scheme paid the beneficiary."""
-        self._require(Stage.SUBMITTED)
-        return replace(self, stage=Stage.EXECUTED, executed_at=self._step_time(now))
-
-    def fail(self, now: datetime, reason: FailureReason) -> PayoutState:
-        """The payout ends unpaid; rejections happen only before authorisation."""
-        self._require(Stage.PENDING, Stage.AUTHORIZED, Stage.SUBMITTED)
-        if reason in REJECTIONS and self.stage is not Stage.PENDING:
-            raise InvalidTransition(f"{reason} can only reject a pending payout")
-        return replace(
-            self, stage=Stage.FAILED, failed_at=self._step_time(now), failure_reason=reason
-        )
-
-    @property
-    def step_at(self) -> datetime:
-        """When the payout reached its current stage."""
-        moment = {
-            Stage.PENDING: self.created_at,
-            Stage.AUTHORIZED: self.authorized_at,
-            Stage.SUBMITTED: self.submitted_at,
-            Stage.EXECUTED: self.executed_at,
-            Stage.FAILED: self.failed_at,
-        }[self.stage]
-        assert moment is not None
-        return moment
-
-    @property
-    def event_sequence(self) -> int:
-        """The place of the event that reports the current stage among the payout's events
-        (1 for the first step after creation, 2 for the next...): their delivery order."""
-        return sum(
-            moment is not None
-            for moment in (self.authorized_at, self.submitted_at, self.executed_at, self.failed_at)
-        )
-
-    @property
-    def holds_funds(self) -> bool:
-        """True while money is set aside for this payout (it is taken at acceptance)."""
-        return self.stage in (Stage.AUTHORIZED, Stage.SUBMITTED)
-
-    @property
-    def v3_status(self) -> str:
-        """The status API v3 shows."""
-        if self.stage is Stage.SUBMITTED:
-            return Stage.AUTHORIZED.value
-        return self.stage.value
-
-    @property
-    def v1_status(self) -> str:
-        """The status API v1 shows in transaction records."""
-        return {
-            Stage.PENDING: "pending",
-            Stage.AUTHORIZED: "authorised",
-            Stage.SUBMITTED: "submitted",
-            Stage.EXECUTED: "settled",
-        }.get(self.stage) or ("rejected" if self.failure_reason in REJECTIONS else "failed")
+def v1_status(state: RailState) -> str:
+    """The status API v1 shows in transaction records."""
+    return {
+        Stage.PENDING: "pending",
+        Stage.AUTHORIZED: "authorised",
+        Stage.SUBMITTED: "submitted",
+        Stage.EXECUTED: "settled",
+    }.get(state.stage) or ("rejected" if state.failure_reason in REJECTIONS else "failed")
 
 
 def v1_reason(reason: FailureReason) -> str:
@@ -172,54 +35,6 @@ def v1_reason(reason: FailureReason) -> str:
     if reason is FailureReason.INVALID_IBAN:
         return "scheme_error"
     return reason.value
-
-
-@dataclass(frozen=True)
-class Advance:
-    """What one run of a payout's job does: every state it reaches, in order, and what follows."""
-
-    state: PayoutState
-    steps: tuple[PayoutState, ...]
-    next_step_at: datetime | None
-    moves_money: bool
-
-
-def advance(
-    state: PayoutState,
-    now: datetime,
-    *,
-    pending_failure: FailureReason | None,
-    scheme_failure: FailureReason | None,
-    execution_delay: timedelta,
-) -> Advance:
-    """Take every step that is due at `now`: authorisation (or the rejection decided at
-    acceptance), submission, and execution (or the scheme's failure) once the scheme's delay
-    has passed. `moves_money` is true when the held funds leave or come back; `next_step_at`
-    is when the job must run again, or None when nothing is left to do now. Steps taken
-    together are dated one microsecond apart (`PayoutState._step_time`), so that each state of
-    `steps` is later than the one before it."""
-    steps: list[PayoutState] = []
-    next_step_at: datetime | None = None if state.stage in TERMINAL else now
-    moves_money = False
-    while next_step_at is not None and next_step_at <= now:
-        next_step_at = None
-        if state.stage is Stage.PENDING:
-            if pending_failure is not None:
-                state = state.fail(now, pending_failure)
-            else:
-                state = state.authorize(now)
-                next_step_at = now
-        elif state.stage is Stage.AUTHORIZED:
-            state = state.submit(now)
-            next_step_at = now + execution_delay
-        else:  # SUBMITTED
-            moves_money = True
-            if scheme_failure is not None:
-                state = state.fail(now, scheme_failure)
-            else:
-                state = state.execute(now)
-        steps.append(state)
-    return Advance(state, tuple(steps), next_step_at, moves_money)
 
 
 # Acceptance: what a payout request becomes, decided from what one read found.

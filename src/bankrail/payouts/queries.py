@@ -9,8 +9,8 @@ from typing import Any
 
 from bankrail.core.pagination import Window, newest_first_page
 from bankrail.db.pool import Connection
-from bankrail.payouts.models import Stage
 from bankrail.payouts.service import STATE_COLUMNS, render_v3
+from bankrail.rails.lifecycle import Stage
 
 __all__ = ["V3_STATUS_STAGES", "list_payouts", "payout_rows"]
 

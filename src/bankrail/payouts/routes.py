@@ -99,7 +99,7 @@ async def create_v3_payout(
         metadata=body.metadata,
         now=context.clock.now(),
     )
-    status, answer = await context.payout_acceptance.accept(
+    status, answer = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed(
             payout,
             scope=f"v3:{merchant.merchant_id}",
@@ -202,7 +202,7 @@ async def create_v1_payout(
     )
     fields = {**body.model_dump(), "transaction_id": body.transaction_id.lower()}
     canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
-    status, answer = await context.payout_acceptance.accept(
+    status, answer = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed(
             payout,
             scope=f"v1:{merchant.merchant_id}",

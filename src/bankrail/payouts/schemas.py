@@ -5,18 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
-from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.http.listing import Pagination
-from bankrail.merchants.schemas import StrictModel
-
-Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_IN_MINOR)]
-Currency = Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
-Uuid = Annotated[
-    StrictStr,
-    Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"),
-]
+from bankrail.http.schema_types import Address, Amount, Currency, StrictModel, Uuid
 
 
 class V1PayoutRequest(StrictModel):
@@ -75,17 +67,6 @@ AccountIdentifier = Annotated[SortCodeAccountNumber | IbanIdentifier, Field(disc
 Reference = Annotated[StrictStr, Field(min_length=1, max_length=140)]
 
 
-class Address(StrictModel):
-    """A beneficiary's address (spec 2.4)."""
-
-    address_line1: Annotated[StrictStr, Field(min_length=1, max_length=140)]
-    address_line2: Annotated[StrictStr, Field(max_length=140)] | None = None
-    city: Annotated[StrictStr, Field(min_length=1, max_length=140)]
-    state: Annotated[StrictStr, Field(min_length=1, max_length=140)]
-    zip: Annotated[StrictStr, Field(min_length=1, max_length=20)]
-    country_code: Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}$")]
-
-
 class ExternalAccount(StrictModel):
     """Open loop: pay any account."""
 
@@ -119,10 +100,6 @@ class PaymentSourceBeneficiary(StrictModel):
     reference: Reference
 
 
-Metadata = Annotated[
-    dict[Annotated[str, Field(max_length=100)], Annotated[StrictStr, Field(max_length=500)]],
-    Field(max_length=50),
-]
 Beneficiary = Annotated[ExternalAccount | PaymentSourceBeneficiary, Field(discriminator="type")]
 
 

@@ -29,14 +29,15 @@ from bankrail.payouts.acceptance import ADVANCE_JOB as ADVANCE_JOB
 from bankrail.payouts.acceptance import Keyed as Keyed
 from bankrail.payouts.acceptance import PayoutAcceptance as PayoutAcceptance
 from bankrail.payouts.acceptance import accept_payouts as accept_payouts
-from bankrail.payouts.models import (
+from bankrail.payouts.models import v1_reason, v1_status
+from bankrail.rails.lifecycle import (
     REJECTIONS,
     Advance,
     FailureReason,
-    PayoutState,
+    RailState,
     Stage,
     advance,
-    v1_reason,
+    state_of,
 )
 from bankrail.rails.schemes import sandbox_outcome
 
@@ -76,19 +77,6 @@ STATE_COLUMNS = (
 )
 
 
-def state_of(row: Any) -> PayoutState:
-    """The lifecycle state of a payouts row."""
-    return PayoutState(
-        stage=Stage(row["stage"]),
-        created_at=row["created_at"],
-        authorized_at=row["authorized_at"],
-        submitted_at=row["submitted_at"],
-        executed_at=row["executed_at"],
-        failed_at=row["failed_at"],
-        failure_reason=FailureReason(row["failure_reason"]) if row["failure_reason"] else None,
-    )
-
-
 def planned_advance(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
     """The steps a payouts row takes when its job runs at `now` (with the `outcome_tokens`
     power, its sandbox tokens decide the scheme's delay and outcome)."""
@@ -107,7 +95,7 @@ def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
 
 
-def lifecycle_columns(state: PayoutState) -> tuple[Any, ...]:
+def lifecycle_columns(state: RailState) -> tuple[Any, ...]:
     """The payouts columns stage, authorized_at, submitted_at, executed_at, failed_at and
     failure_reason, in that order, for `state`."""
     return (
@@ -120,7 +108,7 @@ def lifecycle_columns(state: PayoutState) -> tuple[Any, ...]:
     )
 
 
-def activity_details(state: PayoutState) -> dict[str, Any]:
+def activity_details(state: RailState) -> dict[str, Any]:
     """What a payout's row in the account's activity list records of its lifecycle."""
     return {
         "authorized_at": _iso(state.authorized_at),
@@ -128,11 +116,11 @@ def activity_details(state: PayoutState) -> dict[str, Any]:
         "executed_at": _iso(state.executed_at),
         "failed_at": _iso(state.failed_at),
         "failure_reason": state.failure_reason.value if state.failure_reason else None,
-        "v1_status": state.v1_status,
+        "v1_status": v1_status(state),
     }
 
 
-def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]] | None:
+def v3_terminal_event(row: Any, state: RailState) -> tuple[str, dict[str, Any]] | None:
     """The `payout_executed` or `payout_failed` event (type and body) of a v3 payout that
     has reached `state`; None for v1 payouts and states that are not terminal."""
     if row["api"] != "v3" or state.stage not in (Stage.EXECUTED, Stage.FAILED):
@@ -153,7 +141,7 @@ def v3_terminal_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any]
     return "payout_failed", body
 
 
-def v1_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any], Ordering]:
+def v1_event(row: Any, state: RailState) -> tuple[str, dict[str, Any], Ordering]:
     """The payouts API v1 event for a payout reaching `state`: its type, its body (dated
     when the state was reached, as the transaction record is), and its place among the
     payout's events, which are delivered in that order."""
@@ -176,7 +164,7 @@ def v1_event(row: Any, state: PayoutState) -> tuple[str, dict[str, Any], Orderin
     return event_type, {"transaction_id": transaction_id, **body}, ordering
 
 
-def render_v3(row: Any, state: PayoutState | None = None) -> dict[str, Any]:
+def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
     """The v3 payout record (spec 2.4)."""
     state = state or state_of(row)
     record: dict[str, Any] = {

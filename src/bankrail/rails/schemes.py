@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from bankrail.core.powers import SandboxPowers
-from bankrail.payouts.models import FailureReason
+from bankrail.rails.lifecycle import FailureReason
 
 INTERNAL_TRANSFER = "internal_transfer"
 FASTER_PAYMENTS = "faster_payments_service"

@@ -27,7 +27,7 @@ from bankrail.db.pool import Connection, Pool
 from bankrail.ledger.movements import REFUND
 from bankrail.merchants.batch_holds import BatchHolds
 from bankrail.merchants.models import AccountFacts
-from bankrail.payouts.models import FailureReason
+from bankrail.rails.lifecycle import FailureReason
 from bankrail.rails.schemes import scheme_for
 from bankrail.refunds.models import RefundablePayment, check_refundable
 from bankrail.security.idempotency import (

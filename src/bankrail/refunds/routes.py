@@ -13,7 +13,7 @@ from bankrail.http.idempotent import idempotency_key, keyed_request
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import answer_response, json_response
 from bankrail.refunds import service
-from bankrail.refunds.acceptance import RefundToAccept
+from bankrail.refunds.acceptance import RefundAcceptance, RefundToAccept
 from bankrail.refunds.schemas import RefundCreated, RefundList, RefundOut, RefundRequest
 
 router = APIRouter(tags=["refunds"])
@@ -35,7 +35,7 @@ async def create_refund(
     key = idempotency_key(request)
     assert key is not None  # the signature requires one
     now = context.clock.now()
-    (status, answer), _ = await context.refund_acceptance.accept(
+    (status, answer), _ = await context.services.get(RefundAcceptance).accept(
         RefundToAccept(
             merchant_id=merchant.merchant_id,
             payment_id=payment_id,

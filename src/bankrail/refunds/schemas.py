@@ -6,8 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from bankrail.merchants.schemas import StrictModel
-from bankrail.payouts.schemas import Amount, Metadata
+from bankrail.http.schema_types import Amount, Metadata, StrictModel
 
 
 class RefundRequest(StrictModel):

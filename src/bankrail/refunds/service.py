@@ -23,8 +23,7 @@ from bankrail.ledger.movements import REFUND, end_hold
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import move
 from bankrail.merchants.service import get_account
-from bankrail.payouts.models import FailureReason, PayoutState, Stage, advance
-from bankrail.payouts.service import state_of
+from bankrail.rails.lifecycle import FailureReason, RailState, Stage, advance, state_of
 from bankrail.rails.schemes import sandbox_outcome
 from bankrail.refunds.acceptance import ADVANCE_JOB
 
@@ -107,7 +106,7 @@ async def advance_refund(
     await move(conn, movement, now)
 
 
-async def _announce(conn: Connection, row: Any, state: PayoutState, now: datetime) -> None:
+async def _announce(conn: Connection, row: Any, state: RailState, now: datetime) -> None:
     body: dict[str, Any] = {
         "refund_id": str(row["id"]),
         "payment_id": str(row["payment_id"]),

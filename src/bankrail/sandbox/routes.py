@@ -16,7 +16,7 @@ from bankrail.http.deps import Context
 from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.http.responses import json_response
-from bankrail.merchants.schemas import StrictModel
+from bankrail.http.schema_types import StrictModel
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 
 router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)

@@ -1,5 +1,5 @@
-"""The payout state machine (bankrail.payouts.models): legal steps, illegal steps, and how each
-stage and failure reason is shown by API v3 and API v1 (docs/api.md)."""
+"""The rails' lifecycle that payouts follow (bankrail.rails.lifecycle): legal steps, illegal
+steps, and how each stage and failure reason is shown by API v3 and API v1 (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bankrail.payouts.models import (
+from bankrail.payouts.models import v1_reason, v1_status
+from bankrail.rails.lifecycle import (
     REJECTIONS,
     TERMINAL,
     FailureReason,
     InvalidTransition,
-    PayoutState,
+    RailState,
     Stage,
     advance,
-    v1_reason,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -31,27 +31,27 @@ ALL_REASONS = list(FailureReason)
 NON_REJECTIONS = [r for r in FailureReason if r not in REJECTIONS]
 
 
-def pending() -> PayoutState:
-    return PayoutState(stage=Stage.PENDING, created_at=T0)
+def pending() -> RailState:
+    return RailState(stage=Stage.PENDING, created_at=T0)
 
 
-def authorized() -> PayoutState:
+def authorized() -> RailState:
     return pending().authorize(T1)
 
 
-def submitted() -> PayoutState:
+def submitted() -> RailState:
     return authorized().submit(T2)
 
 
-def executed() -> PayoutState:
+def executed() -> RailState:
     return submitted().execute(T3)
 
 
-def failed(reason: FailureReason = FailureReason.SCHEME_ERROR) -> PayoutState:
+def failed(reason: FailureReason = FailureReason.SCHEME_ERROR) -> RailState:
     return submitted().fail(T3, reason) if reason not in REJECTIONS else pending().fail(T1, reason)
 
 
-STATES: dict[Stage, Callable[[], PayoutState]] = {
+STATES: dict[Stage, Callable[[], RailState]] = {
     Stage.PENDING: pending,
     Stage.AUTHORIZED: authorized,
     Stage.SUBMITTED: submitted,
@@ -252,7 +252,7 @@ def test_v3_never_shows_submitted() -> None:
     ],
 )
 def test_v1_status_of_live_and_settled_payouts(stage: Stage, expected: str) -> None:
-    assert STATES[stage]().v1_status == expected
+    assert v1_status(STATES[stage]()) == expected
 
 
 @pytest.mark.parametrize(
@@ -266,11 +266,11 @@ def test_v1_status_of_live_and_settled_payouts(stage: Stage, expected: str) -> N
     ],
 )
 def test_v1_status_tells_rejected_from_failed(reason: FailureReason, expected: str) -> None:
-    assert failed(reason).v1_status == expected
+    assert v1_status(failed(reason)) == expected
 
 
 def test_v1_status_of_a_server_error_while_pending_is_failed() -> None:
-    assert pending().fail(T1, FailureReason.SERVER_ERROR).v1_status == "failed"
+    assert v1_status(pending().fail(T1, FailureReason.SERVER_ERROR)) == "failed"
 
 
 @pytest.mark.parametrize(
@@ -317,7 +317,7 @@ def test_advance_takes_every_step_due_at_once_and_moves_the_money() -> None:
 # --- the times of steps: strictly increasing within one payout --------------------------------
 
 
-def stamps(state: PayoutState) -> list[datetime]:
+def stamps(state: RailState) -> list[datetime]:
     """The payout's times, in lifecycle order, of the steps it took."""
     moments = [
         state.created_at,
@@ -406,7 +406,7 @@ def test_a_step_is_never_dated_at_or_before_the_previous_one(step: str) -> None:
 
 @pytest.mark.parametrize("stage", list(Stage))
 def test_every_state_built_from_one_instant_has_strictly_increasing_times(stage: Stage) -> None:
-    state = PayoutState(stage=Stage.PENDING, created_at=T0)
+    state = RailState(stage=Stage.PENDING, created_at=T0)
     path = {
         Stage.PENDING: [],
         Stage.AUTHORIZED: ["authorize"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bankrail.core.powers import SANDBOX, SandboxPowers
-from bankrail.payouts.models import FailureReason
+from bankrail.rails.lifecycle import FailureReason
 from bankrail.rails.schemes import (
     FASTER_PAYMENTS,
     INTERNAL_TRANSFER,

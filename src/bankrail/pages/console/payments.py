@@ -44,7 +44,7 @@ from bankrail.pages.console.data import (
 from bankrail.pages.console.forms import parse_amount, parse_choice, parse_day_or_time, parse_text
 from bankrail.payments.models import PaymentStatus
 from bankrail.refunds import service as refunds_service
-from bankrail.refunds.acceptance import RefundToAccept
+from bankrail.refunds.acceptance import RefundAcceptance, RefundToAccept
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -193,7 +193,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
     body = dumps({"payment": str(payment_uuid), "amount": amount, "reference": reference})
     now = context.clock.now()
     try:
-        _, refund_id = await context.refund_acceptance.accept(
+        _, refund_id = await context.services.get(RefundAcceptance).accept(
             RefundToAccept(
                 merchant_id=merchant_id,
                 payment_id=payment_uuid,

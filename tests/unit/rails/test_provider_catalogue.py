@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from bankrail.core.powers import SANDBOX, SandboxPowers
 from bankrail.core.problems import Conflict
 from bankrail.payments.provider_routes import ProviderSearchRequest
-from bankrail.payments.providers import (
+from bankrail.rails.providers import (
     CATALOGUE,
     Provider,
     find_provider,

@@ -1,5 +1,5 @@
-"""The built-in catalogue of mock providers (docs/api.md), which of them a deployment offers,
-and the rules for choosing one."""
+"""The built-in catalogue of mock providers (docs/api.md): the banks a payer pays through, for a
+payment or a mandate; which of them a deployment offers, and the rules for choosing one."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
 from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import router as payouts_router
-from bankrail.process import open_process
+from bankrail.process import ProcessResources, open_process
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import router as refunds_router
@@ -109,71 +109,12 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     if unsafe:
         raise ValueError("; ".join(unsafe))
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        public_keys, clients, channels = _credential_caches()
-        async with open_process(settings, dsn, channels=channels) as process:
-            async with process.pool.acquire() as conn:
-                access_key, resource_key = await ensure_token_keys(conn)
-                admin_hash, generated = await ensure_admin_token(
-                    conn, settings.admin_token, settings.data_dir
-                )
-            if generated:
-                log.warning(
-                    "generated an operator token; it is in %s", settings.data_dir / "admin-token"
-                )
-            if not settings.sandbox and settings.powers.mock_providers:
-                log.warning(MOCK_PROVIDERS_WARNING)
-            app.state.webhook_key = process.webhook_key
-
-            def render(error: ProblemError) -> bytes:
-                return render_problem_bytes(error, settings.public_url)
-
-            app.state.listener = process.listener
-            context = AppContext(
-                settings=settings,
-                pool=process.pool,
-                clock=process.clock,
-                tokens=TokenIssuer(access_key, resource_key),
-                admin_token_hash=admin_hash,
-                services=Services(
-                    payouts_service.PayoutAcceptance(process.pool, render),
-                    PaymentCreation(process.pool, render),
-                    MandatePaymentCreation(process.pool, render),
-                    RefundAcceptance(process.pool, render),
-                ),
-                idempotent_commit=IdempotentCommit(process.pool, render),
-                public_keys=public_keys,
-                clients=clients,
-                rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
-                token_rate_limits=RateLimiter(
-                    settings.token_rate_limit_per_second, settings.token_rate_limit_burst
-                ),
-                credential_limits=CredentialLimiter(
-                    settings.wrong_credential_limit,
-                    settings.wrong_credential_window_seconds,
-                    now=lambda: process.clock.now().timestamp(),  # the service clock
-                ),
-                verifier=(
-                    VerifierProcesses(settings.verify_processes)
-                    if settings.verify_processes
-                    else None
-                ),
-            )
-            app.state.context = context
-            try:
-                yield
-                await _drain_connections(settings)
-            finally:
-                if context.verifier is not None:
-                    await context.verifier.close()
-
     app = _fastapi(
         settings,
         title="Bankrail",
         version=__version__,
         summary="Payments API v3 and payouts API v1, with a stateful sandbox.",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, dsn),
         # Bankrail reports through Prometheus (/metrics). FastAPI's native OpenTelemetry
         # looks up the global providers on every request even when none is configured,
         # which cost a quarter of a GET's CPU; it is on only when asked for.
@@ -197,6 +138,91 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     )
     app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
     return app
+
+
+def _lifespan(
+    settings: Settings, dsn: str
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The process lifespan: open the pool and listener, ensure the service's keys and
+    operator token, publish the AppContext on app.state; drain and close on the way out."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        public_keys, clients, channels = _credential_caches()
+        async with open_process(settings, dsn, channels=channels) as process:
+            async with process.pool.acquire() as conn:
+                access_key, resource_key = await ensure_token_keys(conn)
+                admin_hash, generated = await ensure_admin_token(
+                    conn, settings.admin_token, settings.data_dir
+                )
+            if generated:
+                log.warning(
+                    "generated an operator token; it is in %s", settings.data_dir / "admin-token"
+                )
+            if not settings.sandbox and settings.powers.mock_providers:
+                log.warning(MOCK_PROVIDERS_WARNING)
+            app.state.webhook_key = process.webhook_key
+            app.state.listener = process.listener
+            context = _app_context(
+                settings,
+                process,
+                TokenIssuer(access_key, resource_key),
+                admin_hash,
+                public_keys,
+                clients,
+            )
+            app.state.context = context
+            try:
+                yield
+                await _drain_connections(settings)
+            finally:
+                if context.verifier is not None:
+                    await context.verifier.close()
+
+    return lifespan
+
+
+def _app_context(
+    settings: Settings,
+    process: ProcessResources,
+    tokens: TokenIssuer,
+    admin_token_hash: bytes,
+    public_keys: PublicKeyCache,
+    clients: ActiveClients,
+) -> AppContext:
+    """The services, limiters and credential caches the request handlers share."""
+
+    def render(error: ProblemError) -> bytes:
+        return render_problem_bytes(error, settings.public_url)
+
+    return AppContext(
+        settings=settings,
+        pool=process.pool,
+        clock=process.clock,
+        tokens=tokens,
+        admin_token_hash=admin_token_hash,
+        services=Services(
+            payouts_service.PayoutAcceptance(process.pool, render),
+            PaymentCreation(process.pool, render),
+            MandatePaymentCreation(process.pool, render),
+            RefundAcceptance(process.pool, render),
+        ),
+        idempotent_commit=IdempotentCommit(process.pool, render),
+        public_keys=public_keys,
+        clients=clients,
+        rate_limits=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+        token_rate_limits=RateLimiter(
+            settings.token_rate_limit_per_second, settings.token_rate_limit_burst
+        ),
+        credential_limits=CredentialLimiter(
+            settings.wrong_credential_limit,
+            settings.wrong_credential_window_seconds,
+            now=lambda: process.clock.now().timestamp(),  # the service clock
+        ),
+        verifier=(
+            VerifierProcesses(settings.verify_processes) if settings.verify_processes else None
+        ),
+    )
 
 
 def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:

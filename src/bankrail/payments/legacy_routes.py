@@ -3,13 +3,15 @@ into the merchant's account plus the start of its authorisation flow."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field, StrictStr
 
+from bankrail.context import AppContext
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, signed_body
@@ -55,6 +57,50 @@ class LegacyDepositRequest(StrictModel):
     auth_flow: LegacyAuthFlow
 
 
+def _payment_request(body: LegacyDepositRequest, account_id: uuid.UUID) -> PaymentRequest:
+    """The v3 payment a legacy deposit stands for, into the merchant's account `account_id`."""
+    selection: dict[str, Any] = {"type": "user_selected"}
+    if body.deposit.provider_id:
+        selection = {"type": "preselected", "provider_id": body.deposit.provider_id}
+        if body.deposit.scheme_id:
+            selection["scheme_id"] = body.deposit.scheme_id
+    return PaymentRequest.model_validate(
+        {
+            "amount_in_minor": body.deposit.amount_in_minor,
+            "currency": body.deposit.currency,
+            "merchant_account_id": str(account_id),
+            "user": {"id": body.user_id},
+            "payment_method": {"type": "bank_transfer", "provider_selection": selection},
+            "metadata": {"deposit_id": body.deposit.deposit_id},
+        }
+    )
+
+
+def _redirect_step(
+    context: AppContext, row: Any, payment_id: uuid.UUID, return_uri: str, now: datetime
+) -> dict[str, Any]:
+    """The deposit's next step for the payer: the authorization flow's, when it is a
+    redirect; otherwise a redirect to the hosted payment page."""
+    action = flow_answer(context, row).get("authorization_flow", {}).get("actions", {})
+    next_step: dict[str, Any] = action.get("next") or {}
+    if next_step.get("type") != "redirect":
+        # A legacy client only follows redirects: send the payer to the hosted page,
+        # which lets them pick a provider (or fill in the embedded form).
+        token = context.tokens.issue_resource_token(payment_id, now, AUTHORIZATION_WINDOW)
+        query = urlencode(
+            {
+                "payment_id": str(payment_id),
+                "resource_token": token,
+                "return_uri": return_uri,
+            }
+        )
+        next_step = {
+            "type": "redirect",
+            "uri": f"{context.settings.public_url}/hpp/payments?{query}",
+        }
+    return next_step
+
+
 @router.post(
     "/v1/users/deposits",
     status_code=201,
@@ -80,21 +126,7 @@ async def legacy_deposit(
         account = await account_in_currency(
             conn, merchant.merchant_id, body.deposit.currency, "deposit.currency"
         )
-        selection: dict[str, Any] = {"type": "user_selected"}
-        if body.deposit.provider_id:
-            selection = {"type": "preselected", "provider_id": body.deposit.provider_id}
-            if body.deposit.scheme_id:
-                selection["scheme_id"] = body.deposit.scheme_id
-        request_v3 = PaymentRequest.model_validate(
-            {
-                "amount_in_minor": body.deposit.amount_in_minor,
-                "currency": body.deposit.currency,
-                "merchant_account_id": str(account.id),
-                "user": {"id": body.user_id},
-                "payment_method": {"type": "bank_transfer", "provider_selection": selection},
-                "metadata": {"deposit_id": body.deposit.deposit_id},
-            }
-        )
+        request_v3 = _payment_request(body, account.id)
         created = await service.create_payment(conn, merchant.merchant_id, request_v3, now)
         row = await service.lock_payment(conn, created["id"])
         row = await service.start_authorization(
@@ -106,20 +138,7 @@ async def legacy_deposit(
             powers=context.settings.powers,
             field="auth_flow.return_uri",
         )
-        action = flow_answer(context, row).get("authorization_flow", {}).get("actions", {})
-        next_step = action.get("next") or {}
-        if next_step.get("type") != "redirect":
-            # A legacy client only follows redirects: send the payer to the hosted page,
-            # which lets them pick a provider (or fill in the embedded form).
-            token = context.tokens.issue_resource_token(created["id"], now, AUTHORIZATION_WINDOW)
-            query = urlencode(
-                {
-                    "payment_id": str(created["id"]),
-                    "resource_token": token,
-                    "return_uri": body.auth_flow.return_uri,
-                }
-            )
-            next_step = {"type": "redirect", "uri": f"{public_url}/hpp/payments?{query}"}
+        next_step = _redirect_step(context, row, created["id"], body.auth_flow.return_uri, now)
         return 201, {
             "result": {
                 "deposit_id": body.deposit.deposit_id,

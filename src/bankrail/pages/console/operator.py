@@ -44,6 +44,7 @@ from bankrail.pages.console.forms import (
 from bankrail.pages.console.session import SESSION_TTL, set_session_cookie
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 from bankrail.rails.screening import replace_screening_list, screening_list
+from bankrail.security.idempotency import KeyedRequest
 from bankrail.security.idempotent_commit import IdempotentWork
 
 router = APIRouter(prefix="/operator", route_class=ConsoleRoute)
@@ -185,6 +186,52 @@ def _require_sandbox(request: Request) -> None:
         raise PageError(404, "The sandbox controls exist only in sandbox mode.")
 
 
+def _incoming_transfer(
+    values: dict[str, str], account: MerchantAccount
+) -> tuple[IncomingTransfer | None, Errors]:
+    """The simulated transfer the form describes into `account`, or None and the form's
+    errors."""
+    errors: Errors = {}
+    amount = attempt(errors, parse_amount, values["amount"], "amount", account.currency)
+    remitter = attempt(
+        errors, parse_text, values["remitter_name"], "remitter_name", required=True, max_length=140
+    )
+    reference = attempt(
+        errors, parse_text, values["reference"], "reference", required=False, max_length=140
+    )
+    if errors or amount is None or remitter is None:
+        return None, errors
+    transfer = IncomingTransfer(
+        amount_in_minor=amount,
+        currency=account.currency,
+        remitter_name=remitter,
+        reference=reference or "",
+        iban=account.identifiers.iban,
+    )
+    return transfer, errors
+
+
+def _transfer_key(
+    request: Request, raw_key: str, account: MerchantAccount, transfer: IncomingTransfer
+) -> KeyedRequest | None:
+    """The transfer under the form's one-time key (None when the form sent none)."""
+    key = raw_key.strip()[:200]
+    body = dumps(
+        {
+            "account": str(account.id),
+            "amount": transfer.amount_in_minor,
+            "remitter": transfer.remitter_name,
+            "reference": transfer.reference,
+        }
+    )
+    keyed = None
+    if key:
+        keyed = keyed_request(
+            app_context(request), request, scope="console:sandbox-bank-transfer", key=key, body=body
+        )
+    return keyed
+
+
 @router.post("/sandbox/bank-transfer")
 async def sandbox_bank_transfer(request: Request) -> Response:
     """Simulate an incoming bank transfer to an account (credited at once). The form's
@@ -201,25 +248,11 @@ async def sandbox_bank_transfer(request: Request) -> Response:
     }
     async with context.pool.acquire() as conn:
         account = await _account_in_scope(conn, viewer, values["account_id"], "account_id")
-    errors: Errors = {}
-    amount = attempt(errors, parse_amount, values["amount"], "amount", account.currency)
-    remitter = attempt(
-        errors, parse_text, values["remitter_name"], "remitter_name", required=True, max_length=140
-    )
-    reference = attempt(
-        errors, parse_text, values["reference"], "reference", required=False, max_length=140
-    )
-    if errors or amount is None or remitter is None:
+    transfer, errors = _incoming_transfer(values, account)
+    if transfer is None:
         return await _panel(
             request, viewer, 400, errors={"transfer": errors}, values={"transfer": values}
         )
-    transfer = IncomingTransfer(
-        amount_in_minor=amount,
-        currency=account.currency,
-        remitter_name=remitter,
-        reference=reference or "",
-        iban=account.identifiers.iban,
-    )
     ran = False
 
     async def handler(conn: Connection) -> tuple[int, bytes]:
@@ -228,20 +261,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
         transfer_id, _ = await receive_transfer(conn, transfer, context.clock.now())
         return 201, dumps({"id": str(transfer_id)})
 
-    key = text(form, "idempotency_key").strip()[:200]
-    body = dumps(
-        {
-            "account": str(account.id),
-            "amount": amount,
-            "remitter": remitter,
-            "reference": reference or "",
-        }
-    )
-    keyed = None
-    if key:
-        keyed = keyed_request(
-            context, request, scope="console:sandbox-bank-transfer", key=key, body=body
-        )
+    keyed = _transfer_key(request, text(form, "idempotency_key"), account, transfer)
     try:
         status, answer = await context.idempotent_commit.run(
             IdempotentWork(keyed, handler, context.clock.now())
@@ -254,7 +274,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
     if status >= 400:
         problem: dict[str, Any] = loads(answer)
         raise PageError(status, str(problem.get("detail", "The transfer was refused.")))
-    credited = format_amount(amount, account.currency)
+    credited = format_amount(transfer.amount_in_minor, account.currency)
     if ran:
         message = (
             f"Received {credited} into the {account.currency} account {account.identifiers.iban}."

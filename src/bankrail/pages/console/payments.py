@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters
@@ -162,6 +163,32 @@ async def payment_detail(request: Request, payment_id: str) -> Response:
     return await _payment_page(request, viewer, object_id(payment_id, "payment"))
 
 
+def _refund_form(values: dict[str, str], currency: str) -> tuple[int | None, str | None, Errors]:
+    """The refund form's amount (in `currency`) and reference, and its errors."""
+    errors: Errors = {}
+    amount = attempt(errors, parse_amount, values["amount"], "amount", currency)
+    reference = attempt(
+        errors,
+        parse_text,
+        values["reference"],
+        "reference",
+        required=True,
+        max_length=MAX_REFUND_REFERENCE,
+    )
+    return amount, reference, errors
+
+
+async def _over_refund(
+    context: AppContext, payment_id: uuid.UUID, viewer: Viewer, currency: str
+) -> Errors:
+    """The form's error when its amount is more than what is left to refund of the payment."""
+    async with context.pool.acquire() as conn:
+        current = await get_payment(conn, payment_id, viewer.merchant_id)
+    assert current is not None
+    left = format_amount(current["amount_in_minor"] - current["refunded_amount_in_minor"], currency)
+    return {"amount": [f"must be at most {left}, what is left to refund of this payment"]}
+
+
 @router.post("/payments/{payment_id}/refunds")
 async def refund_payment(request: Request, payment_id: str) -> Response:
     """Refund part or all of a settled payment (the refund use case of the API). The form's
@@ -176,16 +203,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
         raise not_found("payment")
     currency = payment["currency"]
     values = {"amount": text(form, "amount"), "reference": text(form, "reference")}
-    errors: Errors = {}
-    amount = attempt(errors, parse_amount, values["amount"], "amount", currency)
-    reference = attempt(
-        errors,
-        parse_text,
-        values["reference"],
-        "reference",
-        required=True,
-        max_length=MAX_REFUND_REFERENCE,
-    )
+    amount, reference, errors = _refund_form(values, currency)
     if errors or amount is None or reference is None:
         return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
     merchant_id: uuid.UUID = payment["merchant_id"]
@@ -213,13 +231,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
         errors = {"status": [exc.detail]}
         return await _payment_page(request, viewer, payment_uuid, 409, errors=errors, values=values)
     except InvalidParameters:
-        async with context.pool.acquire() as conn:
-            current = await get_payment(conn, payment_uuid, viewer.merchant_id)
-        assert current is not None
-        left = format_amount(
-            current["amount_in_minor"] - current["refunded_amount_in_minor"], currency
-        )
-        errors = {"amount": [f"must be at most {left}, what is left to refund of this payment"]}
+        errors = await _over_refund(context, payment_uuid, viewer, currency)
         return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
     refunded = format_amount(amount, currency)
     if refund_id is not None:

@@ -317,6 +317,26 @@ def trigger(
     if list_events:
         _list_events(as_json)
         return
+    event, server, token = _trigger_options(event, url, admin_token, data_dir)
+    try:
+        triggers.check_reachable(server)
+        merchant = merchant_id or triggers.default_merchant_id(server, token, data_dir)
+        made = triggers.trigger(
+            event, url=server, admin_token=token, merchant_id=merchant, timeout=timeout
+        )
+    except triggers.TriggerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
+
+
+def _trigger_options(
+    event: str | None, url: str | None, admin_token: str | None, data_dir: Path
+) -> tuple[str, str, str]:
+    """The event, server URL and operator token `trigger` runs with, the last two from the
+    data directory when not given; exits with 2 when one is missing or the event unknown."""
+    from bankrail.sandbox import trigger as triggers
+
     if event is None:
         typer.echo("error: name an event (bankrail trigger --list names them)", err=True)
         raise typer.Exit(2)
@@ -332,16 +352,7 @@ def trigger(
             "error: no operator token: give --admin-token or set BANKRAIL_ADMIN_TOKEN", err=True
         )
         raise typer.Exit(2)
-    try:
-        triggers.check_reachable(server)
-        merchant = merchant_id or triggers.default_merchant_id(server, token, data_dir)
-        made = triggers.trigger(
-            event, url=server, admin_token=token, merchant_id=merchant, timeout=timeout
-        )
-    except triggers.TriggerError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
+    return event, server, token
 
 
 def _list_events(as_json: bool) -> None:

@@ -11,7 +11,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field, StrictStr
 
-from bankrail.context import AppContext
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.http.auth import Merchant, signed_body
@@ -77,7 +76,7 @@ def _payment_request(body: LegacyDepositRequest, account_id: uuid.UUID) -> Payme
 
 
 def _redirect_step(
-    context: AppContext, row: Any, payment_id: uuid.UUID, return_uri: str, now: datetime
+    context: Context, row: Any, payment_id: uuid.UUID, return_uri: str, now: datetime
 ) -> dict[str, Any]:
     """The deposit's next step for the payer: the authorization flow's, when it is a
     redirect; otherwise a redirect to the hosted payment page."""

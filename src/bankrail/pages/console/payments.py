@@ -11,11 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.money import format_amount
 from bankrail.core.problems import Conflict, InvalidParameters
-from bankrail.db.pool import Connection
+from bankrail.db.pool import Connection, Pool
 from bankrail.http.auth import require_payments_audience
 from bankrail.http.idempotent import keyed_request
 from bankrail.pages.console.core import (
@@ -178,11 +177,9 @@ def _refund_form(values: dict[str, str], currency: str) -> tuple[int | None, str
     return amount, reference, errors
 
 
-async def _over_refund(
-    context: AppContext, payment_id: uuid.UUID, viewer: Viewer, currency: str
-) -> Errors:
+async def _over_refund(pool: Pool, payment_id: uuid.UUID, viewer: Viewer, currency: str) -> Errors:
     """The form's error when its amount is more than what is left to refund of the payment."""
-    async with context.pool.acquire() as conn:
+    async with pool.acquire() as conn:
         current = await get_payment(conn, payment_id, viewer.merchant_id)
     assert current is not None
     left = format_amount(current["amount_in_minor"] - current["refunded_amount_in_minor"], currency)
@@ -231,7 +228,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
         errors = {"status": [exc.detail]}
         return await _payment_page(request, viewer, payment_uuid, 409, errors=errors, values=values)
     except InvalidParameters:
-        errors = await _over_refund(context, payment_uuid, viewer, currency)
+        errors = await _over_refund(context.pool, payment_uuid, viewer, currency)
         return await _payment_page(request, viewer, payment_uuid, 400, errors=errors, values=values)
     refunded = format_amount(amount, currency)
     if refund_id is not None:

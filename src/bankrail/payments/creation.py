@@ -92,15 +92,12 @@ class Account:
     currency: str
 
 
-def plan_payment(
-    request: PaymentRequest, merchant_id: uuid.UUID, account: Account | None, now: datetime
-) -> NewPayment:
-    """The payment a request creates into `account` (None: not the merchant's, or none);
-    404 or 400 naming the field when the request cannot be accepted."""
-    if account is None:
-        raise NotFound(f"Merchant account {request.account_id} not found.")
-    if request.currency != account.currency:
-        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
+def _provider_and_scheme(
+    request: PaymentRequest, currency: str
+) -> tuple[str, str | None, str | None]:
+    """The request's provider selection type, provider and scheme (the preselected provider's
+    preferred scheme when none is named), in `currency`; 400 naming the field when they do
+    not go together."""
     selection = request.payment_method.provider_selection
     selection_type = selection.type if selection else "user_selected"
     provider_id = selection.provider_id if selection else None
@@ -121,15 +118,15 @@ def plan_payment(
             raise invalid_field(
                 f"{field_name}.provider_id", "required when the type is preselected"
             )
-        provider = check_provider(provider_id, scheme_id, account.currency, f"{field_name}.")
+        provider = check_provider(provider_id, scheme_id, currency, f"{field_name}.")
         scheme_id = scheme_id or provider.schemes[0]  # the provider's preferred scheme
     elif scheme_id is not None and not any(
         scheme_id in p.schemes
-        for p in search(CATALOGUE, currencies=[account.currency], release_channel="alpha")
+        for p in search(CATALOGUE, currencies=[currency], release_channel="alpha")
     ):
         raise invalid_field(
             "payment_method.scheme_selection.scheme_id",
-            f"no provider offers {scheme_id} for {account.currency}",
+            f"no provider offers {scheme_id} for {currency}",
         )
     elif provider_id is not None:
         raise invalid_field(
@@ -139,6 +136,20 @@ def plan_payment(
         raise invalid_field(
             f"{field_name}.scheme_id", "may be given only when the type is preselected"
         )
+    return selection_type, provider_id, scheme_id
+
+
+def plan_payment(
+    request: PaymentRequest, merchant_id: uuid.UUID, account: Account | None, now: datetime
+) -> NewPayment:
+    """The payment a request creates into `account` (None: not the merchant's, or none);
+    404 or 400 naming the field when the request cannot be accepted."""
+    if account is None:
+        raise NotFound(f"Merchant account {request.account_id} not found.")
+    if request.currency != account.currency:
+        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
+    selection = request.payment_method.provider_selection
+    selection_type, provider_id, scheme_id = _provider_and_scheme(request, account.currency)
     user = request.user.model_dump(exclude_none=True) if request.user else {}
     user_id = user.pop("id", None) or str(uuid.uuid4())
     return NewPayment(

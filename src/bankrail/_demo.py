@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bankrail.config import Settings
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+
+    from bankrail.db.pool import Connection
+    from bankrail.merchants.models import MerchantAccount
 
 __all__ = ["DEMO_CREDENTIALS", "DEMO_KEY", "create_demo", "describe"]
 
@@ -44,36 +51,21 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
                 demo: dict[str, Any] = json.loads(saved.read_text())
                 if await service.merchant_exists(conn, uuid.UUID(demo["merchant_id"])):
                     return demo
-            from datetime import UTC, datetime
-
-            now = datetime.now(UTC)
-            async with conn.transaction():
-                merchant_id = await service.create_merchant(conn, "Demo Merchant", now)
-                client_id, secret = await service.create_client(
-                    conn, merchant_id, ["payments"], now
-                )
-                key = signing.generate_private_key()
-                kid = await service.register_signing_key(
-                    conn, merchant_id, signing.public_key_pem(key.public_key()), None, now
-                )
-                accounts = [
-                    await service.create_merchant_account(conn, merchant_id, c, None, now)
-                    for c in ("GBP", "EUR")
-                ]
+            made = await _create_demo_merchant(conn)
     finally:
         await pool.close()
     key_path = settings.data_dir / DEMO_KEY
-    write_secret_file(key_path, signing.private_key_pem(key))
+    write_secret_file(key_path, signing.private_key_pem(made.key))
     admin_file = settings.data_dir / ADMIN_TOKEN_FILE
     admin_token = settings.admin_token or (
         admin_file.read_text().strip() if admin_file.exists() else generated
     )
     demo = {
         "base_url": settings.public_url,
-        "merchant_id": str(merchant_id),
-        "client_id": client_id,
-        "client_secret": secret,
-        "signing_key_id": kid,
+        "merchant_id": str(made.merchant_id),
+        "client_id": made.client_id,
+        "client_secret": made.secret,
+        "signing_key_id": made.kid,
         "private_key_path": str(key_path.resolve()),
         "admin_token": admin_token,
         "merchant_accounts": [
@@ -82,11 +74,47 @@ async def _stored_or_new_demo(settings: Settings, dsn: str, force: bool) -> dict
                 "currency": a.currency,
                 "account_identifiers": a.identifiers.as_list(),
             }
-            for a in accounts
+            for a in made.accounts
         ],
     }
     write_secret_file(saved, json.dumps(demo, indent=2) + "\n")
     return demo
+
+
+@dataclass(frozen=True)
+class _DemoMerchant:
+    """What creating the demo merchant made: its client credentials, signing key pair (the
+    private key, and the id its public key is registered under) and accounts."""
+
+    merchant_id: uuid.UUID
+    client_id: str
+    secret: str
+    key: EllipticCurvePrivateKey
+    kid: str
+    accounts: list[MerchantAccount]
+
+
+async def _create_demo_merchant(conn: Connection) -> _DemoMerchant:
+    """A new demo merchant with a client, a signing key and GBP and EUR accounts, in one
+    transaction."""
+    from datetime import UTC, datetime
+
+    from bankrail.merchants import service
+    from bankrail.security import signing
+
+    now = datetime.now(UTC)
+    async with conn.transaction():
+        merchant_id = await service.create_merchant(conn, "Demo Merchant", now)
+        client_id, secret = await service.create_client(conn, merchant_id, ["payments"], now)
+        key = signing.generate_private_key()
+        kid = await service.register_signing_key(
+            conn, merchant_id, signing.public_key_pem(key.public_key()), None, now
+        )
+        accounts = [
+            await service.create_merchant_account(conn, merchant_id, c, None, now)
+            for c in ("GBP", "EUR")
+        ]
+    return _DemoMerchant(merchant_id, client_id, secret, key, kid, accounts)
 
 
 def describe(demo: dict[str, Any]) -> str:

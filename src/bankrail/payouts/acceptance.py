@@ -36,6 +36,7 @@ from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import is_listed, name_skeleton
 from bankrail.security.idempotency import (
     AnswersToStore,
+    KeyedRequest,
     Outcome,
     ProblemRenderer,
     claim_in_batch,
@@ -62,6 +63,30 @@ class Keyed:
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
     signature: bytes | None = None
+
+    @classmethod
+    def under(
+        cls,
+        request: PayoutRequest,
+        keyed: KeyedRequest,
+        *,
+        answer: dict[str, Any] | None = None,
+        reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
+        store_client_errors: bool = True,
+    ) -> Keyed:
+        """The payout `request` under the key, fingerprint, validity and signature of
+        `keyed` (`http.idempotent.keyed_request`)."""
+        return cls(
+            request,
+            scope=keyed.scope,
+            key=keyed.key,
+            fingerprint=keyed.fingerprint,
+            ttl=keyed.ttl,
+            answer=answer,
+            reuse_problem=reuse_problem,
+            store_client_errors=store_client_errors,
+            signature=keyed.signature,
+        )
 
 
 def _read_item(keyed: Keyed) -> dict[str, Any]:

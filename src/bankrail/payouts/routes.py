@@ -13,9 +13,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
-from bankrail.http.auth import Merchant, SignedBody, accepted_signature, signed_body
+from bankrail.http.auth import Merchant, SignedBody, signed_body
 from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key
+from bankrail.http.idempotent import idempotency_key, keyed_request
 from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import answer_response, json_response
@@ -32,7 +32,6 @@ from bankrail.payouts.schemas import (
     V1TransactionList,
     V3PayoutRequest,
 )
-from bankrail.security.idempotency import fingerprint
 
 router = APIRouter()
 
@@ -100,13 +99,11 @@ async def create_v3_payout(
         now=context.clock.now(),
     )
     status, answer = await context.services.get(service.PayoutAcceptance).accept(
-        service.Keyed(
+        service.Keyed.under(
             payout,
-            scope=f"v3:{merchant.merchant_id}",
-            key=idempotency_key,
-            fingerprint=fingerprint(request.method, request.url.path, raw),
-            ttl=timedelta(seconds=context.settings.idempotency_ttl_seconds),
-            signature=accepted_signature(request),
+            keyed_request(
+                context, request, scope=f"v3:{merchant.merchant_id}", key=idempotency_key, body=raw
+            ),
         )
     )
     return answer_response(status, answer)
@@ -153,6 +150,39 @@ async def list_v3_payouts(
     return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
 
 
+def _v1_payout_request(
+    body: V1PayoutRequest, context: Context, merchant: Merchant
+) -> PayoutRequest:
+    """The payout a v1 request asks for, to the IBAN it names (or the problem with that
+    IBAN, which the acceptance answers)."""
+    field = "beneficiary_iban"
+    try:
+        identifiers: AccountIdentifiers | ProblemError = service.iban_identifiers(
+            body.beneficiary_iban, field
+        )
+    except ProblemError as problem:
+        identifiers = problem
+    return PayoutRequest(
+        api="v1",
+        merchant_id=merchant.merchant_id,
+        account_id=None,
+        currency=body.currency,
+        amount=body.amount_in_minor,
+        beneficiary={
+            "type": "external_account",
+            "account_holder_name": body.beneficiary_name,
+            "reference": body.beneficiary_reference,
+            "account_identifier": {"type": "iban", "iban": body.beneficiary_iban},
+        },
+        identifiers=identifiers,
+        field=field,
+        reference=body.beneficiary_reference,
+        transaction_id=uuid.UUID(body.transaction_id),
+        context_code=body.context_code,
+        now=context.clock.now(),
+    )
+
+
 @router.post(
     "/v1/payouts",
     status_code=202,
@@ -174,47 +204,25 @@ async def create_v1_payout(
     accepted and then rejected by a `payout_rejected` event.
     """
     del raw  # verified by the dependency
-    field = "beneficiary_iban"
-    try:
-        identifiers: AccountIdentifiers | ProblemError = service.iban_identifiers(
-            body.beneficiary_iban, field
-        )
-    except ProblemError as problem:
-        identifiers = problem
-    payout = PayoutRequest(
-        api="v1",
-        merchant_id=merchant.merchant_id,
-        account_id=None,
-        currency=body.currency,
-        amount=body.amount_in_minor,
-        beneficiary={
-            "type": "external_account",
-            "account_holder_name": body.beneficiary_name,
-            "reference": body.beneficiary_reference,
-            "account_identifier": {"type": "iban", "iban": body.beneficiary_iban},
-        },
-        identifiers=identifiers,
-        field=field,
-        reference=body.beneficiary_reference,
-        transaction_id=uuid.UUID(body.transaction_id),
-        context_code=body.context_code,
-        now=context.clock.now(),
-    )
+    payout = _v1_payout_request(body, context, merchant)
     fields = {**body.model_dump(), "transaction_id": body.transaction_id.lower()}
     canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     status, answer = await context.services.get(service.PayoutAcceptance).accept(
-        service.Keyed(
+        service.Keyed.under(
             payout,
-            scope=f"v1:{merchant.merchant_id}",
-            key=body.transaction_id.lower(),
-            fingerprint=fingerprint(request.method, request.url.path, canonical),
-            ttl=V1_IDEMPOTENCY_TTL,
+            keyed_request(
+                context,
+                request,
+                scope=f"v1:{merchant.merchant_id}",
+                key=body.transaction_id.lower(),
+                body=canonical,
+                ttl=V1_IDEMPOTENCY_TTL,
+            ),
             answer={"transaction_id": body.transaction_id},
             reuse_problem=CONFLICT,
             # A transaction_id is taken only by a payout that was created: a request refused
             # with 400 may be corrected and sent again under the same id.
             store_client_errors=False,
-            signature=accepted_signature(request),
         )
     )
     return answer_response(status, answer)

@@ -248,65 +248,68 @@ def validation_problem(request: Request, exc: RequestValidationError) -> Respons
     )
 
 
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        exc.problem,
+        exc.detail,
+        _public_url(request),
+        errors=exc.errors,
+        headers=dict(exc.headers),
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    problem = problem_type_for_status(exc.status_code)
+    detail = exc.detail if isinstance(exc.detail, str) else problem.title
+    if exc.status_code == 404:
+        detail = f"No route matches {request.method} {request.url.path}."
+    elif exc.status_code == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}."
+    if problem.status != exc.status_code:  # an uncatalogued status keeps its own code
+        problem = ProblemType(problem.anchor, exc.status_code, problem.title, "")
+    headers = dict(exc.headers) if exc.headers else None
+    return problem_response(problem, detail, _public_url(request), headers=headers)
+
+
+async def _on_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return validation_problem(request, exc)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,
+    # answers route errors itself (503 for a database outage, 500 otherwise).
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request))
+
+
+async def _on_overflow(request: Request, exc: Exception) -> Response:
+    return problem_response(
+        INVALID_PARAMETERS,
+        "The amount would take a balance beyond the largest amount the service holds "
+        f"({2**63 - 1} minor units).",
+        _public_url(request),
+        errors={"amount_in_minor": ["too large for the account's balance"]},
+    )
+
+
+async def _on_unstorable_text(request: Request, exc: Exception) -> Response:
+    # PostgreSQL cannot store U+0000 in text or jsonb; no field of the API needs it.
+    return problem_response(
+        INVALID_PARAMETERS,
+        "Text fields must not contain the NUL character (U+0000).",
+        _public_url(request),
+    )
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Register handlers so that every error, framework-made or ours, is problem+json."""
-
-    async def on_problem(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ProblemError)
-        return problem_response(
-            exc.problem,
-            exc.detail,
-            _public_url(request),
-            errors=exc.errors,
-            headers=dict(exc.headers),
-        )
-
-    async def on_http(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        problem = problem_type_for_status(exc.status_code)
-        detail = exc.detail if isinstance(exc.detail, str) else problem.title
-        if exc.status_code == 404:
-            detail = f"No route matches {request.method} {request.url.path}."
-        elif exc.status_code == 405:
-            detail = f"{request.method} is not allowed on {request.url.path}."
-        if problem.status != exc.status_code:  # an uncatalogued status keeps its own code
-            problem = ProblemType(problem.anchor, exc.status_code, problem.title, "")
-        headers = dict(exc.headers) if exc.headers else None
-        return problem_response(problem, detail, _public_url(request), headers=headers)
-
-    async def on_validation(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        return validation_problem(request, exc)
-
-    async def on_unexpected(request: Request, exc: Exception) -> Response:
-        # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,
-        # answers route errors itself (503 for a database outage, 500 otherwise).
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(
-            UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request)
-        )
-
-    async def on_overflow(request: Request, exc: Exception) -> Response:
-        return problem_response(
-            INVALID_PARAMETERS,
-            "The amount would take a balance beyond the largest amount the service holds "
-            f"({2**63 - 1} minor units).",
-            _public_url(request),
-            errors={"amount_in_minor": ["too large for the account's balance"]},
-        )
-
-    async def on_unstorable_text(request: Request, exc: Exception) -> Response:
-        # PostgreSQL cannot store U+0000 in text or jsonb; no field of the API needs it.
-        return problem_response(
-            INVALID_PARAMETERS,
-            "Text fields must not contain the NUL character (U+0000).",
-            _public_url(request),
-        )
-
-    app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, on_unstorable_text)
-    app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, on_unstorable_text)
-    app.add_exception_handler(ProblemError, on_problem)
-    app.add_exception_handler(BalanceOverflow, on_overflow)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(Exception, on_unexpected)
+    app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, _on_unstorable_text)
+    app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, _on_unstorable_text)
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(BalanceOverflow, _on_overflow)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -68,6 +68,21 @@ def retentions(settings: Settings) -> list[Retention]:
     ]
 
 
+def _delivery_worker(
+    settings: Settings, process: ProcessResources, *, on_settled: Callable[[], None]
+) -> DeliveryWorker:
+    """The webhook deliveries of the process; `on_settled` is called as each attempt ends."""
+    return DeliveryWorker(
+        process.pool,
+        process.clock,
+        process.webhook_key,
+        settings.public_url,
+        per_destination=settings.webhook_destination_concurrency,
+        on_settled=on_settled,
+        public_destinations_only=not settings.sandbox,
+    )
+
+
 async def run_worker(
     settings: Settings,
     dsn: str,
@@ -92,15 +107,7 @@ async def run_worker(
     async with open_process(settings, dsn, channels=channels, on_clock=wake_all) as process:
         queue = JobQueue(process.pool, process.clock)
         register_jobs(queue, settings.powers)
-        deliveries = DeliveryWorker(
-            process.pool,
-            process.clock,
-            process.webhook_key,
-            settings.public_url,
-            per_destination=settings.webhook_destination_concurrency,
-            on_settled=waker("webhooks"),
-            public_destinations_only=not settings.sandbox,
-        )
+        deliveries = _delivery_worker(settings, process, on_settled=waker("webhooks"))
         pruner = Pruner(
             process.pool,
             process.clock,

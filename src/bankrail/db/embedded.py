@@ -50,6 +50,43 @@ PG_PORT = 5432
 _SOCKET_PATH_LIMIT = 90  # sun_path is 108 bytes; leave room for ".s.PGSQL.5432.lock"
 
 
+def _postgres_command(pgdata: Path, socket_dir: Path) -> list[str]:
+    """The command line of the embedded server on `pgdata`, listening on a Unix socket in
+    `socket_dir` only, durable on every commit."""
+    return [
+        str(bin_dir() / "postgres"),
+        "-D",
+        str(pgdata),
+        "-k",
+        str(socket_dir),
+        "-h",
+        "",
+        "-p",
+        str(PG_PORT),
+        "-c",
+        "max_connections=300",
+        "-c",
+        "shared_buffers=128MB",
+        "-c",
+        "fsync=on",
+        "-c",
+        "synchronous_commit=on",
+        # A new 16 MB WAL segment is otherwise filled with zeroes while every commit
+        # waits: 12 ms on an idle machine here, 40-60 ms under load, once every ~2,000
+        # payouts until checkpoints recycle old segments. Not zeroing leaves each commit
+        # as durable (fdatasync still flushes the blocks it allocates); see
+        # docs/performance.md, "Settings measured here".
+        "-c",
+        "wal_init_zero=off",
+        "-c",
+        "listen_addresses=",
+        # Only the owner of the socket (and root) may connect to it; its directory is
+        # 0700 as well (_prepare_socket_dir).
+        "-c",
+        "unix_socket_permissions=0700",
+    ]
+
+
 class EmbeddedPostgres:
     """Start, join and stop the PostgreSQL server kept in `data_dir/pgdata`."""
 
@@ -263,38 +300,7 @@ class EmbeddedPostgres:
         self._give_to_pg_user(self.pgdata)
         log_file = self.log_path.open("ab")
         self._give_to_pg_user_file(self.log_path)
-        command = [
-            str(bin_dir() / "postgres"),
-            "-D",
-            str(self.pgdata),
-            "-k",
-            str(socket_dir),
-            "-h",
-            "",
-            "-p",
-            str(PG_PORT),
-            "-c",
-            "max_connections=300",
-            "-c",
-            "shared_buffers=128MB",
-            "-c",
-            "fsync=on",
-            "-c",
-            "synchronous_commit=on",
-            # A new 16 MB WAL segment is otherwise filled with zeroes while every commit
-            # waits: 12 ms on an idle machine here, 40-60 ms under load, once every ~2,000
-            # payouts until checkpoints recycle old segments. Not zeroing leaves each commit
-            # as durable (fdatasync still flushes the blocks it allocates); see
-            # docs/performance.md, "Settings measured here".
-            "-c",
-            "wal_init_zero=off",
-            "-c",
-            "listen_addresses=",
-            # Only the owner of the socket (and root) may connect to it; its directory is
-            # 0700 as well (_prepare_socket_dir).
-            "-c",
-            "unix_socket_permissions=0700",
-        ]
+        command = _postgres_command(self.pgdata, socket_dir)
         self._process = subprocess.Popen(
             command,
             stdout=log_file,

@@ -75,6 +75,7 @@ class ServiceMiddleware:
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
 
+    # Long on purpose: the hot path of every request; helpers would add calls to each one.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)

@@ -41,6 +41,7 @@ _COLUMNS = (
 )
 
 
+# Long on purpose: one job step's effects in the order they must happen, in one transaction.
 async def advance_refund(
     conn: Connection, payload: dict[str, Any], now: datetime, *, powers: SandboxPowers
 ) -> None:

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "cli",
                 "_serve",
                 "_demo",
+                "_shell",
                 "logs",
                 "app",
                 "worker",

@@ -158,6 +158,10 @@ ROUTES = [
     Route("DELETE", "/admin/merchants/{merchant_id}/signing-keys/{kid}", Caller.OPERATOR),
     Route("DELETE", "/admin/merchants/{merchant_id}/clients/{client_id}", Caller.OPERATOR),
     Route("POST", "/admin/merchants/{merchant_id}/console-users", Caller.OPERATOR),
+    # On the server of their own, in this order: reset, close, then remove its merchant.
+    Route("POST", "/sandbox/merchants/{merchant_id}/reset", Caller.OPERATOR, own_server=True),
+    Route("POST", "/admin/merchants/{merchant_id}/close", Caller.OPERATOR, own_server=True),
+    Route("DELETE", "/admin/merchants/{merchant_id}", Caller.OPERATOR, own_server=True),
     Route("PUT", "/admin/merchants/{merchant_id}/webhooks", Caller.OPERATOR),
     Route("PUT", "/admin/merchants/{merchant_id}/return-uris", Caller.OPERATOR),
     Route("POST", "/admin/merchants/{merchant_id}/merchant-accounts", Caller.OPERATOR),

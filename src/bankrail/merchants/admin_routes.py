@@ -17,11 +17,12 @@ from bankrail.http.auth import MANDATE_SCOPES, PAYMENTS_SCOPE, Admin
 from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_ADMIN
 from bankrail.http.responses import json_response
-from bankrail.merchants import console_users, return_uris, service
+from bankrail.merchants import closing, console_users, return_uris, service
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
     BalanceThreshold,
     ClientCredentials,
+    ClosedMerchantOut,
     ConsoleUserOut,
     MerchantAccountOut,
     MerchantOut,
@@ -46,6 +47,33 @@ async def create_merchant(body: NewMerchant, context: Context, _: Admin) -> Resp
     async with context.pool.acquire() as conn:
         merchant_id = await service.create_merchant(conn, body.name, context.clock.now())
     return json_response(201, {"id": str(merchant_id), "name": body.name})
+
+
+@router.delete("/merchants/{merchant_id}", status_code=204)
+async def delete_merchant(merchant_id: uuid.UUID, context: Context, _: Admin) -> Response:
+    """Remove a merchant entirely: its objects, webhook deliveries, accounts, clients, keys
+    and console users (the ledger keeps its balanced history). In production mode this is
+    refused (409) while the merchant has ledger history: close it instead."""
+    async with context.pool.acquire() as conn:
+        await closing.delete_merchant(
+            conn, merchant_id, context.clock.now(), sandbox=context.settings.sandbox
+        )
+    context.forget_credentials()
+    return Response(status_code=204)
+
+
+@router.post("/merchants/{merchant_id}/close", response_model=ClosedMerchantOut)
+async def close_merchant(merchant_id: uuid.UUID, context: Context, _: Admin) -> Response:
+    """Close a merchant, keeping its history: its API clients and signing keys are revoked
+    and its console users disabled (at once on this host, within a second on every other),
+    and no new ones can be made for it. Closing again answers the same."""
+    async with context.pool.acquire() as conn:
+        closed_at = await closing.close_merchant(conn, merchant_id, context.clock.now())
+        name = await service.merchant_name(conn, merchant_id)
+    context.forget_credentials()
+    return json_response(
+        200, {"id": str(merchant_id), "name": name, "closed_at": iso_utc(closed_at)}
+    )
 
 
 @router.post("/merchants/{merchant_id}/clients", status_code=201, response_model=ClientCredentials)

@@ -95,6 +95,14 @@ class MerchantOut(BaseModel):
     name: str
 
 
+class ClosedMerchantOut(BaseModel):
+    """A closed merchant: its clients and keys revoked, its console users disabled."""
+
+    id: str
+    name: str
+    closed_at: str
+
+
 class NewClient(StrictModel):
     """`POST /admin/merchants/{id}/clients`."""
 

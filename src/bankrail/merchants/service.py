@@ -86,16 +86,21 @@ async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str | None:
     return str(name) if name is not None else None
 
 
-async def _require_merchant(conn: Connection, merchant_id: uuid.UUID) -> None:
-    if not await merchant_exists(conn, merchant_id):
+async def require_open_merchant(conn: Connection, merchant_id: uuid.UUID) -> None:
+    """Nothing when the merchant exists and is not closed; else 404, or 409 when it was
+    closed (a closed merchant gets no new clients, keys or console users)."""
+    closed = await conn.fetchrow("SELECT closed_at FROM merchants WHERE id = $1", merchant_id)
+    if closed is None:
         raise NotFound(f"Merchant {merchant_id} does not exist.")
+    if closed["closed_at"] is not None:
+        raise Conflict(f"Merchant {merchant_id} is closed.")
 
 
 async def create_client(
     conn: Connection, merchant_id: uuid.UUID, scopes: list[str], now: datetime
 ) -> tuple[str, str]:
     """New client credentials for the merchant; the secret is returned once, stored hashed."""
-    await _require_merchant(conn, merchant_id)
+    await require_open_merchant(conn, merchant_id)
     client_id = f"sandbox-{secrets.token_hex(8)}"
     secret = new_client_secret()
     await conn.execute(
@@ -122,7 +127,7 @@ async def register_signing_key(
     Registering the same key under the same kid again is harmless; another key under a kid
     already in use is a conflict.
     """
-    await _require_merchant(conn, merchant_id)
+    await require_open_merchant(conn, merchant_id)
     try:
         load_public_key(public_key_pem)
     except ValueError as exc:

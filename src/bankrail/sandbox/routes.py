@@ -1,7 +1,9 @@
-"""`/sandbox/...`: incoming bank transfers and the service clock (docs/operations.md)."""
+"""`/sandbox/...`: incoming bank transfers, the service clock and merchant resets
+(docs/operations.md)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
@@ -17,6 +19,7 @@ from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import StrictModel
+from bankrail.merchants.closing import reset_merchant as reset_merchant_data
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 
 router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
@@ -127,3 +130,20 @@ async def advance_clock(body: ClockAdvance, context: Context, _: Admin) -> Respo
 async def read_clock(context: Context, _: Admin) -> Response:
     """The service time."""
     return json_response(200, {"now": iso_utc(context.clock.now())})
+
+
+class MerchantResetOut(BaseModel):
+    """What a reset removed, by kind."""
+
+    merchant_id: str
+    removed: dict[str, int]
+
+
+@router.post("/merchants/{merchant_id}/reset", response_model=MerchantResetOut)
+async def reset_merchant(merchant_id: uuid.UUID, context: Context, _: Admin) -> Response:
+    """Start a merchant clean: its payments, payouts, refunds, mandates, transactions, events
+    and webhook deliveries are removed and its balances return to zero; its accounts (ids,
+    IBANs), clients, keys and settings stay. 404 for an unknown merchant."""
+    async with context.pool.acquire() as conn:
+        removed = await reset_merchant_data(conn, merchant_id, context.clock.now())
+    return json_response(200, {"merchant_id": str(merchant_id), "removed": removed})

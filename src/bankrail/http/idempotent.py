@@ -85,5 +85,5 @@ async def respond_once(
     if key is not None:
         keyed = keyed_request(context, request, scope=scope, key=key, body=body, ttl=ttl)
     work = IdempotentWork(keyed, handler, now, reuse_problem, store_client_errors)
-    status, payload = await context.idempotent_commit.run(work)
+    status, payload = await context.idempotent_commit.accept(work)
     return answer_response(status, payload)

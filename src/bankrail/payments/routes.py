@@ -75,7 +75,7 @@ async def create_payment(
     keyed = keyed_request(context, request, scope=f"v3:{merchant.merchant_id}", key=key, body=raw)
     if body.payment_method.type == "mandate":
         on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
-        status, answer = await context.services.get(MandatePaymentCreation).create(on_mandate)
+        status, answer = await context.services.get(MandatePaymentCreation).accept(on_mandate)
         return answer_response(status, answer)
 
     def respond(payment: NewPayment) -> tuple[int, Any]:
@@ -87,7 +87,7 @@ async def create_payment(
             "status": "authorization_required",
         }
 
-    status, answer = await context.services.get(PaymentCreation).create(
+    status, answer = await context.services.get(PaymentCreation).accept(
         PaymentToCreate(body, merchant.merchant_id, now, respond, keyed)
     )
     return answer_response(status, answer)

@@ -35,7 +35,7 @@ async def create_refund(
     key = idempotency_key(request)
     assert key is not None  # the signature requires one
     now = context.clock.now()
-    (status, answer), _ = await context.services.get(RefundAcceptance).accept(
+    (status, answer), _ = await context.services.get(RefundAcceptance).accept_created(
         RefundToAccept(
             merchant_id=merchant.merchant_id,
             payment_id=payment_id,

@@ -95,19 +95,6 @@ def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
 
 
-def lifecycle_columns(state: RailState) -> tuple[Any, ...]:
-    """The payouts columns stage, authorized_at, submitted_at, executed_at, failed_at and
-    failure_reason, in that order, for `state`."""
-    return (
-        state.stage.value,
-        state.authorized_at,
-        state.submitted_at,
-        state.executed_at,
-        state.failed_at,
-        state.failure_reason.value if state.failure_reason else None,
-    )
-
-
 def activity_details(state: RailState) -> dict[str, Any]:
     """What a payout's row in the account's activity list records of its lifecycle."""
     return {

@@ -35,11 +35,10 @@ from bankrail.payouts.service import (
     ADVANCE_JOB,
     STATE_COLUMNS,
     activity_details,
-    planned_advance,
     v1_event,
     v3_terminal_event,
 )
-from bankrail.rails.advancement import RailBatch, step_item
+from bankrail.rails.advancement import RailBatch, planned_steps, step_item
 from bankrail.rails.incoming import record_internal_credit
 from bankrail.rails.lifecycle import Advance, RailState, Stage
 
@@ -78,7 +77,7 @@ class _Batch:
         is deleted with them; an internal transfer credits `payee_ledger_id`)."""
         if job_id is not None:
             self.rows.job_ids.append(job_id)
-        plan = planned_advance(row, self.now, self.powers)
+        plan = planned_steps(row, self.now, self.powers)
         if not plan.steps:
             return plan  # terminal: a duplicate job finds nothing to do
         state = plan.state

@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from bankrail.core.powers import SandboxPowers
 from bankrail.db.pool import Connection
 from bankrail.events.outbox import NewEvent
 from bankrail.ledger.movements import Clearing, Movement
-from bankrail.rails.lifecycle import Advance, RailState
+from bankrail.rails.lifecycle import Advance, FailureReason, RailState, advance, state_of
+from bankrail.rails.schemes import sandbox_outcome
 
-__all__ = ["RailBatch", "TransferKind", "event_item", "movement_item", "step_item"]
+__all__ = [
+    "RailBatch",
+    "TransferKind",
+    "event_item",
+    "movement_item",
+    "planned_steps",
+    "step_item",
+]
 
 TransferKind = Literal["payout", "refund"]
 """The kinds of transfer the writer knows: the table it updates, and the type of the
@@ -29,6 +38,22 @@ transfer's row in the account's activity list."""
 
 _WRITE = "SELECT bankrail_advance_transfers($1, $2, $3, $4, $5)"
 _WRITE_LEASED = "SELECT bankrail_advance_leased_transfers($1, $2, $3, $4, $5)"
+
+
+def planned_steps(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
+    """The steps a transfer's row (payouts or refunds: they share the lifecycle's columns,
+    `reference` and `pending_failure`) takes when its job runs at `now`: the failure decided
+    at acceptance, if any, and the scheme's outcome (with the `outcome_tokens` power, the
+    reference's sandbox tokens decide its delay and outcome)."""
+    outcome = sandbox_outcome(row["reference"], powers)
+    pending = row["pending_failure"]
+    return advance(
+        state_of(row),
+        now,
+        pending_failure=FailureReason(pending) if pending else None,
+        scheme_failure=outcome.failure,
+        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
+    )
 
 
 def step_item(

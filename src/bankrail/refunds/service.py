@@ -23,17 +23,14 @@ from bankrail.events.outbox import NewEvent, new_event
 from bankrail.jobs.queue import give_back
 from bankrail.ledger.movements import REFUND, Ledgers, end_hold
 from bankrail.merchants.balances import reevaluate_notifications
-from bankrail.rails.advancement import RailBatch, step_item
+from bankrail.rails.advancement import RailBatch, planned_steps, step_item
 from bankrail.rails.lifecycle import (
     TERMINAL,
     Advance,
-    FailureReason,
     RailState,
     Stage,
-    advance,
     state_of,
 )
-from bankrail.rails.schemes import sandbox_outcome
 from bankrail.refunds.acceptance import ADVANCE_JOB
 
 __all__ = [
@@ -66,21 +63,6 @@ _LEASE = "SELECT {}, c.job_id, c.held_ledger_id, c.available_ledger_id FROM {} c
 
 # How long a batch holds the jobs it took (service time), as payouts/jobs.py LEASE.
 LEASE = timedelta(seconds=10)
-
-
-def planned_steps(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
-    """The steps a refunds row takes when its job runs at `now`: the rails' lifecycle, with
-    the failure decided at acceptance (insufficient funds) and the scheme's outcome (with the
-    `outcome_tokens` power, the reference's sandbox tokens decide its delay and outcome)."""
-    outcome = sandbox_outcome(row["reference"], powers)
-    pending = row["pending_failure"]
-    return advance(
-        state_of(row),
-        now,
-        pending_failure=FailureReason(pending) if pending else None,
-        scheme_failure=outcome.failure,
-        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
 
 
 def add_refund_steps(batch: RailBatch, row: Any, powers: SandboxPowers) -> Advance:

@@ -17,11 +17,11 @@ from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
 from bankrail.config import Settings
-from bankrail.context import AppContext, Services
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
 from bankrail.events.routes import admin as events_admin_router
 from bankrail.events.routes import router as events_router
+from bankrail.http.context import AppContext, Services
 from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import router as health_router
 from bankrail.http.metrics import MetricsMiddleware

@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
+from bankrail.http.context import AppContext
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
 from bankrail.security.credentials import check_operator_token

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext
+from bankrail.http.context import AppContext
 
 __all__ = ["Context", "get_context"]
 

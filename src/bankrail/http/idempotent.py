@@ -8,11 +8,11 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
 from bankrail.http.auth import accepted_signature
+from bankrail.http.context import AppContext
 from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
 from bankrail.security.idempotency import KeyedRequest, fingerprint

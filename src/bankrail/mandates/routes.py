@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from bankrail.context import AppContext
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.core.problems import Unauthenticated
 from bankrail.db.pool import Connection
@@ -21,6 +20,7 @@ from bankrail.http.auth import (
     require_mandate_scope,
     verify_signature,
 )
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.listing import ListWindow

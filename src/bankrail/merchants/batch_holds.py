@@ -67,14 +67,14 @@ class BatchHolds:
             event = new_event(
                 merchant_id=account.merchant_id,
                 family="payments",
-                event_type="balance_notification",
-                body={
-                    "merchant_account_id": str(account.id),
-                    "status": step.notify,
-                    "threshold_in_minor": account.balance_threshold,
-                    "current_balance_in_minor": running.available + running.held,
-                    "available_balance_in_minor": running.available,
-                },
+                event_type=notifications.BALANCE_NOTIFICATION,
+                body=notifications.balance_notification(
+                    account.id,
+                    step.notify,
+                    account.balance_threshold,
+                    running.available,
+                    running.held,
+                ),
             )
             self._events.append((event, now))
 

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from bankrail.context import AppContext
 from bankrail.core.problems import Unauthenticated
 from bankrail.http.auth import bearer_token, read_access_claims, require_payments_audience
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.http.openapi import Needs, documents
 from bankrail.payments import service

@@ -11,10 +11,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from bankrail.context import AppContext
 from bankrail.core.problems import invalid_field
 from bankrail.db.pool import Connection
 from bankrail.http.auth import verify_signature
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST

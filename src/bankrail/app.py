@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
@@ -29,6 +30,7 @@ from bankrail.http.metrics import router as metrics_router
 from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
 from bankrail.http.oauth import router as auth_router
 from bankrail.http.openapi import problem_json_openapi
+from bankrail.http.pipeline import openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.logs import write_access_line
 from bankrail.mandates.routes import router as mandates_router
@@ -48,7 +50,7 @@ from bankrail.payments.provider_routes import router as provider_router
 from bankrail.payments.routes import router as payments_router
 from bankrail.payments.routes import sandbox_router as mock_bank_router
 from bankrail.payouts import service as payouts_service
-from bankrail.payouts.routes import router as payouts_router
+from bankrail.payouts.routes import ROUTES as PAYOUTS_ROUTES
 from bankrail.process import ProcessResources, open_process
 from bankrail.rails.admin_routes import router as rails_admin_router
 from bankrail.refunds.acceptance import RefundAcceptance
@@ -124,7 +126,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     install_problem_handlers(app)
     from bankrail.events.schemas import WEBHOOKS
 
-    app.openapi = problem_json_openapi(app, WEBHOOKS)  # type: ignore[method-assign]
+    app.openapi = problem_json_openapi(app, WEBHOOKS, openapi_routes)  # type: ignore[method-assign]
     _include_routers(app, settings.powers)
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.
@@ -231,7 +233,7 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         auth_router,
         merchant_router,
         provider_router,
-        payouts_router,
+        PAYOUTS_ROUTES,
         payments_router,
         refunds_router,
         mandates_router,
@@ -248,13 +250,21 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         hpp_mandates_router,
         console_router,
     ):
-        app.include_router(router)
+        _include(app, router)
     if powers.sandbox_routes:
         app.include_router(sandbox_router)
     if powers.mock_providers:
         app.include_router(mock_bank_router)
         app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
+
+
+def _include(app: FastAPI, routes: APIRouter | Sequence[BaseRoute]) -> None:
+    """Add a FastAPI router's routes, or pipeline routes (http/pipeline.py), in order."""
+    if isinstance(routes, APIRouter):
+        app.include_router(routes)
+    else:
+        app.router.routes.extend(routes)
 
 
 def access_log_of(settings: Settings) -> AccessLog | None:

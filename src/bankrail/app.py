@@ -36,8 +36,8 @@ from bankrail.logs import write_access_line
 from bankrail.mandates.routes import router as mandates_router
 from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
 from bankrail.merchants.admin_routes import router as merchant_admin_router
-from bankrail.merchants.ledger_routes import router as ledger_router
-from bankrail.merchants.routes import router as merchant_router
+from bankrail.merchants.ledger_routes import ROUTES as LEDGER_ROUTES
+from bankrail.merchants.routes import ROUTES as MERCHANT_ROUTES
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
 from bankrail.pages.front_door import router as front_door_router
@@ -47,14 +47,14 @@ from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
 from bankrail.payments.mandate_creation import MandatePaymentCreation
 from bankrail.payments.provider_routes import router as provider_router
-from bankrail.payments.routes import router as payments_router
-from bankrail.payments.routes import sandbox_router as mock_bank_router
+from bankrail.payments.routes import MOCK_BANK_ROUTES
+from bankrail.payments.routes import ROUTES as PAYMENTS_ROUTES
 from bankrail.payouts import service as payouts_service
 from bankrail.payouts.routes import ROUTES as PAYOUTS_ROUTES
 from bankrail.process import ProcessResources, open_process
-from bankrail.rails.admin_routes import router as rails_admin_router
+from bankrail.rails.admin_routes import ROUTES as RAILS_ADMIN_ROUTES
 from bankrail.refunds.acceptance import RefundAcceptance
-from bankrail.refunds.routes import router as refunds_router
+from bankrail.refunds.routes import ROUTES as REFUNDS_ROUTES
 from bankrail.sandbox.routes import router as sandbox_router
 from bankrail.security.idempotent_commit import IdempotentCommit
 from bankrail.security.keys import CREDENTIALS_CHANNEL, ActiveClients, PublicKeyCache
@@ -231,17 +231,17 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
     """Mount every router; the sandbox's and the mock bank's only with their powers."""
     for router in (
         auth_router,
-        merchant_router,
+        MERCHANT_ROUTES,
         provider_router,
         PAYOUTS_ROUTES,
-        payments_router,
-        refunds_router,
+        PAYMENTS_ROUTES,
+        REFUNDS_ROUTES,
         mandates_router,
         merchant_admin_router,
         events_router,
         events_admin_router,
-        rails_admin_router,
-        ledger_router,
+        RAILS_ADMIN_ROUTES,
+        LEDGER_ROUTES,
         pages_router,
         front_door_router,
         health_router,
@@ -254,7 +254,7 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
     if powers.sandbox_routes:
         app.include_router(sandbox_router)
     if powers.mock_providers:
-        app.include_router(mock_bank_router)
+        _include(app, MOCK_BANK_ROUTES)
         app.include_router(mock_bank_consent_router)
         app.include_router(mock_bank_pages_router)
 

@@ -183,6 +183,16 @@ class Endpoint:
     operation_id: str | None = None
     response_class: Any = None
     responses: Responses = field(default_factory=dict)
+    deprecated: bool = False
+
+
+def _claims_of(caller: Any) -> AccessClaims | None:
+    """The access-token claims the caller authenticated with, if any (the caller itself, or
+    its `claims`, as a payment's caller carries them)."""
+    if isinstance(caller, AccessClaims):
+        return caller
+    claims = getattr(caller, "claims", None)
+    return claims if isinstance(claims, AccessClaims) else None
 
 
 def _read_key(request: Request, mode: str | None) -> str | None:
@@ -249,16 +259,16 @@ class PipelineRoute(Route):
         declared = self.declared
         context: AppContext = request.app.state.context
         caller = await declared.auth.run(request, context)
-        if isinstance(caller, AccessClaims):
-            await charge_client(context, caller)
+        claims = _claims_of(caller)
+        if claims is not None:
+            await charge_client(context, claims)
         signed = declared.signed
-        if signed is not None and (
-            not signed.only_with_access_token or isinstance(caller, AccessClaims)
-        ):
+        if signed is not None and (not signed.only_with_access_token or claims is not None):
+            assert claims is not None, "a signed route authenticates an access token"
             raw = await verify_signature(
                 request,
                 context,
-                caller,
+                claims,
                 names=signed.names,
                 require_idempotency_key=signed.require_idempotency_key,
                 allow_body_only=signed.allow_body_only,
@@ -327,9 +337,10 @@ class PipelineRoute(Route):
             return None, sent
 
 
-def routes(*endpoints: Endpoint) -> list[PipelineRoute]:
-    """The Starlette routes serving `endpoints`, in order."""
-    return [PipelineRoute(endpoint) for endpoint in endpoints]
+def routes(*endpoints: Endpoint | PipelineRoute) -> list[PipelineRoute]:
+    """The Starlette routes serving `endpoints`, in order (routes made already, such as
+    another module's, are kept as they are)."""
+    return [e if isinstance(e, PipelineRoute) else PipelineRoute(e) for e in endpoints]
 
 
 # --- The OpenAPI document, from the same declarations -------------------------------------
@@ -421,6 +432,7 @@ def _documented(endpoint: Endpoint) -> Iterator[APIRoute]:
             tags=list(endpoint.tags),
             summary=endpoint.summary,
             operation_id=operation_id,
+            deprecated=endpoint.deprecated or None,
             **options,
         )
 

@@ -21,21 +21,21 @@ from bankrail.config import Settings
 from bankrail.context import AppContext, Services
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
-from bankrail.events.routes import admin as events_admin_router
-from bankrail.events.routes import router as events_router
+from bankrail.events.routes import ADMIN_ROUTES as EVENTS_ADMIN_ROUTES
+from bankrail.events.routes import ROUTES as EVENTS_ROUTES
 from bankrail.http.guarded_loop import GuardedLoop
-from bankrail.http.health import router as health_router
+from bankrail.http.health import ROUTES as HEALTH_ROUTES
+from bankrail.http.metrics import ROUTES as METRICS_ROUTES
 from bankrail.http.metrics import MetricsMiddleware
-from bankrail.http.metrics import router as metrics_router
 from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
-from bankrail.http.oauth import router as auth_router
+from bankrail.http.oauth import ROUTES as AUTH_ROUTES
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.pipeline import openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.logs import write_access_line
-from bankrail.mandates.routes import router as mandates_router
-from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
-from bankrail.merchants.admin_routes import router as merchant_admin_router
+from bankrail.mandates.routes import MOCK_BANK_CONSENT_ROUTES
+from bankrail.mandates.routes import ROUTES as MANDATES_ROUTES
+from bankrail.merchants.admin_routes import ROUTES as MERCHANT_ADMIN_ROUTES
 from bankrail.merchants.ledger_routes import ROUTES as LEDGER_ROUTES
 from bankrail.merchants.routes import ROUTES as MERCHANT_ROUTES
 from bankrail.pages.console.routes import router as console_router
@@ -46,7 +46,7 @@ from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
 from bankrail.payments.mandate_creation import MandatePaymentCreation
-from bankrail.payments.provider_routes import router as provider_router
+from bankrail.payments.provider_routes import ROUTES as PROVIDER_ROUTES
 from bankrail.payments.routes import MOCK_BANK_ROUTES
 from bankrail.payments.routes import ROUTES as PAYMENTS_ROUTES
 from bankrail.payouts import service as payouts_service
@@ -55,7 +55,7 @@ from bankrail.process import ProcessResources, open_process
 from bankrail.rails.admin_routes import ROUTES as RAILS_ADMIN_ROUTES
 from bankrail.refunds.acceptance import RefundAcceptance
 from bankrail.refunds.routes import ROUTES as REFUNDS_ROUTES
-from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.sandbox.routes import ROUTES as SANDBOX_ROUTES
 from bankrail.security.idempotent_commit import IdempotentCommit
 from bankrail.security.keys import CREDENTIALS_CHANNEL, ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
@@ -230,32 +230,32 @@ def _app_context(
 def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
     """Mount every router; the sandbox's and the mock bank's only with their powers."""
     for router in (
-        auth_router,
+        AUTH_ROUTES,
         MERCHANT_ROUTES,
-        provider_router,
+        PROVIDER_ROUTES,
         PAYOUTS_ROUTES,
         PAYMENTS_ROUTES,
         REFUNDS_ROUTES,
-        mandates_router,
-        merchant_admin_router,
-        events_router,
-        events_admin_router,
+        MANDATES_ROUTES,
+        MERCHANT_ADMIN_ROUTES,
+        EVENTS_ROUTES,
+        EVENTS_ADMIN_ROUTES,
         RAILS_ADMIN_ROUTES,
         LEDGER_ROUTES,
         pages_router,
         front_door_router,
-        health_router,
-        metrics_router,
+        HEALTH_ROUTES,
+        METRICS_ROUTES,
         hpp_router,
         hpp_mandates_router,
         console_router,
     ):
         _include(app, router)
     if powers.sandbox_routes:
-        app.include_router(sandbox_router)
+        _include(app, SANDBOX_ROUTES)
     if powers.mock_providers:
         _include(app, MOCK_BANK_ROUTES)
-        app.include_router(mock_bank_consent_router)
+        _include(app, MOCK_BANK_CONSENT_ROUTES)
         app.include_router(mock_bank_pages_router)
 
 

@@ -184,6 +184,7 @@ class Endpoint:
     response_class: Any = None
     responses: Responses = field(default_factory=dict)
     deprecated: bool = False
+    openapi_extra: dict[str, Any] | None = None
 
 
 def _claims_of(caller: Any) -> AccessClaims | None:
@@ -201,19 +202,19 @@ def _read_key(request: Request, mode: str | None) -> str | None:
     if mode is None:
         return None
     key = request_headers(request.scope).get("idempotency-key")
-    if mode == "required":
-        error: dict[str, Any] | None = None
-        if key is None:
+    error: dict[str, Any] | None = None
+    if key is None:
+        if mode == "required":
             error = {"type": "missing", "msg": "Field required", "input": None}
-        elif not key:
-            error = {"type": "string_too_short", "msg": "String should have at least 1 character"}
-        elif len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
-            error = {
-                "type": "string_too_long",
-                "msg": f"String should have at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
-            }
-        if error is not None:
-            raise RequestValidationError([{**error, "loc": ("header", "idempotency-key")}])
+    elif not key and mode == "required":
+        error = {"type": "string_too_short", "msg": "String should have at least 1 character"}
+    elif len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        error = {
+            "type": "string_too_long",
+            "msg": f"String should have at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+        }
+    if error is not None:
+        raise RequestValidationError([{**error, "loc": ("header", "idempotency-key")}])
     return key
 
 
@@ -245,6 +246,15 @@ class PipelineRoute(Route):
             name: TypeAdapter(endpoint.params.get(name, str)) for name in self.param_convertors
         }
         self._body = TypeAdapter(endpoint.body) if endpoint.body is not None else None
+        # A signature that covers the Idempotency-Key makes the key required (optional when
+        # only an access token's caller signs).
+        self._idempotency = _needs(endpoint).idempotency_key
+        # Query parameters that may be repeated: every value is kept (the last one otherwise).
+        self._list_params = frozenset(
+            info.alias or name
+            for name, info in (endpoint.query.model_fields if endpoint.query else {}).items()
+            if "list[" in str(info.annotation)
+        )
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         """Starlette's match, naming this route in the scope (metrics label by its path)."""
@@ -277,7 +287,7 @@ class PipelineRoute(Route):
             raw = await request.body()
         else:
             raw = b""
-        key = _read_key(request, declared.idempotency)
+        key = _read_key(request, self._idempotency)
         params, query, body = self._parse(request, raw)
         return await declared.handler(Call(request, context, caller, body, raw, key, params, query))
 
@@ -293,8 +303,13 @@ class PipelineRoute(Route):
                 errors += _errors(exc, "path", name)
         query = None
         if self.declared.query is not None:
+            sent = request.query_params
+            values = {
+                name: sent.getlist(name) if name in self._list_params else sent[name]
+                for name in sent
+            }
             try:
-                query = self.declared.query.model_validate(dict(request.query_params))
+                query = self.declared.query.model_validate(values)
             except ValidationError as exc:
                 errors += _errors(exc, "query")
         body, sent = self._parse_body(request, raw, errors)
@@ -433,6 +448,7 @@ def _documented(endpoint: Endpoint) -> Iterator[APIRoute]:
             summary=endpoint.summary,
             operation_id=operation_id,
             deprecated=endpoint.deprecated or None,
+            openapi_extra=endpoint.openapi_extra,
             **options,
         )
 

@@ -29,9 +29,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bankrail.context import AppContext
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.http.auth import require_operator
+from bankrail.http.deps import AppContext
 from bankrail.http.openapi import Needs
 from bankrail.http.pipeline import Authenticator, Call, Endpoint, routes
 

@@ -38,7 +38,6 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
-from bankrail.context import AppContext
 from bankrail.http.auth import (
     access_claims,
     charge_client,
@@ -47,6 +46,7 @@ from bankrail.http.auth import (
     require_payments_audience,
     verify_signature,
 )
+from bankrail.http.deps import AppContext
 from bankrail.http.openapi import Needs, Responses, documents
 from bankrail.security.headers import request_headers
 from bankrail.security.tokens import AccessClaims

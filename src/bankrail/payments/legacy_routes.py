@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 from pydantic import Field, StrictStr
 from starlette.responses import Response
 
-from bankrail.context import AppContext
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.db.pool import Connection
+from bankrail.http.deps import AppContext
 from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_SIGNED_POST
 from bankrail.http.pipeline import MERCHANT, Call, Endpoint, Signed, routes

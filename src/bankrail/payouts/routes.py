@@ -11,10 +11,10 @@ import orjson
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from bankrail.context import AppContext
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
+from bankrail.http.deps import AppContext
 from bankrail.http.idempotent import keyed_request
 from bankrail.http.listing import WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST

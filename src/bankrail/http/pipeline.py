@@ -219,8 +219,10 @@ def _read_key(request: Request, mode: str | None) -> str | None:
 
 
 def _json_media(content_type: str | None) -> bool:
+    """True for `application/json` and `application/*+json`; a body sent with no
+    Content-Type is not read as JSON (the problem then says which header to send)."""
     if not content_type:
-        return True
+        return False
     media = content_type.partition(";")[0].strip().lower()
     main, _, sub = media.partition("/")
     return main == "application" and (sub == "json" or sub.endswith("+json"))
@@ -319,7 +321,7 @@ class PipelineRoute(Route):
 
     def _parse_body(self, request: Request, raw: bytes, errors: list[dict[str, Any]]) -> Any:
         """(the validated body, the body as sent) as FastAPI read it: JSON when the
-        Content-Type says so (or is absent), the bytes otherwise, None when empty."""
+        Content-Type says so, the bytes otherwise, None when empty."""
         if self._body is None:
             return None, None
         sent: Any = None

@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from bankrail.http.context import AppContext
 
-__all__ = ["Context", "get_context"]
+__all__ = ["AppContext", "Context", "get_context"]
 
 
 def get_context(request: Request) -> AppContext:

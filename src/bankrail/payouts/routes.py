@@ -83,7 +83,7 @@ async def create_v3_payout(
 
     Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
     """
-    beneficiary = body.beneficiary.model_dump()
+    beneficiary = body.beneficiary.model_dump(exclude_none=True)
     field = CLOSED_LOOP_FIELD if beneficiary["type"] == "payment_source" else OPEN_LOOP_FIELD
     payout = PayoutRequest(
         api="v3",
@@ -97,6 +97,7 @@ async def create_v3_payout(
         reference=beneficiary["reference"],
         metadata=body.metadata,
         now=context.clock.now(),
+        **service.request_options(body),
     )
     status, answer = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed.under(

@@ -20,7 +20,6 @@ from e2e_helpers import (
     identifier,
     is_uuid,
     parse_time,
-    wait_for,
 )
 from payout_helpers import (
     BAD_CHECKSUM_IBAN,
@@ -193,17 +192,11 @@ def test_iban_is_stored_in_its_normalised_form(operator: Operator) -> None:
 
 
 def _wait_submitted(merchant: MerchantClient, currency: str, payout_id: str) -> dict[str, Any]:
-    """Wait until the worker has handed the payout to the scheme (v3 still says `authorized`;
-    the account's transaction list carries `submitted_at`)."""
-    account_id = merchant.accounts[currency]["id"]
-
-    def check() -> dict[str, Any] | None:
-        answer = merchant.get(f"/v3/merchant-accounts/{account_id}/transactions")
-        assert answer.status_code == 200, answer.text
-        item = next((i for i in answer.json()["items"] if i["id"] == payout_id), None)
-        return item if item and item.get("submitted_at") else None
-
-    return wait_for(check, timeout=20, what=f"payout {payout_id} submitted")
+    """Wait until the worker has handed the payout to the scheme: authorised and submitted
+    in one step, which v3 shows as `authorized` (the account's transaction list shows the
+    payout `pending` until it is executed)."""
+    del currency  # the payout's record tells
+    return wait_payout_status(merchant, payout_id, {"authorized"})
 
 
 def test_delayed_payout_holds_funds_until_the_clock_moves(

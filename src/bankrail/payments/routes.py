@@ -144,15 +144,15 @@ router.include_router(flow_router)
     responses=ERRORS_AUTH_NOT_FOUND,
 )
 async def payment_sources(
-    merchant_account_id: uuid.UUID,
+    merchant_account_id: str,
     context: Context,
     merchant: Merchant,
     user_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Response:
     """Payment sources that paid into this account (usable for closed-loop payouts)."""
     async with context.pool.acquire() as conn:
-        await require_account(conn, merchant_account_id, merchant.merchant_id)
-        sources = await list_payment_sources(conn, merchant_account_id, user_id)
+        account = await require_account(conn, merchant_account_id, merchant.merchant_id)
+        sources = await list_payment_sources(conn, account.id, user_id)
     return json_response(200, {"items": [{**s.to_api(), "user_id": s.user_id} for s in sources]})
 
 

@@ -17,7 +17,7 @@ from bankrail.http.auth import MANDATE_SCOPES, PAYMENTS_SCOPE, Admin
 from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_ADMIN
 from bankrail.http.responses import json_response
-from bankrail.merchants import console_users, return_uris, service
+from bankrail.merchants import console_users, return_uris, service, sweeping
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
     BalanceThreshold,
@@ -33,6 +33,8 @@ from bankrail.merchants.schemas import (
     ReturnUris,
     ReturnUrisOut,
     SigningKeyOut,
+    SweepingDestinationOut,
+    SweepingDestinationRequest,
     WebhookSettings,
     WebhookSettingsOut,
 )
@@ -215,6 +217,24 @@ async def set_balance_threshold(
         await reevaluate_notifications(conn, merchant_account_id, now)
         account = await service.require_account(conn, merchant_account_id)
     return json_response(200, account.to_v3())
+
+
+@router.put(
+    "/merchant-accounts/{merchant_account_id}/sweeping-destination",
+    response_model=SweepingDestinationOut,
+)
+async def set_sweeping_destination(
+    merchant_account_id: str, body: SweepingDestinationRequest, context: Context, _: Admin
+) -> Response:
+    """Approve the IBAN the account sweeps to (a GB IBAN for GBP, a non-GB one for EUR);
+    null withdraws it (in sandbox mode the account then sweeps to its generated IBAN)."""
+    generated = context.settings.powers.sandbox_routes
+    async with context.pool.acquire() as conn, conn.transaction():
+        account = await service.require_account(conn, merchant_account_id)
+        iban = sweeping.check_destination(account, body.iban) if body.iban else None
+        await sweeping.set_destination(conn, account, iban)
+    destination = sweeping.destination_of(account, iban, generated)
+    return json_response(200, {"approved_iban": iban, "iban": destination})
 
 
 @router.get("/merchants", response_model=list[MerchantOut])

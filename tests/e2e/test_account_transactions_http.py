@@ -164,3 +164,14 @@ def test_an_account_id_that_is_not_a_uuid_is_404(operator: Operator, suffix: str
     merchant = operator.new_merchant(currencies=("GBP",))
     answer = merchant.get(f"/v3/merchant-accounts/non-existent-merchant-account{suffix}")
     assert_problem(answer, 404, "Not Found")
+
+
+@pytest.mark.parametrize(
+    ("suffix", "body"),
+    [("/balance-threshold", {"threshold_in_minor": 1}), ("/sweeping-destination", {"iban": None})],
+)
+def test_an_operator_route_with_an_account_id_that_is_not_a_uuid_is_404(
+    operator: Operator, suffix: str, body: dict[str, Any]
+) -> None:
+    answer = operator.put(f"/admin/merchant-accounts/non-existent-merchant-account{suffix}", body)
+    assert_problem(answer, 404, "Not Found")

@@ -208,14 +208,15 @@ async def create_merchant_account(
     response_model=MerchantAccountOut,
 )
 async def set_balance_threshold(
-    merchant_account_id: uuid.UUID, body: BalanceThreshold, context: Context, _: Admin
+    merchant_account_id: str, body: BalanceThreshold, context: Context, _: Admin
 ) -> Response:
     """Set (or clear with null) the low-balance threshold; the state is evaluated at once."""
     now = context.clock.now()
+    account_id = service.account_uuid(merchant_account_id)
     async with context.pool.acquire() as conn, conn.transaction():
-        await service.set_balance_threshold(conn, merchant_account_id, body.threshold_in_minor)
-        await reevaluate_notifications(conn, merchant_account_id, now)
-        account = await service.require_account(conn, merchant_account_id)
+        await service.set_balance_threshold(conn, account_id, body.threshold_in_minor)
+        await reevaluate_notifications(conn, account_id, now)
+        account = await service.require_account(conn, account_id)
     return json_response(200, account.to_v3())
 
 

@@ -235,7 +235,6 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
                 "reference": request.reference,
                 "context_code": request.context_code,
                 "scheme_id": scheme,
-                "payout_id": str(payout.id),
                 "beneficiary": payout.beneficiary,
             },
             "now": now,

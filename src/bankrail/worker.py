@@ -44,6 +44,9 @@ def register_jobs(queue: JobQueue, powers: SandboxPowers) -> None:
     queue.register(
         refunds_service.ADVANCE_JOB, partial(refunds_service.advance_refund, powers=powers)
     )
+    queue.register_batch(
+        refunds_service.ADVANCE_JOB, partial(refunds_service.advance_due_refunds, powers=powers)
+    )
     queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
     # In sandbox mode an account sweeps to its generated IBAN until one is approved.
     queue.register(SWEEP_JOB, partial(payouts_sweeps.run_sweep, generated=powers.sandbox_routes))

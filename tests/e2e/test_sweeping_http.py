@@ -92,6 +92,20 @@ def test_delete_answers_204_with_or_without_settings_and_get_is_then_404(
     assert_problem(merchant.get(_path(merchant)), 404)
 
 
+def test_sweeping_is_set_read_and_deleted_without_the_v3_prefix(operator: Operator) -> None:
+    # fidelity A: the same routes answer at the path without `/v3`, signed over the path as
+    # sent, with the same answers as under `/v3`.
+    merchant = operator.new_merchant()
+    short = _path(merchant).removeprefix("/v3")
+    answer = merchant.signed_post(short, {"max_amount_in_minor": 7, "frequency": "daily"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["max_amount_in_minor"] == 7
+    assert get_record(merchant, short) == _settings(merchant) == answer.json()
+    assert signed_delete(merchant, short).status_code == 204
+    assert_problem(merchant.get(short), 404)
+    assert_problem(merchant.get(_path(merchant)), 404)
+
+
 def test_bad_settings_are_400_naming_the_field(operator: Operator) -> None:
     merchant = operator.new_merchant()
     path = _path(merchant)

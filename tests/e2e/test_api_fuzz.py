@@ -105,6 +105,9 @@ ROUTES = [
     Route("GET", "/v3/merchant-accounts/{merchant_account_id}", Caller.MERCHANT),
     Route("GET", "/v3/merchant-accounts/{merchant_account_id}/transactions", Caller.MERCHANT),
     Route("GET", "/v3/merchant-accounts/{merchant_account_id}/payment-sources", Caller.MERCHANT),
+    Route("POST", "/v3/merchant-accounts/{merchant_account_id}/sweeping", Caller.SIGNED),
+    Route("GET", "/v3/merchant-accounts/{merchant_account_id}/sweeping", Caller.MERCHANT),
+    Route("DELETE", "/v3/merchant-accounts/{merchant_account_id}/sweeping", Caller.SIGNED),
     Route("GET", "/v1/balances", Caller.MERCHANT),
     Route("POST", "/v3/payment-providers/search", Caller.MERCHANT),
     Route("POST", "/v3/payments-providers/search", Caller.MERCHANT),
@@ -167,6 +170,11 @@ ROUTES = [
     Route("POST", "/admin/merchants/{merchant_id}/merchant-accounts", Caller.OPERATOR),
     Route(
         "PUT", "/admin/merchant-accounts/{merchant_account_id}/balance-threshold", Caller.OPERATOR
+    ),
+    Route(
+        "PUT",
+        "/admin/merchant-accounts/{merchant_account_id}/sweeping-destination",
+        Caller.OPERATOR,
     ),
     Route("GET", "/.well-known/jwks", Caller.PUBLIC),
     Route("GET", "/admin/webhook-deliveries", Caller.OPERATOR),

@@ -282,6 +282,21 @@ def _get(path: str, object_id: Callable[[World], str], suffix: str = "") -> Rout
     return Route(prepare, 200)
 
 
+# Sweeping A's account: nothing to sweep below a billion, whatever the clock does.
+SWEEPING = {"max_amount_in_minor": 10**9, "frequency": "fortnightly"}
+
+
+def _sweeping(w: World) -> str:
+    return f"/v3/merchant-accounts/{_account(w)}/sweeping"
+
+
+def _sweeping_set(w: World) -> Target:
+    """A GET of A's sweeping settings, set first (else the owner's GET is 404 too)."""
+    answer = w.a.signed_post(_sweeping(w), SWEEPING)
+    assert answer.status_code == 200, answer.text
+    return Target("GET", _sweeping(w), object_id=_account(w))
+
+
 def _unowned(method: str, path: str, body: Any = None) -> Route:
     return Route(lambda _w: Target(method, path, body), 200, owned=False)
 
@@ -447,6 +462,13 @@ ROUTES: dict[str, Route] = {
     "GET /v3/merchant-accounts/{merchant_account_id}/transactions": _get(
         "/v3/merchant-accounts/{}/transactions", _account
     ),
+    "POST /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(
+        lambda w: Target("POST", _sweeping(w), SWEEPING, object_id=_account(w)), 200
+    ),
+    "GET /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(_sweeping_set, 200),
+    "DELETE /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(
+        lambda w: Target("DELETE", _sweeping(w), object_id=_account(w)), 204
+    ),
     "GET /v3/merchant-accounts/{merchant_account_id}/payment-sources": Route(
         lambda w: Target(
             "GET",
@@ -535,10 +557,15 @@ PAYMENT_ROUTES = sorted(k for k in MERCHANT_ROUTES if "{payment_id}" in k)
 
 
 def _send(sender: MerchantClient, target: Target, token: str, path: str = "") -> httpx.Response:
-    """The target's request with `token`, a POST signed with the sender's key."""
+    """The target's request with `token`, a POST or DELETE signed with the sender's key."""
     path = path or target.path
     if target.method == "GET":
         return sender.http.get(path, headers=bearer(token))
+    if target.method == "DELETE":
+        key = str(uuid.uuid4())
+        signature = sender.sign("DELETE", path, b"", {"Idempotency-Key": key})
+        headers = {**bearer(token), "Idempotency-Key": key, "Svc-Signature": signature}
+        return sender.http.delete(path, headers=headers)
     if target.body is None:
         return sender.signed_post(path, None, token=token, raw=b"")
     return sender.signed_post(path, target.body, token=token)

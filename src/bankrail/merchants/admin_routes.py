@@ -17,7 +17,7 @@ from bankrail.http.auth import MANDATE_SCOPES, PAYMENTS_SCOPE
 from bankrail.http.openapi import ERRORS_ADMIN
 from bankrail.http.pipeline import OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
-from bankrail.merchants import closing, console_users, return_uris, service
+from bankrail.merchants import closing, console_users, return_uris, service, sweeping
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.schemas import (
     BalanceThreshold,
@@ -34,6 +34,8 @@ from bankrail.merchants.schemas import (
     ReturnUris,
     ReturnUrisOut,
     SigningKeyOut,
+    SweepingDestinationOut,
+    SweepingDestinationRequest,
     WebhookSettings,
     WebhookSettingsOut,
 )
@@ -207,11 +209,25 @@ async def set_balance_threshold(call: Call[BalanceThreshold, None]) -> Response:
     """Set (or clear with null) the low-balance threshold; the state is evaluated at once."""
     merchant_account_id, body, context = call.params["merchant_account_id"], call.body, call.context
     now = context.clock.now()
+    account_id = service.account_uuid(merchant_account_id)
     async with context.pool.acquire() as conn, conn.transaction():
-        await service.set_balance_threshold(conn, merchant_account_id, body.threshold_in_minor)
-        await reevaluate_notifications(conn, merchant_account_id, now)
-        account = await service.require_account(conn, merchant_account_id)
+        await service.set_balance_threshold(conn, account_id, body.threshold_in_minor)
+        await reevaluate_notifications(conn, account_id, now)
+        account = await service.require_account(conn, account_id)
     return json_response(200, account.to_v3())
+
+
+async def set_sweeping_destination(call: Call[SweepingDestinationRequest, None]) -> Response:
+    """Approve the IBAN the account sweeps to (a GB IBAN for GBP, a non-GB one for EUR);
+    null withdraws it (in sandbox mode the account then sweeps to its generated IBAN)."""
+    merchant_account_id, body, context = call.params["merchant_account_id"], call.body, call.context
+    generated = context.settings.powers.sandbox_routes
+    async with context.pool.acquire() as conn, conn.transaction():
+        account = await service.require_account(conn, merchant_account_id)
+        iban = sweeping.check_destination(account, body.iban) if body.iban else None
+        await sweeping.set_destination(conn, account, iban)
+    destination = sweeping.destination_of(account, iban, generated)
+    return json_response(200, {"approved_iban": iban, "iban": destination})
 
 
 async def list_merchants(call: Call[None, None]) -> Response:
@@ -357,8 +373,17 @@ ROUTES = routes(
         set_balance_threshold,
         OPERATOR,
         body=BalanceThreshold,
-        params={"merchant_account_id": uuid.UUID},
         response_model=MerchantAccountOut,
+        errors=ERRORS_ADMIN,
+        tags=["operator"],
+    ),
+    Endpoint(
+        "PUT",
+        "/admin/merchant-accounts/{merchant_account_id}/sweeping-destination",
+        set_sweeping_destination,
+        OPERATOR,
+        body=SweepingDestinationRequest,
+        response_model=SweepingDestinationOut,
         errors=ERRORS_ADMIN,
         tags=["operator"],
     ),
@@ -372,4 +397,5 @@ ROUTES = routes(
         tags=["operator"],
     ),
 )
-"""The operator's routes for merchants, clients, keys, webhooks, accounts and thresholds."""
+"""The operator's routes for merchants, clients, keys, webhooks, accounts, thresholds and
+sweeping destinations."""

@@ -20,6 +20,7 @@ from bankrail.security.tokens import hash_secret, new_client_secret
 __all__ = [
     "ACCOUNT_COLUMNS",
     "account_in_currency",
+    "account_uuid",
     "create_client",
     "create_merchant",
     "create_merchant_account",
@@ -284,11 +285,22 @@ async def get_account(
     return account_from_row(row) if row else None
 
 
+def account_uuid(account_id: uuid.UUID | str) -> uuid.UUID:
+    """A merchant account id from a path: an id that is not a UUID names no account, 404."""
+    if isinstance(account_id, uuid.UUID):
+        return account_id
+    try:
+        return uuid.UUID(account_id)
+    except ValueError:
+        raise NotFound("Merchant account not found.") from None
+
+
 async def require_account(
-    conn: Connection, account_id: uuid.UUID, merchant_id: uuid.UUID | None = None
+    conn: Connection, account_id: uuid.UUID | str, merchant_id: uuid.UUID | None = None
 ) -> MerchantAccount:
-    """The account, or 404 (also for another merchant's account)."""
-    account = await get_account(conn, account_id, merchant_id)
+    """The account, or 404 (also for another merchant's account, and for an id that is not
+    a UUID)."""
+    account = await get_account(conn, account_uuid(account_id), merchant_id)
     if account is None:
         raise NotFound(f"Merchant account {account_id} not found.")
     return account

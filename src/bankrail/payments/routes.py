@@ -129,8 +129,8 @@ async def payment_sources(call: Call[None, PaymentSourcesQuery]) -> Response:
     merchant_account_id, context = call.params["merchant_account_id"], call.context
     merchant, user_id = call.merchant, call.query.user_id
     async with context.pool.acquire() as conn:
-        await require_account(conn, merchant_account_id, merchant.merchant_id)
-        sources = await list_payment_sources(conn, merchant_account_id, user_id)
+        account = await require_account(conn, merchant_account_id, merchant.merchant_id)
+        sources = await list_payment_sources(conn, account.id, user_id)
     return json_response(200, {"items": [{**s.to_api(), "user_id": s.user_id} for s in sources]})
 
 
@@ -210,7 +210,6 @@ ROUTES = routes(
         "/v3/merchant-accounts/{merchant_account_id}/payment-sources",
         payment_sources,
         MERCHANT,
-        params={"merchant_account_id": uuid.UUID},
         query=PaymentSourcesQuery,
         response_model=PaymentSourceList,
         errors=ERRORS_AUTH_NOT_FOUND,

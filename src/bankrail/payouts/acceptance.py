@@ -30,7 +30,6 @@ from bankrail.payouts.models import (
     SourceFacts,
     decide_payout,
 )
-from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import is_listed, name_skeleton
 from bankrail.security.idempotency import (
     AnswersToStore,
@@ -195,7 +194,7 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
     request = keyed.request
     account = payout.account
     now = request.now
-    scheme = scheme_for(account.currency, payout.destination_account_id is not None)
+    scheme = payout.scheme
     iban = payout.identifiers.iban or None
     write.payouts.append(
         {
@@ -214,6 +213,8 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
             "reference": request.reference,
             "context_code": request.context_code,
             "metadata": request.metadata,
+            "scheme_selection": request.scheme_selection,
+            "sub_merchants": request.sub_merchants,
             "scheme": scheme,
             "destination_account_id": (
                 str(payout.destination_account_id) if payout.destination_account_id else None
@@ -227,6 +228,7 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
                 "reference": request.reference,
                 "context_code": request.context_code,
                 "scheme_id": scheme,
+                "beneficiary": payout.beneficiary,
             },
             "now": now,
         }

@@ -207,7 +207,10 @@ async def advance_payout(
     (moved,) = batch.rows.moves
     if moved.available_of is not None:
         await reevaluate_notifications(conn, moved.available_of, now)
-    if plan.state.stage is Stage.FAILED or row["destination_account_id"] is None:
+    if plan.state.stage is Stage.FAILED or row["destination_account_id"] in (
+        None,
+        row["merchant_account_id"],  # paid to itself: no money arrived from elsewhere
+    ):
         return
     source = await get_account(conn, row["merchant_account_id"])
     payee = await get_account(conn, row["destination_account_id"])

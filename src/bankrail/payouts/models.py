@@ -16,6 +16,7 @@ from typing import Any
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.merchants.models import AccountFacts, AccountIdentifiers
 from bankrail.rails.lifecycle import REJECTIONS, FailureReason, RailState, Stage
+from bankrail.rails.schemes import SchemeUnavailable, choose_scheme
 
 
 def v1_status(state: RailState) -> str:
@@ -92,6 +93,9 @@ class PayoutRequest:
     transaction_id: uuid.UUID | None = None
     context_code: str | None = None
     metadata: dict[str, str] | None = None
+    # v3: `scheme_selection` and `sub_merchants` as sent (None: not sent).
+    scheme_selection: dict[str, Any] | None = None
+    sub_merchants: dict[str, Any] | None = None
 
     @property
     def closed_loop(self) -> bool:
@@ -136,6 +140,7 @@ class NewPayout:
     beneficiary: dict[str, Any]
     destination_account_id: uuid.UUID | None
     pending_failure: FailureReason | None
+    scheme: str
 
     @property
     def holds_funds(self) -> bool:
@@ -189,9 +194,13 @@ def decide_payout(
         name = request.beneficiary["account_holder_name"]
         beneficiary = stored_open_loop(request.beneficiary, identifiers)
     check_route(account.currency, identifiers, request.field)
+    # A payee at Bankrail in the currency is paid by internal transfer; the paying account
+    # itself included (docs/api.md: its hold returns to its available balance).
     payee = facts.payee if facts.payee and facts.payee[1] == account.currency else None
-    if payee is not None and payee[0] == account.id:
-        raise invalid_field(request.field, "a merchant account cannot pay itself")
+    try:
+        scheme = choose_scheme(account.currency, payee is not None, request.scheme_selection)
+    except SchemeUnavailable as exc:
+        raise invalid_field("scheme_selection.scheme_id", str(exc)) from exc
     pending_failure: FailureReason | None = None
     if facts.screened:
         pending_failure = FailureReason.BLOCKED
@@ -205,4 +214,5 @@ def decide_payout(
         beneficiary=beneficiary,
         destination_account_id=payee[0] if payee else None,
         pending_failure=pending_failure,
+        scheme=scheme,
     )

@@ -75,7 +75,7 @@ async def create_v3_payout(call: Call[V3PayoutRequest, None]) -> Response:
     )
     idempotency_key = call.key
     assert idempotency_key is not None  # required
-    beneficiary = body.beneficiary.model_dump()
+    beneficiary = body.beneficiary.model_dump(exclude_none=True)
     field = CLOSED_LOOP_FIELD if beneficiary["type"] == "payment_source" else OPEN_LOOP_FIELD
     payout = PayoutRequest(
         api="v3",
@@ -89,6 +89,7 @@ async def create_v3_payout(call: Call[V3PayoutRequest, None]) -> Response:
         reference=beneficiary["reference"],
         metadata=body.metadata,
         now=context.clock.now(),
+        **service.request_options(body),
     )
     status, answer = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed.under(

@@ -103,6 +103,49 @@ class PaymentSourceBeneficiary(StrictModel):
 Beneficiary = Annotated[ExternalAccount | PaymentSourceBeneficiary, Field(discriminator="type")]
 
 
+class InstantOnly(StrictModel):
+    """Only an instant scheme may carry the payout."""
+
+    type: Literal["instant_only"]
+
+
+class InstantPreferred(StrictModel):
+    """An instant scheme when one reaches the payee, else a standard one."""
+
+    type: Literal["instant_preferred"]
+
+
+class PreselectedScheme(StrictModel):
+    """The scheme the merchant chose (rails/schemes.py lists each currency's)."""
+
+    type: Literal["preselected"]
+    scheme_id: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+
+
+SchemeSelection = Annotated[
+    InstantOnly | InstantPreferred | PreselectedScheme, Field(discriminator="type")
+]
+ShortText = Annotated[StrictStr, Field(min_length=1, max_length=140)]
+
+
+class UltimateCounterparty(StrictModel):
+    """The business a payout is ultimately made for (read back as sent)."""
+
+    type: Literal["business_client"]
+    trading_name: ShortText
+    registration_number: ShortText | None = None
+    commercial_name: ShortText | None = None
+    url: Annotated[StrictStr, Field(min_length=1, max_length=2048)] | None = None
+    mcc: Annotated[StrictStr, Field(pattern=r"^\d{4}$")] | None = None
+    address: Address | None = None
+
+
+class SubMerchants(StrictModel):
+    """`sub_merchants`: whom a payment service provider pays out on behalf of."""
+
+    ultimate_counterparty: UltimateCounterparty
+
+
 class V3PayoutRequest(StrictModel):
     """`POST /v3/payouts` (spec 4.2)."""
 
@@ -114,6 +157,8 @@ class V3PayoutRequest(StrictModel):
         dict[Annotated[str, Field(max_length=100)], Annotated[StrictStr, Field(max_length=500)]]
         | None
     ) = Field(default=None, max_length=50)
+    scheme_selection: SchemeSelection | None = None
+    sub_merchants: SubMerchants | None = None
 
 
 class PayoutCreated(BaseModel):
@@ -140,6 +185,8 @@ class PayoutOut(BaseModel):
     failed_at: str | None = None
     failure_reason: str | None = None
     metadata: dict[str, str] | None = None
+    scheme_selection: dict[str, str] | None = None
+    sub_merchants: dict[str, object] | None = None
 
 
 class PayoutList(BaseModel):

@@ -29,6 +29,7 @@ from bankrail.payouts.acceptance import Keyed as Keyed
 from bankrail.payouts.acceptance import PayoutAcceptance as PayoutAcceptance
 from bankrail.payouts.acceptance import accept_payouts as accept_payouts
 from bankrail.payouts.models import v1_reason, v1_status
+from bankrail.payouts.schemas import V3PayoutRequest
 from bankrail.rails.lifecycle import (
     REJECTIONS,
     RailState,
@@ -63,12 +64,25 @@ def beneficiary_identifiers(
         return problem
 
 
+def request_options(body: V3PayoutRequest) -> dict[str, Any]:
+    """The `PayoutRequest` fields of a v3 request's optional `scheme_selection` and
+    `sub_merchants`, as sent less their null members (None: not sent)."""
+    return {
+        name: value.model_dump(exclude_none=True) if value is not None else None
+        for name, value in (
+            ("scheme_selection", body.scheme_selection),
+            ("sub_merchants", body.sub_merchants),
+        )
+    }
+
+
 # The payouts columns that `state_of`, `render_v3` and the job need.
 STATE_COLUMNS = (
     "id, api, merchant_id, merchant_account_id, transaction_id, amount_in_minor, currency,"
     " beneficiary, reference, metadata, scheme_id, destination_account_id, stage,"
     " pending_failure, failure_reason, created_at, authorized_at, submitted_at, executed_at,"
-    " failed_at, beneficiary_name, beneficiary_iban, context_code"
+    " failed_at, beneficiary_name, beneficiary_iban, context_code, scheme_selection,"
+    " sub_merchants"
 )
 
 
@@ -152,8 +166,9 @@ def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
     if state.failed_at:
         record["failed_at"] = iso_utc(state.failed_at)
         record["failure_reason"] = state.failure_reason.value if state.failure_reason else None
-    if row["metadata"] is not None:
-        record["metadata"] = row["metadata"]
+    for optional in ("metadata", "scheme_selection", "sub_merchants"):
+        if row[optional] is not None:
+            record[optional] = row[optional]
     return record
 
 

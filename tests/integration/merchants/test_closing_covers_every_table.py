@@ -13,7 +13,14 @@ from bankrail.db.migrations import available_functions
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 # Kept by a reset (the merchant's identity and set-up), removed by bankrail_delete_merchant.
-KEPT_BY_RESET = {"merchants", "merchant_accounts", "api_clients", "signing_keys", "console_users"}
+KEPT_BY_RESET = {
+    "merchants",
+    "merchant_accounts",
+    "api_clients",
+    "signing_keys",
+    "console_users",
+    "sweeping_settings",  # an account setting; removed with the account (ON DELETE CASCADE)
+}
 
 
 async def test_every_table_with_a_merchants_rows_is_purged_or_kept_on_purpose(

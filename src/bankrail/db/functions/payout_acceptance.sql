@@ -149,17 +149,20 @@ BEGIN
                 merchant_id uuid, account_id uuid, transaction_id uuid, amount bigint,
                 currency text, beneficiary jsonb, name text, iban text, sort_code text,
                 account_number text, reference text, context_code text, metadata jsonb,
+                scheme_selection jsonb, sub_merchants jsonb,
                 scheme text, destination_account_id uuid, pending_failure text,
                 details jsonb, now timestamptz)),
         p AS (
             INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,
                 amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,
                 beneficiary_sort_code, beneficiary_account_number, reference, context_code,
-                metadata, scheme_id, destination_account_id, stage, pending_failure,
-                created_at)
+                metadata, scheme_selection, sub_merchants, scheme_id, destination_account_id,
+                stage, pending_failure, created_at)
             SELECT x.id, x.api, x.merchant_id, x.account_id, x.transaction_id, x.amount,
                 x.currency, x.beneficiary, x.name, x.iban, x.sort_code, x.account_number,
-                x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb), x.scheme,
+                x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb),
+                NULLIF(x.scheme_selection, 'null'::jsonb),
+                NULLIF(x.sub_merchants, 'null'::jsonb), x.scheme,
                 x.destination_account_id, 'pending', x.pending_failure, x.now
             FROM x),
         a AS (

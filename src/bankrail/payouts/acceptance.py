@@ -98,7 +98,9 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
         "account_id": str(request.account_id) if request.account_id else None,
         "currency": request.currency,
     }
-    if request.closed_loop:
+    if request.verified:
+        item["normalised_name"] = name_skeleton(request.beneficiary["user"]["name"])
+    elif request.closed_loop:
         item["source_id"] = request.beneficiary["payment_source_id"]
         item["user_id"] = request.beneficiary["user_id"]
     elif payee is not None:
@@ -185,7 +187,7 @@ def _decide(keyed: Keyed, row: Any, write: _Write, render_problem: ProblemRender
     facts = _facts(row)
     available = write.holds.available(facts.account) if facts.account is not None else 0
     try:
-        payout = decide_payout(request, facts, available, new_id())
+        payout = decide_payout(request, facts, available, request.payout_id or new_id())
     except ProblemError as problem:
         refused = refusal(problem, render_problem, keyed.store_client_errors)
         if isinstance(refused, ProblemError):
@@ -202,7 +204,9 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
     request = keyed.request
     account = payout.account
     now = request.now
-    scheme = scheme_for(account.currency, payout.destination_account_id is not None)
+    scheme = payout.scheme or scheme_for(
+        account.currency, payout.destination_account_id is not None
+    )
     iban = payout.identifiers.iban or None
     write.payouts.append(
         {
@@ -226,6 +230,7 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
                 str(payout.destination_account_id) if payout.destination_account_id else None
             ),
             "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
+            "stage": payout.stage,
             "details": {
                 "api": request.api,
                 "transaction_id": str(request.transaction_id or payout.id),

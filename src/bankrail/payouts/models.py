@@ -15,7 +15,9 @@ from typing import Any
 
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.merchants.models import AccountFacts, AccountIdentifiers
+from bankrail.payouts.verification import VerifiedStage, check_selection
 from bankrail.rails.lifecycle import REJECTIONS, FailureReason, RailState, Stage
+from bankrail.rails.providers import VERIFIED_PAYOUT_PROVIDERS
 
 
 def v1_status(state: RailState) -> str:
@@ -92,6 +94,13 @@ class PayoutRequest:
     transaction_id: uuid.UUID | None = None
     context_code: str | None = None
     metadata: dict[str, str] | None = None
+    # Chosen before acceptance when the answer names it (a verified payout's resource token).
+    payout_id: uuid.UUID | None = None
+
+    @property
+    def verified(self) -> bool:
+        """A `user_determined` payout: the payee chooses and proves the account."""
+        return bool(self.beneficiary["type"] == "user_determined")
 
     @property
     def closed_loop(self) -> bool:
@@ -136,6 +145,10 @@ class NewPayout:
     beneficiary: dict[str, Any]
     destination_account_id: uuid.UUID | None
     pending_failure: FailureReason | None
+    # A verified payout waits for its payee (`verification.VerifiedStage`) on the scheme
+    # its provider selection decided.
+    stage: str = Stage.PENDING.value
+    scheme: str | None = None
 
     @property
     def holds_funds(self) -> bool:
@@ -160,6 +173,8 @@ def decide_payout(
         raise invalid_field(
             "currency", f"must be {account.currency}, the merchant account's currency"
         )
+    if request.verified:
+        return _verified_payout(request, facts, available, payout_id)
     if request.closed_loop:
         source = facts.source
         if source is None:
@@ -192,11 +207,7 @@ def decide_payout(
     payee = facts.payee if facts.payee and facts.payee[1] == account.currency else None
     if payee is not None and payee[0] == account.id:
         raise invalid_field(request.field, "a merchant account cannot pay itself")
-    pending_failure: FailureReason | None = None
-    if facts.screened:
-        pending_failure = FailureReason.BLOCKED
-    elif available < request.amount:
-        pending_failure = FailureReason.INSUFFICIENT_FUNDS
+    pending_failure = _pending_failure(facts, available, request.amount)
     return NewPayout(
         id=payout_id,
         account=account,
@@ -206,3 +217,43 @@ def decide_payout(
         destination_account_id=payee[0] if payee else None,
         pending_failure=pending_failure,
     )
+
+
+def _pending_failure(facts: PayoutFacts, available: int, amount: int) -> FailureReason | None:
+    if facts.screened:
+        return FailureReason.BLOCKED
+    if available < amount:
+        return FailureReason.INSUFFICIENT_FUNDS
+    return None
+
+
+def _verified_payout(
+    request: PayoutRequest, facts: PayoutFacts, available: int, payout_id: uuid.UUID
+) -> NewPayout:
+    """A `user_determined` payout: no account yet (the payee chooses it at the payout page),
+    funds held at once as for any payout, waiting in `authorization_required`."""
+    assert facts.account is not None
+    beneficiary = request.beneficiary
+    scheme = check_selection(
+        beneficiary["provider_selection"], facts.account.currency, VERIFIED_PAYOUT_PROVIDERS
+    )
+    return NewPayout(
+        id=payout_id,
+        account=facts.account,
+        name=beneficiary["user"]["name"],
+        identifiers=AccountIdentifiers("", None, None),
+        beneficiary=_without_nulls(beneficiary),
+        destination_account_id=None,
+        pending_failure=_pending_failure(facts, available, request.amount),
+        stage=VerifiedStage.AUTHORIZATION_REQUIRED.value,
+        scheme=scheme,
+    )
+
+
+def _without_nulls(value: Any) -> Any:
+    """A request object as stored and read back: `null` members are absent (fidelity 0)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

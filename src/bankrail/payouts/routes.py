@@ -20,7 +20,7 @@ from bankrail.http.listing import ListWindow
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.responses import answer_response, json_response
 from bankrail.merchants.models import AccountIdentifiers
-from bankrail.payouts import service
+from bankrail.payouts import service, verified
 from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
@@ -79,9 +79,12 @@ async def create_v3_payout(
     raw: SignedBody,
     idempotency_key: IdempotencyKey,
 ) -> Response:
-    """Create an open-loop (`external_account`) or closed-loop (`payment_source`) payout.
+    """Create an open-loop (`external_account`), closed-loop (`payment_source`) or verified
+    (`user_determined`) payout.
 
-    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
+    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`. A
+    verified payout answers `authorization_required` with a `resource_token` for the payout
+    page, where its payee chooses and proves the account it pays.
     """
     beneficiary = body.beneficiary.model_dump()
     field = CLOSED_LOOP_FIELD if beneficiary["type"] == "payment_source" else OPEN_LOOP_FIELD
@@ -98,15 +101,19 @@ async def create_v3_payout(
         metadata=body.metadata,
         now=context.clock.now(),
     )
-    status, answer = await context.services.get(service.PayoutAcceptance).accept(
+    answer = None
+    if payout.verified:
+        payout, answer = verified.prepared(payout, context.tokens, payout.now)
+    status, reply = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed.under(
             payout,
             keyed_request(
                 context, request, scope=f"v3:{merchant.merchant_id}", key=idempotency_key, body=raw
             ),
+            answer=answer,
         )
     )
-    return answer_response(status, answer)
+    return answer_response(status, reply)
 
 
 @router.get(

@@ -125,7 +125,8 @@ $$;
 
 -- The rows of the decided requests of a batch, nothing else:
 --   p_payouts:  a jsonb array, one object per accepted payout (the payouts row and its
---               activity row's details), each with its first job;
+--               activity row's details), each with its first job, except a verified payout
+--               (stage authorization_required), whose job starts once its payee authorises;
 --   answers:    the answers to store under their keys (p_answer_*), replacing an expired one;
 --   the holds of the payouts whose funds are held, the accounts' notification states and
 --               the balance notifications (bankrail_write_holds, holds.sql).
@@ -166,7 +167,7 @@ BEGIN
                 currency text, beneficiary jsonb, name text, iban text, sort_code text,
                 account_number text, reference text, context_code text, metadata jsonb,
                 scheme text, destination_account_id uuid, pending_failure text,
-                details jsonb, now timestamptz)),
+                stage text, details jsonb, now timestamptz)),
         p AS (
             INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,
                 amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,
@@ -176,7 +177,8 @@ BEGIN
             SELECT x.id, x.api, x.merchant_id, x.account_id, x.transaction_id, x.amount,
                 x.currency, x.beneficiary, x.name, x.iban, x.sort_code, x.account_number,
                 x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb), x.scheme,
-                x.destination_account_id, 'pending', x.pending_failure, x.now
+                x.destination_account_id, coalesce(x.stage, 'pending'), x.pending_failure,
+                x.now
             FROM x),
         a AS (
             INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor,
@@ -185,7 +187,8 @@ BEGIN
                 x.now, x.details
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
-            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x;
+            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x
+            WHERE coalesce(x.stage, 'pending') = 'pending';
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,

@@ -34,9 +34,10 @@ def v1_reason(reason: FailureReason) -> str:
     """A failure reason as API v1 names it."""
     if reason is FailureReason.BLOCKED:
         return "aml_check_failed"
-    if reason is FailureReason.INVALID_IBAN:
-        return "scheme_error"
-    return reason.value
+    if reason in (FailureReason.SERVER_ERROR, FailureReason.INSUFFICIENT_FUNDS):
+        return reason.value
+    # invalid_iban, and the verification reasons (verified payouts are v3 only).
+    return "scheme_error"
 
 
 # Acceptance: what a payout request becomes, decided from what one read found.

@@ -208,7 +208,7 @@ def test_the_webhook_verification_of_the_docs_verifies_a_real_webhook(
 def test_the_payout_body_of_the_api_docs_is_accepted(operator: Operator) -> None:
     merchant = operator.new_merchant()
     assert operator.top_up(merchant.accounts["GBP"], 10_000).status_code == 201
-    body = json.loads(_block("docs/api.md", '"beneficiary"', "json"))
+    body = json.loads(_block("docs/api.md", '"external_account"', "json"))
     body["merchant_account_id"] = merchant.accounts["GBP"]["id"]
     answer = merchant.signed_post("/v3/payouts", body)
     assert answer.status_code == 202, answer.text

@@ -5,7 +5,10 @@ with the hold, the balances and the webhooks of any payout."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +33,7 @@ from support.receiver import WebhookReceiver
 from support.server import RunningServer
 
 TERMINAL = {"executed", "failed"}
+API_DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 @pytest.fixture
@@ -247,3 +251,21 @@ def test_transaction_search_without_a_matching_pay_in_fails(
     assert payout["failure_reason"] == "transaction_verification_failed"
     assert _wait_event(receiver, created["id"], "payout_failed")["failed_at"]
     assert balances(merchant) == (5_999, 5_999)
+
+
+def test_the_verified_payout_of_the_api_docs_is_accepted_and_read_as_shown(
+    operator: Operator,
+) -> None:
+    merchant = verified_merchant(operator, "Verified Docs Ltd")
+    blocks = [
+        json.loads(b)
+        for b in re.findall(r"^```json\n(.*?)^```", API_DOCS.read_text(), re.M | re.S)
+        if '"user_determined"' in b
+    ]
+    request, read = blocks  # the request, then GET's answer
+    request["merchant_account_id"] = merchant.accounts["GBP"]["id"]
+    created = create_verified(merchant, request)
+    assert created["user"] == {"id": "user-42"}
+    payout = get_payout(merchant, created["id"])
+    shown = {k: v for k, v in read.items() if k not in ("id", "merchant_account_id", "created_at")}
+    assert {k: payout[k] for k in shown} == shown

@@ -269,3 +269,17 @@ def test_the_verified_payout_of_the_api_docs_is_accepted_and_read_as_shown(
     payout = get_payout(merchant, created["id"])
     shown = {k: v for k, v in read.items() if k not in ("id", "merchant_account_id", "created_at")}
     assert {k: payout[k] for k in shown} == shown
+
+
+def test_payouts_are_listed_by_their_verified_status(
+    operator: Operator, http: httpx.Client
+) -> None:
+    merchant = verified_merchant(operator, "Verified Lists Ltd")
+    waiting = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    chosen = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    at_bank(http, chosen)
+    for status, payout in (("authorization_required", waiting), ("authorizing", chosen)):
+        answer = merchant.get(PATH, status=status)
+        assert answer.status_code == 200, answer.text
+        assert [p["id"] for p in answer.json()["items"]] == [payout["id"]]
+        assert answer.json()["items"][0]["status"] == status

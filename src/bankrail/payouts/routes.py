@@ -141,7 +141,11 @@ async def list_v3_payouts(
     window: ListWindow,
     merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
     status: Annotated[
-        Literal["pending", "authorized", "executed", "failed"] | None, Query()
+        Literal[
+            "authorization_required", "authorizing", "pending", "authorized", "executed", "failed"
+        ]
+        | None,
+        Query(),
     ] = None,
 ) -> Response:
     """The caller's payouts, newest first, each as `GET /v3/payouts/{id}` shows it; `from`

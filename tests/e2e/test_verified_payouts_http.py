@@ -283,3 +283,34 @@ def test_payouts_are_listed_by_their_verified_status(
         assert answer.status_code == 200, answer.text
         assert [p["id"] for p in answer.json()["items"]] == [payout["id"]]
         assert answer.json()["items"][0]["status"] == status
+
+
+def test_an_unfunded_verified_payout_fails_once_authorised(
+    operator: Operator, http: httpx.Client, receiver: WebhookReceiver
+) -> None:
+    merchant = verified_merchant(operator, "Verified Unfunded Ltd", receiver, gbp=50)
+    created = create_verified(
+        merchant, sdk_body("dotnet-payout-user-determined-name-verification", merchant)
+    )
+    assert balances(merchant) == (50, 50)  # nothing to hold: nothing held
+    decide_at_bank(http, created, "authorise", "John Doe")
+    payout = wait_payout_status(merchant, created["id"], TERMINAL)
+    assert (payout["status"], payout["failure_reason"]) == ("failed", "insufficient_funds")
+    assert _wait_event(receiver, created["id"], "payout_failed")["payout_id"] == created["id"]
+    assert balances(merchant) == (50, 50)
+
+
+def test_the_page_needs_the_payouts_own_token(operator: Operator, http: httpx.Client) -> None:
+    merchant = verified_merchant(operator, "Verified Tokens Ltd")
+    created = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    other = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    params = {"payout_id": created["id"], "return_uri": RETURN_URI}
+    for token in ("", "not-a-token", other["resource_token"]):
+        answer = http.get(PAGE, params={**params, "resource_token": token})
+        assert answer.status_code == 401, answer.text
+    unknown = {**params, "payout_id": "0193a1c4-7d1e-7c2a-9a51-2b8f0e6f4d10"}
+    answer = http.get(PAGE, params={**unknown, "resource_token": created["resource_token"]})
+    assert answer.status_code == 404, answer.text
+    bad_return = {**params, "resource_token": created["resource_token"], "return_uri": "nope"}
+    assert http.get(PAGE, params=bad_return).status_code == 400
+    assert get_payout(merchant, created["id"])["status"] == "authorization_required"

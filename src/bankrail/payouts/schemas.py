@@ -210,6 +210,9 @@ class PayoutCreated(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
+    status: Literal["authorization_required"] | None = None
+    resource_token: str | None = None
+    user: dict[str, str] | None = None
 
 
 class PayoutOut(BaseModel):

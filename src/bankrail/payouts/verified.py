@@ -5,7 +5,8 @@ The rules are `payouts.verification`'s; this module reads and writes. A verified
 accepted by the one payout path (`accept_payouts`), which holds its funds; once its payee
 authorises a proven account it becomes `pending` with the advance job every payout has, and
 runs as any payout. A decline or a failed verification ends it `failed`: the hold is released
-and `payout_failed` is sent, in one transaction.
+and `payout_failed` is sent, in one statement. Both ways off its own stages are written by the
+rails' one writer of steps (`rails.advancement.RailBatch`), as every later step is.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any
 from bankrail.core.ids import new_id
 from bankrail.core.problems import NotFound
 from bankrail.db.pool import Connection
-from bankrail.events.outbox import record_event
-from bankrail.jobs.queue import enqueue
+from bankrail.events.outbox import new_event
 from bankrail.ledger.movements import PAYOUT, Ledgers, release
-from bankrail.merchants.balances import move
+from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.payouts.acceptance import ADVANCE_JOB
 from bankrail.payouts.models import PayoutRequest
 from bankrail.payouts.service import STATE_COLUMNS, activity_details, v3_terminal_event
@@ -31,7 +31,8 @@ from bankrail.payouts.verification import (
     authorize,
     choose_provider,
 )
-from bankrail.rails.lifecycle import RailState, Stage
+from bankrail.rails.advancement import RailBatch, step_item
+from bankrail.rails.lifecycle import Advance, RailState, Stage
 from bankrail.rails.pay_ins import KnownAccount, settled_pay_ins
 from bankrail.security.tokens import TokenIssuer
 
@@ -60,16 +61,18 @@ def prepared(
     return replace(request, payout_id=payout_id, beneficiary=beneficiary), answer
 
 
+# A verified payout with the ledger rows of its account (a failure releases its hold).
 _ROW = (
-    f"SELECT {STATE_COLUMNS}, provider_id FROM payouts"
-    " WHERE id = $1 AND beneficiary->>'type' = 'user_determined'"
-)
+    "SELECT {}, p.provider_id, ma.held_ledger_id, ma.available_ledger_id"
+    " FROM payouts p JOIN merchant_accounts ma ON ma.id = p.merchant_account_id"
+    " WHERE p.id = $1 AND p.beneficiary->>'type' = 'user_determined'"
+).format(", ".join(f"p.{name.strip()}" for name in STATE_COLUMNS.split(",")))
 
 
 async def payout_row(conn: Connection, payout_id: uuid.UUID, *, lock: bool = False) -> Any:
     """A verified payout's row (locked for the caller's transaction when `lock`); NotFound
     for any other id."""
-    row = await conn.fetchrow(_ROW + (" FOR UPDATE" if lock else ""), payout_id)
+    row = await conn.fetchrow(_ROW + (" FOR UPDATE OF p" if lock else ""), payout_id)
     if row is None:
         raise NotFound(f"Payout {payout_id} not found.")
     return row
@@ -115,9 +118,11 @@ async def decide(
 
 
 async def _to_rails(conn: Connection, row: Any, account: KnownAccount, now: datetime) -> None:
+    """Hand the payout to the rails: it pays `account` and is `pending` with its advance job
+    due now, written by the rails' one writer of steps like every later step."""
     ids = account.identifiers
     await conn.execute(
-        "UPDATE payouts SET stage = 'pending', beneficiary_name = $2, beneficiary_iban = $3,"
+        "UPDATE payouts SET beneficiary_name = $2, beneficiary_iban = $3,"
         " beneficiary_sort_code = $4, beneficiary_account_number = $5 WHERE id = $1",
         row["id"],
         account.account_holder_name,
@@ -125,52 +130,56 @@ async def _to_rails(conn: Connection, row: Any, account: KnownAccount, now: date
         ids.sort_code,
         ids.account_number,
     )
-    await conn.execute(
-        "UPDATE account_activity SET details = details || $2, updated_at = $3 WHERE id = $1",
-        row["id"],
-        {"beneficiary_name": account.account_holder_name, "beneficiary_iban": ids.iban or None},
-        now,
+    state = RailState(Stage.PENDING, row["created_at"])
+    batch = RailBatch(now)
+    batch.steps.append(
+        step_item(
+            "payout",
+            row,
+            Advance(state, (state,), now, moves_money=False),
+            job=ADVANCE_JOB,
+            details={
+                "beneficiary_name": account.account_holder_name,
+                "beneficiary_iban": ids.iban or None,
+            },
+        )
     )
-    await enqueue(conn, ADVANCE_JOB, {"payout_id": str(row["id"])}, now)
+    await batch.write(conn)
 
 
 async def _fail(conn: Connection, row: Any, outcome: Outcome, now: datetime) -> None:
+    """End the payout `failed` with the outcome's reason, written by the rails' one writer of
+    steps: its activity row, `payout_failed`, and the release of the funds held at
+    acceptance (none were when it was accepted with a failure pending)."""
     assert outcome.failure_reason is not None
     state = RailState(Stage.PENDING, row["created_at"]).fail(now, outcome.failure_reason)
-    await conn.execute(
-        "UPDATE payouts SET stage = 'failed', failed_at = $2, failure_reason = $3 WHERE id = $1",
-        row["id"],
-        state.failed_at,
-        outcome.failure_reason.value,
-    )
-    await conn.execute(
-        "UPDATE account_activity SET status = 'failed', details = details || $2,"
-        " updated_at = $3 WHERE id = $1",
-        row["id"],
-        activity_details(state),
-        now,
-    )
-    if row["pending_failure"] is None:  # its funds were held at acceptance
-        ledgers = await conn.fetchrow(
-            "SELECT available_ledger_id, held_ledger_id FROM merchant_accounts WHERE id = $1",
-            row["merchant_account_id"],
+    held = row["pending_failure"] is None
+    batch = RailBatch(now)
+    batch.steps.append(
+        step_item(
+            "payout",
+            row,
+            Advance(state, (state,), None, moves_money=held),
+            job=ADVANCE_JOB,
+            details=activity_details(state),
         )
-        assert ledgers is not None
-        account = Ledgers(
-            row["merchant_account_id"],
-            row["currency"],
-            ledgers["available_ledger_id"],
-            ledgers["held_ledger_id"],
-        )
-        await move(conn, release(account, PAYOUT, row["amount_in_minor"], row["id"]), now)
+    )
     terminal = v3_terminal_event(row, state)
     assert terminal is not None
     event_type, body = terminal
-    await record_event(
-        conn,
-        merchant_id=row["merchant_id"],
-        family="payments",
-        event_type=event_type,
-        body=body,
-        now=now,
+    batch.events.append(
+        new_event(
+            merchant_id=row["merchant_id"], family="payments", event_type=event_type, body=body
+        )
     )
+    if held:
+        account = Ledgers(
+            row["merchant_account_id"],
+            row["currency"],
+            row["available_ledger_id"],
+            row["held_ledger_id"],
+        )
+        batch.moves.append(release(account, PAYOUT, row["amount_in_minor"], row["id"]))
+    await batch.write(conn)
+    if held:
+        await reevaluate_notifications(conn, row["merchant_account_id"], now)

@@ -43,6 +43,7 @@ from bankrail.pages.errors import router as pages_router
 from bankrail.pages.front_door import router as front_door_router
 from bankrail.pages.hpp import router as hpp_router
 from bankrail.pages.hpp_mandates import router as hpp_mandates_router
+from bankrail.pages.hpp_payouts import router as hpp_payouts_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
 from bankrail.payments.mandate_creation import MandatePaymentCreation
@@ -248,6 +249,7 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         METRICS_ROUTES,
         hpp_router,
         hpp_mandates_router,
+        hpp_payouts_router,
         console_router,
     ):
         _include(app, router)

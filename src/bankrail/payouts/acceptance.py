@@ -30,6 +30,7 @@ from bankrail.payouts.models import (
     SourceFacts,
     decide_payout,
 )
+from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import is_listed, name_skeleton
 from bankrail.security.idempotency import (
     AnswersToStore,
@@ -103,7 +104,9 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
         "account_id": str(request.account_id) if request.account_id else None,
         "currency": request.currency,
     }
-    if request.closed_loop:
+    if request.verified:
+        item["normalised_name"] = name_skeleton(request.beneficiary["user"]["name"])
+    elif request.closed_loop:
         item["source_id"] = request.beneficiary["payment_source_id"]
         item["user_id"] = request.beneficiary["user_id"]
     elif payee is not None:
@@ -154,10 +157,11 @@ class _Steps:
 
     async def decide(self, keyed: Keyed, row: Any, write: _Write) -> tuple[Answer, uuid.UUID]:
         """`models.decide_payout`, each request seeing the holds of those before it; the
-        202 answer and the new payout's id."""
+        202 answer (the request's own when it names one, as a verified payout's does) and
+        the new payout's id (the one the request chose, if any)."""
         facts = _facts(row)
         available = write.holds.available(facts.account) if facts.account is not None else 0
-        payout = decide_payout(keyed.request, facts, available, new_id())
+        payout = decide_payout(keyed.request, facts, available, keyed.request.payout_id or new_id())
         _add_payout(write, keyed, payout)
         return (202, dumps(keyed.answer or {"id": str(payout.id)})), payout.id
 
@@ -194,7 +198,9 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
     request = keyed.request
     account = payout.account
     now = request.now
-    scheme = payout.scheme
+    scheme = payout.scheme or scheme_for(
+        account.currency, payout.destination_account_id is not None
+    )
     iban = payout.identifiers.iban or None
     write.payouts.append(
         {
@@ -220,6 +226,7 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
                 str(payout.destination_account_id) if payout.destination_account_id else None
             ),
             "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
+            "stage": payout.stage,
             "details": {
                 "api": request.api,
                 "transaction_id": str(request.transaction_id or payout.id),

@@ -21,7 +21,7 @@ from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIG
 from bankrail.http.pipeline import MERCHANT, SIGNED, Call, Endpoint, Signed, routes
 from bankrail.http.responses import answer_response, json_response
 from bankrail.merchants.models import AccountIdentifiers
-from bankrail.payouts import service
+from bankrail.payouts import service, verified
 from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
@@ -40,7 +40,10 @@ from bankrail.security.tokens import AccessClaims
 V1_SIGNED = Signed(header="X-SVC-Signature", require_idempotency_key=False, allow_body_only=True)
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
-V3Status = Literal["pending", "authorized", "executed", "failed"]
+# A verified payout's stages before the rails are statuses too (payouts/verification.py).
+V3Status = Literal[
+    "authorization_required", "authorizing", "pending", "authorized", "executed", "failed"
+]
 
 
 class PayoutListQuery(WindowQuery):
@@ -62,9 +65,12 @@ class V1TransactionsQuery(BaseModel):
 
 
 async def create_v3_payout(call: Call[V3PayoutRequest, None]) -> Response:
-    """Create an open-loop (`external_account`) or closed-loop (`payment_source`) payout.
+    """Create an open-loop (`external_account`), closed-loop (`payment_source`) or verified
+    (`user_determined`) payout.
 
-    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
+    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`. A
+    verified payout answers `authorization_required` with a `resource_token` for the payout
+    page, where its payee chooses and proves the account it pays.
     """
     body, request, context, merchant, raw = (
         call.body,
@@ -91,15 +97,19 @@ async def create_v3_payout(call: Call[V3PayoutRequest, None]) -> Response:
         now=context.clock.now(),
         **service.request_options(body),
     )
-    status, answer = await context.services.get(service.PayoutAcceptance).accept(
+    answer = None
+    if payout.verified:
+        payout, answer = verified.prepared(payout, context.tokens, payout.now)
+    status, reply = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed.under(
             payout,
             keyed_request(
                 context, request, scope=f"v3:{merchant.merchant_id}", key=idempotency_key, body=raw
             ),
+            answer=answer,
         )
     )
-    return answer_response(status, answer)
+    return answer_response(status, reply)
 
 
 async def get_v3_payout(call: Call[None, None]) -> Response:

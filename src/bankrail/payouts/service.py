@@ -30,6 +30,7 @@ from bankrail.payouts.acceptance import PayoutAcceptance as PayoutAcceptance
 from bankrail.payouts.acceptance import accept_payouts as accept_payouts
 from bankrail.payouts.models import v1_reason, v1_status
 from bankrail.payouts.schemas import V3PayoutRequest
+from bankrail.payouts.verification import BEFORE_RAILS
 from bankrail.rails.lifecycle import (
     REJECTIONS,
     RailState,
@@ -55,8 +56,8 @@ def beneficiary_identifiers(
 ) -> AccountIdentifiers | ProblemError | None:
     """An open-loop beneficiary's identifiers, normalised, or the problem that normalising
     them raises (reported in the rules' order, `models.decide_payout`); None for a
-    closed-loop one."""
-    if beneficiary["type"] == "payment_source":
+    closed-loop or verified one."""
+    if beneficiary["type"] in ("payment_source", "user_determined"):
         return None
     try:
         return external_identifiers(beneficiary["account_identifier"], field)
@@ -147,8 +148,11 @@ def v1_event(row: Any, state: RailState) -> tuple[str, dict[str, Any], Ordering]
 
 
 def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
-    """The v3 payout record (spec 2.4)."""
-    state = state or state_of(row)
+    """The v3 payout record (spec 2.4); a verified payout waiting for its payee shows its
+    own stage (`authorization_required`, `authorizing`) as its status."""
+    waiting = state is None and row["stage"] in BEFORE_RAILS
+    if state is None:
+        state = RailState(Stage.PENDING, row["created_at"]) if waiting else state_of(row)
     record: dict[str, Any] = {
         "id": str(row["id"]),
         "merchant_account_id": str(row["merchant_account_id"]),
@@ -156,7 +160,7 @@ def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
         "currency": row["currency"],
         "beneficiary": row["beneficiary"],
         "scheme_id": row["scheme_id"],
-        "status": state.v3_status,
+        "status": row["stage"] if waiting else state.v3_status,
         "created_at": iso_utc(state.created_at),
     }
     if state.authorized_at:

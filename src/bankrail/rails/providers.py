@@ -116,12 +116,33 @@ CATALOGUE: tuple[Provider, ...] = (
     ),
 )
 _BY_ID = {p.id: p for p in CATALOGUE}
+# The providers at which a payee chooses and proves the account a verified payout pays
+# (fidelity C1's `mock`). Kept apart from the payments catalogue until that catalogue lists it.
+VERIFIED_PAYOUT_PROVIDERS: tuple[Provider, ...] = (
+    Provider(
+        "mock",
+        "Mock Bank",
+        "GB",
+        ("GBP",),
+        ("retail",),
+        "general_availability",
+        "redirect",
+        ("faster_payments_service",),
+        "#0F766E",
+    ),
+)
 RELEASE_CHANNELS = ("general_availability", "public_beta", "private_beta", "alpha")
 
 
 def find_provider(provider_id: str) -> Provider | None:
     """The catalogue entry with this id, offered or not (a payment names its provider)."""
     return _BY_ID.get(provider_id)
+
+
+def verified_payout_providers(powers: SandboxPowers) -> tuple[Provider, ...]:
+    """The providers a payee can prove their account at in this deployment (mock providers
+    only, so none unless the sandbox powers include them)."""
+    return VERIFIED_PAYOUT_PROVIDERS if powers.mock_providers else ()
 
 
 def offered(powers: SandboxPowers) -> tuple[Provider, ...]:

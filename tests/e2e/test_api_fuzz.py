@@ -515,14 +515,22 @@ def _fuzz(target: Target, route: Route, mode: GenerationMode) -> None:
 
 
 def test_every_operation_is_fuzzed(shared: Target) -> None:
-    """The route table names every operation the schema documents, and nothing else."""
+    """The route table names every operation the schema documents, and nothing else; a `/v3`
+    route's path without the prefix is the same route (http/pipeline.py), fuzzed under its
+    `/v3` path unless the table names it too."""
+    paths = shared.spec["paths"]
+    tabled = {(route.method, route.path) for route in ROUTES}
+
+    def unprefixed_twin(method: str, path: str) -> bool:
+        return method in paths.get("/v3" + path, {}) and (method.upper(), path) not in tabled
+
     documented = {
         (method.upper(), path)
-        for path, item in shared.spec["paths"].items()
+        for path, item in paths.items()
         for method in item
-        if method in HTTP_METHODS
+        if method in HTTP_METHODS and not unprefixed_twin(method, path)
     }
-    assert documented == {(route.method, route.path) for route in ROUTES}
+    assert documented == tabled
 
 
 @pytest.mark.parametrize(("route", "mode"), list(_cases()))

@@ -21,6 +21,7 @@ from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     get_payment_row,
     lock_payment,
+    remember_next_action,
     render,
     render_row,
     save,
@@ -38,7 +39,7 @@ from bankrail.payments.authorization import (
     select_provider,
     start_authorization,
 )
-from bankrail.payments.creation import PaymentToCreate, create_payments
+from bankrail.payments.creation import PaymentToCreate, create_payments, return_uris
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
 from bankrail.payments.mandate_creation import MandatePaymentToCreate, create_mandate_payments
 from bankrail.payments.models import CANCELLABLE, FailureReason
@@ -61,8 +62,10 @@ __all__ = [
     "payment_id_from_return",
     "provider_token",
     "redirect_back",
+    "remember_next_action",
     "render",
     "render_row",
+    "require_allowed_creation_return_uris",
     "require_allowed_return_uri",
     "select_provider",
     "start_authorization",
@@ -101,6 +104,17 @@ async def _create_on_mandate(
         raise outcome
     assert value is not None
     return {"id": uuid.UUID(value["id"]), "user_id": value["user"]["id"], "status": value["status"]}
+
+
+async def require_allowed_creation_return_uris(
+    conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest
+) -> None:
+    """Production mode: 400 naming the field unless the merchant's allowed return URIs cover
+    every return URI the creation names (`authorization_flow.redirect`, `hosted_page`), as
+    when the journey starts later."""
+    for field, uri in return_uris(request):
+        check_return_uri(uri, field)
+        await require_allowed_return_uri(conn, merchant_id, uri, field)
 
 
 async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:

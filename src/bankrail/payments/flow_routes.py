@@ -88,7 +88,9 @@ async def start_authorization_flow(
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
@@ -122,7 +124,9 @@ async def submit_provider_selection(
             context.clock.now(),
             context.settings.powers,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 

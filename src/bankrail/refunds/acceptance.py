@@ -21,7 +21,7 @@ from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
-from bankrail.core.problems import NotFound, ProblemError
+from bankrail.core.problems import Conflict, NotFound, ProblemError
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.ledger.movements import REFUND
@@ -53,7 +53,7 @@ class RefundToAccept:
 
     merchant_id: uuid.UUID
     payment_id: uuid.UUID
-    amount: int
+    amount: int | None  # None: all that is left to refund
     reference: str
     metadata: dict[str, str] | None
     now: datetime
@@ -134,7 +134,7 @@ def _decide(
         if before is not None:
             return before, None
     try:
-        refund_id, account = _check(item, row, write)
+        refund_id, account, amount = _check(item, row, write)
     except ProblemError as problem:
         refused = refusal(problem, render_problem, keyed is not None and item.store_client_errors)
         if isinstance(refused, ProblemError):
@@ -142,39 +142,44 @@ def _decide(
         assert keyed is not None
         write.answers.add(keyed, refused, item.now)
         return refused, None
-    _add_refund(write, item, refund_id, account)
+    _add_refund(write, item, refund_id, account, amount)
     answer = (201, dumps({"id": str(refund_id)}))
     if keyed is not None:
         write.answers.add(keyed, answer, item.now)
     return answer, refund_id
 
 
-def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts]:
-    """The new refund's id and the account it is paid from, once the rules allow it."""
+def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts, int]:
+    """The new refund's id, the account it is paid from and its amount, once the rules
+    allow it."""
     if row["payment_id"] is None:
         raise NotFound(f"Payment {item.payment_id} not found.")
+    if row["account_id"] is None:
+        raise Conflict(
+            "A payment to an external account cannot be refunded: no merchant account received it."
+        )
     refunded = row["refunded_amount"] + write.refunded.get(item.payment_id, 0)
-    check_refundable(
+    amount = check_refundable(
         RefundablePayment(row["payment_status"], row["payment_amount"], refunded), item.amount
     )
     account = AccountFacts.from_row(row)
-    return new_id(), account
+    return new_id(), account, amount
 
 
 def _add_refund(
-    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts
+    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts, amount: int
 ) -> None:
-    covered = write.holds.available(account) >= item.amount
+    covered = write.holds.available(account) >= amount
     if covered:
-        write.holds.hold(account, item.amount, refund_id, item.now)
-    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + item.amount
+        write.holds.hold(account, amount, refund_id, item.now)
+    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + amount
     write.refunds.append(
         {
             "id": str(refund_id),
             "merchant_id": str(item.merchant_id),
             "payment_id": str(item.payment_id),
             "account_id": str(account.id),
-            "amount": item.amount,
+            "amount": amount,
             "currency": account.currency,
             "reference": item.reference,
             "metadata": item.metadata,

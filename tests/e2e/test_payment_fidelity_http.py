@@ -175,6 +175,33 @@ def test_bad_external_account_identifiers_are_refused_on_their_field(operator: O
     assert_problem(merchant.signed_post(PAYMENTS, body), 400)
 
 
+@pytest.mark.parametrize(
+    ("scheme_selection", "field"),
+    [
+        (
+            {
+                "type": "preselected",
+                "scheme_id": "faster_payments_service",
+                "allow_remitter_fee": True,
+            },
+            "scheme_selection",
+        ),
+        ({"type": "user_selected", "instant_override_provider_ids": ["x"]}, "scheme_selection"),
+        ({"type": "instant_only", "allow_remitter_fee": "yes"}, "allow_remitter_fee"),
+    ],
+    ids=["fee-with-preselected", "overrides-with-user-selected", "fee-not-a-boolean"],
+)
+def test_a_scheme_selection_out_of_its_type_is_refused_on_its_field(
+    operator: Operator, scheme_selection: dict[str, Any], field: str
+) -> None:
+    merchant = operator.new_merchant("Scheme rules")
+    body = sdk_body(merchant, "dotnet-payment-merchant-account-gbp")
+    body["payment_method"]["provider_selection"]["scheme_selection"] = scheme_selection
+    answer = merchant.signed_post(PAYMENTS, body)
+    problem = assert_problem(answer, 400)
+    assert any(field in key for key in problem["errors"]), problem
+
+
 def test_a_flow_started_at_creation_answers_its_next_action_and_completes(
     operator: Operator,
 ) -> None:

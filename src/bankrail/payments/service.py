@@ -17,6 +17,7 @@ from typing import Any
 
 from bankrail.core.problems import Conflict, ProblemError
 from bankrail.db.pool import Connection
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     get_payment_row,
@@ -29,13 +30,11 @@ from bankrail.payments._store import (
 )
 from bankrail.payments.authorization import (
     bank_action,
-    check_return_uri,
     next_action,
     offered_providers,
     payment_id_from_return,
     provider_token,
     redirect_back,
-    require_allowed_return_uri,
     select_provider,
     start_authorization,
 )
@@ -52,7 +51,6 @@ __all__ = [
     "advance_payment",
     "bank_action",
     "cancel_payment",
-    "check_return_uri",
     "create_payment",
     "expire_payment",
     "get_payment_row",
@@ -66,7 +64,6 @@ __all__ = [
     "render",
     "render_row",
     "require_allowed_creation_return_uris",
-    "require_allowed_return_uri",
     "select_provider",
     "start_authorization",
     "state_of",
@@ -113,8 +110,7 @@ async def require_allowed_creation_return_uris(
     every return URI the creation names (`authorization_flow.redirect`, `hosted_page`), as
     when the journey starts later."""
     for field, uri in return_uris(request):
-        check_return_uri(uri, field)
-        await require_allowed_return_uri(conn, merchant_id, uri, field)
+        await check_return_uri(conn, merchant_id, uri, field, allow_listed_only=True)
 
 
 async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:

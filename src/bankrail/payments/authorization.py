@@ -152,7 +152,10 @@ async def start_authorization(
         state = state.start_authorization()
     except InvalidTransition as exc:
         raise transition_conflict(exc) from exc
-    return await save(conn, row, state, now, return_uri=return_uri or row["return_uri"])
+    # A new attempt after a failed one (fidelity P8) leaves the bank's last decision behind.
+    return await save(
+        conn, row, state, now, return_uri=return_uri or row["return_uri"], bank_action=None
+    )
 
 
 async def select_provider(
@@ -218,14 +221,14 @@ async def bank_action(
     if state.status in EXPIRABLE and now >= state.expires_at():
         # The payer came back after the authorisation window: the payment expires now,
         # even if its expiry job has not run yet, and the payer is sent back.
-        expired = await save(conn, row, state.fail(now, FailureReason.EXPIRED), now)
+        expired = await save(conn, row, state.expire(now), now)
         return redirect_back(expired)
     if state.status is not PaymentStatus.AUTHORIZING or row["provider_id"] is None:
         raise Conflict(f"The payment is {state.status}; the bank cannot act on it now.")
     if action == "Cancel":
         state = state.fail(now, FailureReason.USER_CANCELED_AT_PROVIDER)
     elif action == "RejectAuthorisation":
-        state = state.fail(now, FailureReason.AUTHORIZATION_FAILED)
+        state = state.reject_authorization(now)
     else:
         state = state.authorize(now)
         await enqueue(

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
@@ -26,11 +27,12 @@ from bankrail.core.problems import (
     invalid_field,
 )
 from bankrail.core.timefmt import iso_utc
+from bankrail.core.urls import is_absolute_http_uri
 from bankrail.db.pool import Connection, Pool
 from bankrail.payments.authorization import check_provider
 from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.models import PaymentState, PaymentStatus
-from bankrail.payments.schemas import PaymentRequest
+from bankrail.payments.schemas import EXTERNAL_ACCOUNT_CURRENCIES, PaymentRequest
 from bankrail.rails.providers import CATALOGUE, search
 from bankrail.security.idempotency import (
     AnswersToStore,
@@ -41,11 +43,14 @@ from bankrail.security.idempotency import (
 from bankrail.security.keyed_batch import Answer, Decided, KeyedAcceptor, decide_batch
 
 __all__ = [
+    "Journey",
     "NewPayment",
     "PaymentCreation",
     "PaymentToCreate",
     "create_payments",
+    "created_answer",
     "plan_payment",
+    "return_uris",
 ]
 
 
@@ -55,7 +60,7 @@ class NewPayment:
 
     id: uuid.UUID
     merchant_id: uuid.UUID
-    account_id: uuid.UUID
+    account_id: uuid.UUID | None  # None: paid to an external account
     amount: int
     currency: str
     user_id: str
@@ -66,10 +71,26 @@ class NewPayment:
     scheme_id: str | None
     metadata: dict[str, Any] | None
     state: PaymentState
+    sent: dict[str, Any] = field(default_factory=dict)
+    return_uri: str | None = None
+    # The payer's next action, when the journey started at creation (`authorization_flow`).
+    next_action: dict[str, Any] | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The columns the payer's journey reads (`authorization.next_action`)."""
+        return {
+            "id": self.id,
+            "currency": self.currency,
+            "provider_id": self.provider_id,
+            "scheme_id": self.scheme_id,
+            "selection_filter": self.selection_filter,
+        }
 
 
 # The answer of a new payment (status and JSON value), made by the caller.
 Respond = Callable[[NewPayment], tuple[int, Any]]
+# The next action of a payer's journey started at creation, for the payment's columns.
+Journey = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,7 @@ class PaymentToCreate:
     now: datetime
     respond: Respond
     keyed: KeyedRequest | None = None
+    journey: Journey | None = None
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
 
@@ -143,20 +165,25 @@ def _provider_and_scheme(
 def plan_payment(
     request: PaymentRequest, merchant_id: uuid.UUID, account: Account | None, now: datetime
 ) -> NewPayment:
-    """The payment a request creates into `account` (None: not the merchant's, or none);
-    404 or 400 naming the field when the request cannot be accepted."""
-    if account is None:
-        raise NotFound(f"Merchant account {request.account_id} not found.")
-    if request.currency != account.currency:
-        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
+    """The payment a request creates into `account` (None: not the merchant's, or none; or
+    a payment to an external account, which needs none); 404 or 400 naming the field when
+    the request cannot be accepted. With `authorization_flow` the payer's journey starts at
+    once (the state machine's `start_authorization`): the payment is `authorizing`."""
+    currency = _checked_currency(request, account)
     selection = request.payment_method.provider_selection
-    selection_type, provider_id, scheme_id = _provider_and_scheme(request, account.currency)
+    selection_type, provider_id, scheme_id = _provider_and_scheme(request, currency)
     user = request.user.model_dump(exclude_none=True) if request.user else {}
     user_id = user.pop("id", None) or str(uuid.uuid4())
+    state = PaymentState(
+        PaymentStatus.AUTHORIZATION_REQUIRED, now, retry=request.payment_method.retry is not None
+    )
+    return_uri = _return_uri(request)
+    if request.authorization_flow is not None:
+        state = state.start_authorization()
     return NewPayment(
         id=new_id(),
         merchant_id=merchant_id,
-        account_id=account.id,
+        account_id=account.id if account else None,
         amount=request.amount_in_minor,
         currency=request.currency,
         user_id=user_id,
@@ -170,8 +197,72 @@ def plan_payment(
         provider_id=provider_id,
         scheme_id=scheme_id,
         metadata=request.metadata,
-        state=PaymentState(PaymentStatus.AUTHORIZATION_REQUIRED, now),
+        state=state,
+        sent=request.echo(),
+        return_uri=return_uri,
     )
+
+
+def _checked_currency(request: PaymentRequest, account: Account | None) -> str:
+    """The payment's currency: the receiving account's, or for an external account one of
+    `EXTERNAL_ACCOUNT_CURRENCIES`; 404/400 otherwise."""
+    if request.account_id is None:
+        if request.currency not in EXTERNAL_ACCOUNT_CURRENCIES:
+            allowed = ", ".join(sorted(EXTERNAL_ACCOUNT_CURRENCIES))
+            raise invalid_field("currency", f"must be one of {allowed}")
+        return request.currency
+    if account is None:
+        raise NotFound(f"Merchant account {request.account_id} not found.")
+    if request.currency != account.currency:
+        raise invalid_field("currency", f"must be {account.currency}, the account's currency")
+    return account.currency
+
+
+def _return_uri(request: PaymentRequest) -> str | None:
+    """Where the payer returns, when the creation says it (`authorization_flow.redirect`,
+    else `hosted_page`); 400 naming the field unless every one is an absolute http(s) URI."""
+    uris = return_uris(request)
+    for field_name, uri in uris:
+        if not is_absolute_http_uri(uri):
+            raise invalid_field(field_name, "must be an absolute http(s) URI")
+    return uris[0][1] if uris else None
+
+
+def created_answer(payment: NewPayment, resource_token: str, public_url: str) -> dict[str, Any]:
+    """The 201 answer of a new payment (spec 2.6): with the journey's next action when it
+    started at creation (fidelity P3), with the hosted payment page's link when the request
+    asked for it (fidelity P4; the parameters travel in the fragment, as the SDKs' links)."""
+    answer: dict[str, Any] = {
+        "id": str(payment.id),
+        "user": {"id": payment.user_id},
+        "resource_token": resource_token,
+        "status": payment.state.status.value,
+    }
+    if payment.next_action is not None:
+        answer["authorization_flow"] = {"actions": {"next": payment.next_action}}
+    hosted = payment.sent.get("hosted_page")
+    if hosted is not None:
+        fragment = urlencode(
+            {
+                "payment_id": str(payment.id),
+                "resource_token": resource_token,
+                "return_uri": hosted["return_uri"],
+            }
+        )
+        answer["hosted_page"] = {"uri": f"{public_url}/hpp/payments#{fragment}"}
+    return answer
+
+
+def return_uris(request: PaymentRequest) -> list[tuple[str, str]]:
+    """The return URIs a creation names, each with its field (for the production mode's
+    allow-list check)."""
+    found: list[tuple[str, str]] = []
+    flow = request.authorization_flow
+    if flow is not None and flow.redirect is not None:
+        found.append(("authorization_flow.redirect.return_uri", flow.redirect.return_uri))
+    if request.hosted_page is not None:
+        found.append(("hosted_page.return_uri", request.hosted_page.return_uri))
+    return found
 
 
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
@@ -191,9 +282,12 @@ class _Steps:
     async def decide(
         self, item: PaymentToCreate, row: Any, payments: list[dict[str, Any]]
     ) -> tuple[Answer, NewPayment]:
-        """`plan_payment`; the caller's answer and the payment."""
+        """`plan_payment`, with the payer's next action when its journey starts at creation
+        (`authorization_flow`); the caller's answer and the payment."""
         account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None
         payment = plan_payment(item.request, item.merchant_id, account, item.now)
+        if item.journey is not None and payment.state.status is PaymentStatus.AUTHORIZING:
+            payment = replace(payment, next_action=item.journey(payment.row()))
         status, value = item.respond(payment)
         payments.append(_payment_row(payment))
         return (status, dumps(value)), payment
@@ -233,7 +327,7 @@ def _payment_row(payment: NewPayment) -> dict[str, Any]:
     return {
         "id": str(payment.id),
         "merchant_id": str(payment.merchant_id),
-        "account_id": str(payment.account_id),
+        "account_id": str(payment.account_id) if payment.account_id else None,
         "amount": payment.amount,
         "currency": payment.currency,
         "user_id": payment.user_id,
@@ -245,9 +339,22 @@ def _payment_row(payment: NewPayment) -> dict[str, Any]:
         "metadata": payment.metadata,
         "status": state.status.value,
         "created_at": iso_utc(state.created_at),
-        "history": [{"status": state.status.value, "at": iso_utc(state.created_at)}],
+        "history": [
+            {"status": status, "at": iso_utc(state.created_at)}
+            for status in _statuses_at_creation(state)
+        ],
         "expires_at": iso_utc(state.expires_at()),
+        "sent": payment.sent,
+        "return_uri": payment.return_uri,
+        "next_action": payment.next_action,
     }
+
+
+def _statuses_at_creation(state: PaymentState) -> list[str]:
+    """The statuses a new payment went through: `authorization_required`, then
+    `authorizing` when its journey started at creation."""
+    first = PaymentStatus.AUTHORIZATION_REQUIRED.value
+    return [first] if state.status.value == first else [first, state.status.value]
 
 
 class PaymentCreation(KeyedAcceptor[PaymentToCreate, list[dict[str, Any]], NewPayment]):

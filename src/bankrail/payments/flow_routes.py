@@ -74,7 +74,9 @@ async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
@@ -92,7 +94,9 @@ async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -
             context.clock.now(),
             context.settings.powers,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 

@@ -56,6 +56,11 @@ async def advance_payment(conn: Connection, payload: dict[str, Any], now: dateti
 
 
 async def _settle(conn: Connection, row: Any, state: PaymentState, now: datetime) -> None:
+    if row["merchant_account_id"] is None:
+        # A payment to an external account: the payer's bank pays the beneficiary directly;
+        # no merchant account is credited, no merchant money moves, no payment source is kept.
+        await save(conn, row, state.settle(now), now)
+        return
     account = await get_account(conn, row["merchant_account_id"])
     assert account is not None
     remitter = remitter_for(row["user_id"], row["currency"], row["user_details"].get("name"))
@@ -111,4 +116,4 @@ async def expire_payment(conn: Connection, payload: dict[str, Any], now: datetim
         return
     state = state_of(row)
     if state.status in EXPIRABLE and now >= state.expires_at():
-        await save(conn, row, state.fail(now, FailureReason.EXPIRED), now)
+        await save(conn, row, state.expire(now), now)

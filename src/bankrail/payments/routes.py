@@ -26,7 +26,13 @@ from bankrail.http.schema_types import RedirectAnswer
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import PAYMENT_CALLER
-from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
+from bankrail.payments.creation import (
+    NewPayment,
+    PaymentCreation,
+    PaymentToCreate,
+    created_answer,
+    return_uris,
+)
 from bankrail.payments.flow_routes import ROUTES as FLOW_ROUTES
 from bankrail.payments.legacy_routes import ROUTES as LEGACY_ROUTES
 from bankrail.payments.mandate_creation import MandatePaymentCreation, MandatePaymentToCreate
@@ -40,6 +46,7 @@ from bankrail.payments.schemas import (
     PaymentSourceList,
 )
 from bankrail.payments.sources import list_payment_sources
+from bankrail.rails.providers import require_offered
 from bankrail.security.tokens import TokenError
 
 MOCK_BANK_TOKEN = replace(NOBODY, needs=Needs(schemes=("mockBankToken",)))
@@ -80,17 +87,22 @@ async def create_payment(call: Call[PaymentRequest, None]) -> Response:
         status, answer = await context.services.get(MandatePaymentCreation).accept(on_mandate)
         return answer_response(status, answer)
 
+    if not context.settings.sandbox and return_uris(body):
+        async with context.pool.acquire() as conn:
+            await service.require_allowed_creation_return_uris(conn, merchant.merchant_id, body)
+    public_url = context.settings.public_url
+
     def respond(payment: NewPayment) -> tuple[int, Any]:
         token = context.tokens.issue_resource_token(payment.id, now, AUTHORIZATION_WINDOW)
-        return 201, {
-            "id": str(payment.id),
-            "user": {"id": payment.user_id},
-            "resource_token": token,
-            "status": "authorization_required",
-        }
+        return 201, created_answer(payment, token, public_url)
+
+    def journey(row: dict[str, Any]) -> dict[str, Any]:
+        require_offered(context.settings.powers)
+        bank_token = service.provider_token(context.tokens, row["id"], now)
+        return service.next_action(row, public_url, bank_token, context.settings.powers)
 
     status, answer = await context.services.get(PaymentCreation).accept(
-        PaymentToCreate(body, merchant.merchant_id, now, respond, keyed)
+        PaymentToCreate(body, merchant.merchant_id, now, respond, keyed, journey)
     )
     return answer_response(status, answer)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
-from bankrail.core.problems import IDEMPOTENCY_REUSE, NotFound, ProblemType
+from bankrail.core.problems import IDEMPOTENCY_REUSE, Conflict, NotFound, ProblemType
 from bankrail.db.pool import Connection, Pool
 from bankrail.ledger.movements import REFUND
 from bankrail.merchants.batch_holds import BatchHolds
@@ -51,7 +51,7 @@ class RefundToAccept:
 
     merchant_id: uuid.UUID
     payment_id: uuid.UUID
-    amount: int
+    amount: int | None  # None: all that is left to refund
     reference: str
     metadata: dict[str, str] | None
     now: datetime
@@ -88,8 +88,8 @@ class _Steps:
     ) -> tuple[Answer, uuid.UUID]:
         """`models.check_refundable` on what is left after the batch's earlier refunds, then
         the hold on what is left available; the 201 answer and the new refund's id."""
-        refund_id, account = _check(item, row, write)
-        _add_refund(write, item, refund_id, account)
+        refund_id, account, amount = _check(item, row, write)
+        _add_refund(write, item, refund_id, account, amount)
         return (201, dumps({"id": str(refund_id)})), refund_id
 
     async def write(self, conn: Connection, write: _Write, answers: AnswersToStore) -> None:
@@ -131,32 +131,37 @@ def _read_item(item: RefundToAccept) -> dict[str, Any]:
     }
 
 
-def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts]:
-    """The new refund's id and the account it is paid from, once the rules allow it."""
+def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts, int]:
+    """The new refund's id, the account it is paid from and its amount, once the rules
+    allow it."""
     if row["payment_id"] is None:
         raise NotFound(f"Payment {item.payment_id} not found.")
+    if row["account_id"] is None:
+        raise Conflict(
+            "A payment to an external account cannot be refunded: no merchant account received it."
+        )
     refunded = row["refunded_amount"] + write.refunded.get(item.payment_id, 0)
-    check_refundable(
+    amount = check_refundable(
         RefundablePayment(row["payment_status"], row["payment_amount"], refunded), item.amount
     )
     account = AccountFacts.from_row(row)
-    return new_id(), account
+    return new_id(), account, amount
 
 
 def _add_refund(
-    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts
+    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts, amount: int
 ) -> None:
-    covered = write.holds.available(account) >= item.amount
+    covered = write.holds.available(account) >= amount
     if covered:
-        write.holds.hold(account, item.amount, refund_id, item.now)
-    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + item.amount
+        write.holds.hold(account, amount, refund_id, item.now)
+    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + amount
     write.refunds.append(
         {
             "id": str(refund_id),
             "merchant_id": str(item.merchant_id),
             "payment_id": str(item.payment_id),
             "account_id": str(account.id),
-            "amount": item.amount,
+            "amount": amount,
             "currency": account.currency,
             "reference": item.reference,
             "metadata": item.metadata,

@@ -54,7 +54,8 @@ $$;
 -- expiry job of kind p_job_kind at its expires_at; a payment on a mandate
 -- (payments/mandate_creation.py) is authorised already (authorized_at, mandate_id,
 -- mandate_reference, and the pending_failure decided at acceptance) and names its own job
--- (job_kind, due at its creation).
+-- (job_kind, due at its creation). `sent` is the request's echo, `return_uri` and
+-- `next_action` those of a journey started at creation (payments/creation.py).
 CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_payments jsonb,
     p_job_kind text,
@@ -72,17 +73,19 @@ BEGIN
                 provider_id text, scheme_id text, metadata jsonb, status text,
                 created_at timestamptz, history jsonb, expires_at timestamptz,
                 authorized_at timestamptz, mandate_id uuid, mandate_reference text,
-                pending_failure text, job_kind text)),
+                pending_failure text, job_kind text, sent jsonb, return_uri text,
+                next_action jsonb)),
         p AS (
             INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor,
                 currency, user_id, user_details, selection_type, selection_filter,
                 provider_id, scheme_id, metadata, status, created_at, history, authorized_at,
-                mandate_id, mandate_reference, pending_failure)
+                mandate_id, mandate_reference, pending_failure, sent, return_uri, next_action)
             SELECT x.id, x.merchant_id, x.account_id, x.amount, x.currency, x.user_id,
                 x.user_details, x.selection_type, NULLIF(x.selection_filter, 'null'::jsonb),
                 x.provider_id, x.scheme_id, NULLIF(x.metadata, 'null'::jsonb), x.status,
                 x.created_at, x.history, x.authorized_at, x.mandate_id, x.mandate_reference,
-                x.pending_failure
+                x.pending_failure, NULLIF(x.sent, 'null'::jsonb), x.return_uri,
+                NULLIF(x.next_action, 'null'::jsonb)
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
             SELECT coalesce(x.job_kind, p_job_kind), jsonb_build_object('payment_id', x.id::text),

@@ -37,7 +37,7 @@ PAYMENT_COLUMNS = (
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
     " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
-    " mandate_reference, pending_failure"
+    " mandate_reference, pending_failure, mandate_retry, user_interaction"
 )
 
 
@@ -144,6 +144,10 @@ def _mandate_method(row: Any) -> dict[str, Any]:
     method: dict[str, Any] = {"type": "mandate", "mandate_id": str(row["mandate_id"])}
     if row["mandate_reference"]:
         method["reference"] = row["mandate_reference"]
+    if row["mandate_retry"] is not None:
+        method["retry"] = row["mandate_retry"]
+    if row["user_interaction"] is not None:
+        method["user_interaction"] = row["user_interaction"]
     return method
 
 
@@ -210,7 +214,10 @@ def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any
                 "merchant_account_id": str(row["merchant_account_id"]),
             },
         },
-        "merchant_account_id": str(row["merchant_account_id"]),
+        # None for a payment on a mandate that pays an external account.
+        "merchant_account_id": (
+            str(row["merchant_account_id"]) if row["merchant_account_id"] else None
+        ),
         "created_at": iso_utc(row["created_at"]),
         "status": state.status.value,
         "status_history": row["history"],

@@ -13,7 +13,7 @@ runs it as group commit within one process.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,7 @@ from bankrail.core.problems import ProblemError, invalid_field
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
-from bankrail.mandates.models import Period
+from bankrail.mandates.models import Period, RetryPolicy
 from bankrail.mandates.service import (
     COUNTED,
     MANDATE_COLUMNS,
@@ -60,6 +60,8 @@ class MandatePaymentToCreate:
     merchant_id: uuid.UUID
     now: datetime
     keyed: KeyedRequest | None = None
+    # The payment's resource_token for the 201 answer, given the new payment's id.
+    resource_token: Callable[[uuid.UUID], str] | None = None
 
     @property
     def mandate_id(self) -> uuid.UUID:
@@ -77,6 +79,7 @@ class _Write:
     payments: list[dict[str, Any]] = field(default_factory=list)
     answers: AnswersToStore = field(default_factory=AnswersToStore)
     taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
+    terms: list[dict[str, Any]] = field(default_factory=list)  # retry and user_interaction
 
     def arguments(self) -> list[Any]:
         return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
@@ -92,6 +95,12 @@ _TAKEN = (
     " WITH ORDINALITY AS x (mandate_id, start, stop, n)"
 )
 _WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+# A payment's retry policy and the payer's presence, for the payments whose request gave them.
+_TERMS = (
+    "UPDATE payments p SET mandate_retry = t.retry, retry_until = t.until,"
+    " user_interaction = t.user_interaction FROM jsonb_to_recordset($1::jsonb)"
+    " AS t (id uuid, retry jsonb, until timestamptz, user_interaction text) WHERE p.id = t.id"
+)
 
 
 async def create_mandate_payments(
@@ -124,6 +133,8 @@ async def create_mandate_payments(
     ]
     if write.payments or write.answers:
         await conn.execute(_WRITE, *write.arguments())
+    if write.terms:
+        await conn.execute(_TERMS, write.terms)
     return outcomes
 
 
@@ -171,7 +182,10 @@ def _decide(
         if mandate is None:
             raise invalid_field("payment_method.mandate_id", "no such mandate")
         taken = {period: write.taken[key] for period, key in periods.items()}
-        charge = decide_charge(mandate, request.amount_in_minor, request.currency, item.now, taken)
+        retry = _retry_policy(request)
+        charge = decide_charge(
+            mandate, request.amount_in_minor, request.currency, item.now, taken, retry
+        )
     except ProblemError as problem:
         refused = refusal(problem, render_problem, keyed is not None)
         if isinstance(refused, ProblemError):
@@ -189,6 +203,31 @@ def _decide(
     return answer, value
 
 
+def _retry_policy(request: PaymentRequest) -> RetryPolicy | None:
+    """The request's retry policy (`payment_method.retry`), if it gave one."""
+    retry = request.payment_method.retry
+    if retry is None:
+        return None
+    return RetryPolicy.from_stored(retry.model_dump(by_alias=True))
+
+
+def _terms(item: MandatePaymentToCreate, payment_id: uuid.UUID) -> dict[str, Any] | None:
+    """The payment's retry policy and the payer's presence as stored, None when the request
+    gave neither."""
+    method = item.request.payment_method
+    if method.retry is None and method.user_interaction is None:
+        return None
+    policy = _retry_policy(item.request)
+    return {
+        "id": str(payment_id),
+        "retry": method.retry.model_dump(by_alias=True, exclude_none=True)
+        if method.retry
+        else None,
+        "until": iso_utc(item.now + policy.window) if policy else None,
+        "user_interaction": method.user_interaction,
+    }
+
+
 def _add_payment(
     write: _Write, item: MandatePaymentToCreate, charge: MandateCharge
 ) -> dict[str, Any]:
@@ -203,7 +242,7 @@ def _add_payment(
         {
             "id": str(payment_id),
             "merchant_id": str(item.merchant_id),
-            "account_id": str(charge.merchant_account_id),
+            "account_id": (str(charge.merchant_account_id) if charge.merchant_account_id else None),
             "amount": request.amount_in_minor,
             "currency": request.currency,
             "user_id": charge.user_id,
@@ -223,7 +262,14 @@ def _add_payment(
             "job_kind": ADVANCE_JOB,
         }
     )
-    return {"id": str(payment_id), "user": {"id": charge.user_id}, "status": status}
+    terms = _terms(item, payment_id)
+    if terms is not None:
+        write.terms.append(terms)
+    answer: dict[str, Any] = {"id": str(payment_id), "user": {"id": charge.user_id}}
+    if item.resource_token is not None:
+        answer["resource_token"] = item.resource_token(payment_id)
+    answer["status"] = status
+    return answer
 
 
 class MandatePaymentCreation:

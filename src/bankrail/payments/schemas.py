@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
+from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.http.listing import Pagination
 from bankrail.http.schema_types import (
     Address,
@@ -18,6 +19,7 @@ from bankrail.http.schema_types import (
     StrictModel,
     Uuid,
 )
+from bankrail.mandates.models import retry_window as window_of
 
 
 class ProviderFilter(StrictModel):
@@ -48,6 +50,27 @@ class ProviderSelection(StrictModel):
     scheme_selection: SchemeSelection | None = None
 
 
+class PaymentRetry(StrictModel):
+    """Retries of a payment on a mandate that the payer's balance cannot cover:
+    `{type: "standard", for}` or `{type: "smart", for, ensure_minimum_balance_in_minor?}`,
+    `for` a window such as `30m` or `90d` (docs/api.md "Payments on a mandate")."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: Literal["standard", "smart"]
+    for_: Annotated[StrictStr, Field(alias="for", pattern=r"^[0-9]{1,6}[mhd]$")]
+    ensure_minimum_balance_in_minor: (
+        Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)] | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _of_its_type(self) -> PaymentRetry:
+        window_of(self.for_)  # raises ValueError naming the rule
+        if self.type == "standard" and self.ensure_minimum_balance_in_minor is not None:
+            raise ValueError("ensure_minimum_balance_in_minor may be given only for smart retries")
+        return self
+
+
 class PaymentMethod(StrictModel):
     """A bank transfer, its provider selection and (nested form) its beneficiary; or a
     payment on an authorised mandate (`mandate_id`, optional `reference`), which has no payer
@@ -59,11 +82,13 @@ class PaymentMethod(StrictModel):
     beneficiary: MerchantAccountBeneficiary | None = None
     mandate_id: Uuid | None = None
     reference: Annotated[StrictStr, Field(min_length=1, max_length=18)] | None = None
+    retry: PaymentRetry | None = None
+    user_interaction: Literal["present", "not_present"] | None = None
 
     @model_validator(mode="after")
     def _fields_of_its_type(self) -> PaymentMethod:
         transfer = ("provider_selection", "scheme_selection", "beneficiary")
-        mandate = ("mandate_id", "reference")
+        mandate = ("mandate_id", "reference", "retry", "user_interaction")
         if self.type == "mandate":
             if self.mandate_id is None:
                 raise ValueError("mandate_id is required when the type is mandate")
@@ -124,7 +149,7 @@ class PaymentRequest(StrictModel):
 
 class PaymentCreated(BaseModel):
     """The 201 answer of `POST /v3/payments` (spec 2.6); a payment on a mandate is
-    `authorized` at once and has no `resource_token` (no payer journey)."""
+    `authorized` at once (no payer journey) and carries a `resource_token` too."""
 
     id: str
     user: dict[str, str]

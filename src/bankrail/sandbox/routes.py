@@ -1,7 +1,9 @@
-"""`/sandbox/...`: incoming bank transfers and the service clock (docs/operations.md)."""
+"""`/sandbox/...`: incoming bank transfers, the payer's balance behind a mandate, and the
+service clock (docs/operations.md, docs/sandbox.md)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
@@ -17,6 +19,7 @@ from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import StrictModel
+from bankrail.mandates import charges as mandate_charges
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 
 router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
@@ -112,6 +115,37 @@ async def simulate_bank_transfer(
         key=idempotency_key,
         body=await request.body(),
         effect=effect,
+    )
+
+
+class RemitterBalance(StrictModel):
+    """The payer's balance at the mock bank behind a mandate."""
+
+    remitter_balance_in_minor: Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)]
+
+
+class RemitterBalanceOut(BaseModel):
+    """The mandate and the payer's balance now."""
+
+    mandate_id: str
+    remitter_balance_in_minor: int
+
+
+@router.put("/mandates/{mandate_id}/remitter-balance", response_model=RemitterBalanceOut)
+async def set_remitter_balance(
+    mandate_id: uuid.UUID, body: RemitterBalance, context: Context, _: Admin
+) -> Response:
+    """Set the payer's simulated balance at the mock bank behind a mandate (the balance the
+    funds check reads and each payment on the mandate takes from); the next retry of a
+    payment waiting for funds sees it."""
+    async with context.pool.acquire() as conn:
+        await mandate_charges.set_remitter_balance(conn, mandate_id, body.remitter_balance_in_minor)
+    return json_response(
+        200,
+        {
+            "mandate_id": str(mandate_id),
+            "remitter_balance_in_minor": body.remitter_balance_in_minor,
+        },
     )
 
 

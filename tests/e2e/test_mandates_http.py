@@ -24,6 +24,7 @@ from mandate_helpers import (
     MANDATES,
     RETURN_URI,
     authorised_mandate,
+    client_token,
     consent_action,
     create_mandate,
     mandate_body,
@@ -459,26 +460,11 @@ def test_mandate_listing_by_user(operator: Operator) -> None:
     assert [m["id"] for m in rest["items"]] == [first]
 
 
-def _client_token(operator: Operator, merchant: MerchantClient, scopes: list[str]) -> str:
-    client = operator.post(f"/admin/merchants/{merchant.merchant_id}/clients", {"scopes": scopes})
-    assert client.status_code == 201, client.text
-    answer = merchant.http.post(
-        "/connect/token",
-        data={
-            "grant_type": "client_credentials",
-            "client_id": client.json()["client_id"],
-            "client_secret": client.json()["client_secret"],
-        },
-    )
-    assert answer.status_code == 200, answer.text
-    return str(answer.json()["access_token"])
-
-
 def test_mandate_scopes(operator: Operator) -> None:
     merchant = merchant_with_webhooks(operator)
-    commercial = _client_token(operator, merchant, ["recurring_payments:commercial"])
-    sweeping = _client_token(operator, merchant, ["recurring_payments:sweeping"])
-    payouts = _client_token(operator, merchant, ["payouts"])
+    commercial = client_token(operator, merchant, ["recurring_payments:commercial"])
+    sweeping = client_token(operator, merchant, ["recurring_payments:sweeping"])
+    payouts = client_token(operator, merchant, ["payouts"])
 
     body = mandate_body(merchant)
     answer = merchant.signed_post(MANDATES, body, token=commercial)

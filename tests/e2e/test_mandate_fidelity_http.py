@@ -187,7 +187,7 @@ def test_bad_new_mandate_fields_are_400_naming_the_field(
     assert get_record(merchant, MANDATES)["items"] == []
 
 
-def _offered(merchant: MerchantClient, provider_filter: dict[str, Any]) -> list[str]:
+def _offered(merchant: MerchantClient, provider_filter: dict[str, Any]) -> tuple[str, list[str]]:
     body = sdk_body("dotnet-mandate-commercial-user-selected.json")
     body["mandate"]["provider_selection"]["filter"] = provider_filter
     mandate_id = str(create_mandate(merchant, body)["id"])
@@ -198,16 +198,29 @@ def _offered(merchant: MerchantClient, provider_filter: dict[str, Any]) -> list[
     assert flow.status_code == 200, flow.text
     action = next_action(flow.json())
     assert action["type"] == "provider_selection"
-    return [provider["id"] for provider in action["providers"]]
+    return mandate_id, [provider["id"] for provider in action["providers"]]
 
 
 def test_a_user_selected_filter_decides_the_banks_offered(operator: Operator) -> None:
     merchant = operator.new_merchant()
-    assert GB_REDIRECT in _offered(
-        merchant, {"countries": ["GB"], "release_channel": "private_beta"}
-    )
-    assert GB_REDIRECT in _offered(merchant, {"release_channel": "private_beta"})
-    assert _offered(merchant, {"countries": ["FR"]}) == []
+    wanted = {"countries": ["GB"], "release_channel": "private_beta"}
+    mandate_id, offered = _offered(merchant, wanted)
+    assert GB_REDIRECT in offered
+    assert GB_REDIRECT in _offered(merchant, {"release_channel": "private_beta"})[1]
+    elsewhere, none = _offered(merchant, {"countries": ["FR"]})
+    assert none == []
+    # The payer can pick only a bank the filter offers.
+    selection = "authorization-flow/actions/provider-selection"
+    refused = merchant.signed_post(f"{MANDATES}/{elsewhere}/{selection}", {"provider_id": GB})
+    assert_invalid(refused, "provider_id")
+    chosen = merchant.signed_post(f"{MANDATES}/{mandate_id}/{selection}", {"provider_id": GB})
+    assert chosen.status_code == 200, chosen.text
+    mandate = get_record(merchant, f"{MANDATES}/{mandate_id}")
+    assert mandate["provider_selection"] == {
+        "type": "user_selected",
+        "provider_id": GB_REDIRECT,
+        "filter": wanted,
+    }
 
 
 def test_payments_on_an_external_account_mandate_credit_no_merchant_account(

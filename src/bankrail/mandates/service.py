@@ -320,11 +320,15 @@ async def start_authorization(
 async def select_provider(
     conn: Connection, row: Any, provider_id: str, now: datetime, powers: SandboxPowers
 ) -> Any:
-    """Record the bank the payer chose from those offered (409 when none is)."""
+    """Record the bank the payer chose from those offered (409 when none is; 400 on
+    `provider_id` for one that does not take the mandate's type or that its filter leaves
+    out)."""
     require_offered(powers)
     if row["status"] != MandateStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
     provider = _check_provider(provider_id, row["type"], "provider_id")
+    if provider not in mandate_providers(row["type"], powers, row["provider_filter"]):
+        raise invalid_field("provider_id", f"{provider_id} is not among the banks offered")
     return await save(conn, row, state_of(row), provider_id=provider.id)
 
 

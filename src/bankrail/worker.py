@@ -42,6 +42,9 @@ def register_jobs(queue: JobQueue, powers: SandboxPowers) -> None:
     queue.register(
         refunds_service.ADVANCE_JOB, partial(refunds_service.advance_refund, powers=powers)
     )
+    queue.register_batch(
+        refunds_service.ADVANCE_JOB, partial(refunds_service.advance_due_refunds, powers=powers)
+    )
     queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
 
 

@@ -22,7 +22,7 @@ from bankrail.core.ids import new_id
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, invalid_field
 from bankrail.core.timefmt import iso_utc
-from bankrail.core.urls import is_absolute_http_uri, with_query
+from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.mandates._store import (
@@ -62,7 +62,7 @@ from bankrail.mandates.schemas import (
     MandateDetails,
     MandateRequest,
 )
-from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.merchants.service import require_account
 from bankrail.rails.mock_bank import remitter_for
 from bankrail.rails.providers import (
@@ -301,12 +301,9 @@ async def start_authorization(
     an absolute http(s) URI (and, with `allow_listed_only`, one the merchant allowed); then
     409 when this deployment offers no provider."""
     if return_uri is not None:
-        if not is_absolute_http_uri(return_uri):
-            raise invalid_field(field, "must be an absolute http(s) URI")
-        if allow_listed_only and not is_allowed(
-            return_uri, await allowed_return_uris(conn, row["merchant_id"])
-        ):
-            raise invalid_field(field, NOT_ALLOWED)
+        await check_return_uri(
+            conn, row["merchant_id"], return_uri, field, allow_listed_only=allow_listed_only
+        )
     require_offered(powers)
     if await _expire_if_due(conn, row, now) is not None:
         raise Conflict("The mandate expired: it was not authorised within 15 minutes.")

@@ -15,11 +15,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
-from bankrail.context import AppContext
 from bankrail.core.money import format_amount
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.mandates import service as mandates
 from bankrail.mandates.models import MandateStatus

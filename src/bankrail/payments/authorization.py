@@ -12,10 +12,10 @@ from urllib.parse import parse_qs
 
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, InvalidParameters, invalid_field
-from bankrail.core.urls import is_absolute_http_uri, with_query
+from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
-from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import save, state_of, transition_conflict
 from bankrail.payments.jobs import ADVANCE_JOB
 from bankrail.payments.models import (
@@ -37,31 +37,14 @@ from bankrail.security.tokens import TokenIssuer
 __all__ = [
     "bank_action",
     "check_provider",
-    "check_return_uri",
     "next_action",
     "offered_providers",
     "payment_id_from_return",
     "provider_token",
     "redirect_back",
-    "require_allowed_return_uri",
     "select_provider",
     "start_authorization",
 ]
-
-
-def check_return_uri(uri: str, field: str) -> str:
-    """An absolute http(s) URI, or 400."""
-    if not is_absolute_http_uri(uri):
-        raise invalid_field(field, "must be an absolute http(s) URI")
-    return uri
-
-
-async def require_allowed_return_uri(
-    conn: Connection, merchant_id: uuid.UUID, uri: str, field: str
-) -> None:
-    """400 naming `field` unless the merchant's allowed return URIs cover `uri`."""
-    if not is_allowed(uri, await allowed_return_uris(conn, merchant_id)):
-        raise invalid_field(field, NOT_ALLOWED)
 
 
 def check_provider(
@@ -160,9 +143,9 @@ async def start_authorization(
     no provider (`require_offered`).
     """
     if return_uri is not None:
-        check_return_uri(return_uri, field)
-        if allow_listed_only:
-            await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
+        await check_return_uri(
+            conn, row["merchant_id"], return_uri, field, allow_listed_only=allow_listed_only
+        )
     require_offered(powers)
     state = state_of(row)
     try:

@@ -4,27 +4,28 @@ created, whatever the API (`POST /v3/payments`, the legacy deposits).
 `create_payments` reads what the rules need for a batch of requests in one statement (the keys'
 locks and stored answers, the receiving accounts), decides each with `plan_payment`, and writes
 the payments, their expiry jobs and the answers under their keys in one statement, in the
-caller's transaction; a batch of one is the general case. `PaymentCreation` runs it as group
-commit within one process. (A payment on a mandate is another operation: `service.py`.)
+caller's transaction (this module's read, rules and write, `STEPS`, run by the one keyed batch
+core, security/keyed_batch.py); a batch of one is the general case. `PaymentCreation` runs it
+as group commit within one process. (A payment on a mandate is another operation: `service.py`.)
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import (
+    IDEMPOTENCY_REUSE,
     NotFound,
-    ProblemError,
+    ProblemType,
     invalid_field,
 )
 from bankrail.core.timefmt import iso_utc
-from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.payments.authorization import check_provider
 from bankrail.payments.jobs import EXPIRE_JOB
@@ -34,12 +35,10 @@ from bankrail.rails.providers import CATALOGUE, search
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,
-    Outcome,
     ProblemRenderer,
-    claim_in_batch,
     key_item,
-    refusal,
 )
+from bankrail.security.keyed_batch import Answer, Decided, KeyedAcceptor, decide_batch
 
 __all__ = [
     "NewPayment",
@@ -82,6 +81,8 @@ class PaymentToCreate:
     now: datetime
     respond: Respond
     keyed: KeyedRequest | None = None
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE
+    store_client_errors: bool = True
 
 
 @dataclass(frozen=True)
@@ -173,38 +174,50 @@ def plan_payment(
     )
 
 
-@dataclass
-class _Write:
-    """The rows of one batch's write (`bankrail_write_payment_creations`)."""
-
-    payments: list[dict[str, Any]] = field(default_factory=list)
-    answers: AnswersToStore = field(default_factory=AnswersToStore)
-
-    def arguments(self) -> list[Any]:
-        return [self.payments, EXPIRE_JOB, *self.answers.arguments(), self.answers.signatures()]
-
-
 _READ = "SELECT * FROM bankrail_read_payment_requests($1::jsonb)"
-_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+_WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3)"
+
+
+class _Steps:
+    """Payment creation's read, rules and write (security/keyed_batch.py); the batch's
+    state is the rows of the payments to write."""
+
+    async def read(
+        self, conn: Connection, batch: Sequence[PaymentToCreate]
+    ) -> tuple[list[Any], list[dict[str, Any]]]:
+        """The keys' locks and stored answers, and the receiving accounts."""
+        return await conn.fetch(_READ, [_read_item(item) for item in batch]), []
+
+    async def decide(
+        self, item: PaymentToCreate, row: Any, payments: list[dict[str, Any]]
+    ) -> tuple[Answer, NewPayment]:
+        """`plan_payment`; the caller's answer and the payment."""
+        account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None
+        payment = plan_payment(item.request, item.merchant_id, account, item.now)
+        status, value = item.respond(payment)
+        payments.append(_payment_row(payment))
+        return (status, dumps(value)), payment
+
+    async def write(
+        self, conn: Connection, payments: list[dict[str, Any]], answers: AnswersToStore
+    ) -> None:
+        """The payments, their expiry jobs and the answers, in one statement."""
+        await conn.execute(_WRITE, payments, EXPIRE_JOB, answers.rows)
+
+
+STEPS = _Steps()
 
 
 async def create_payments(
     conn: Connection,
     batch: Sequence[PaymentToCreate],
     render_problem: ProblemRenderer | None = None,
-) -> list[tuple[Outcome, NewPayment | None]]:
+) -> list[Decided[NewPayment]]:
     """Create payments, in the caller's transaction, and return each request's outcome in
     order with the payment it created (None when it created none): the answer (stored under
     its key, if it has one: a 201, or a 4xx problem), or a problem not stored (the key in
     flight, reused with another request, or, for a request without a key, any problem)."""
-    rows = await conn.fetch(_READ, [_read_item(item) for item in batch])
-    write = _Write()
-    outcomes = [
-        _decide(item, row, write, render_problem) for item, row in zip(batch, rows, strict=True)
-    ]
-    if write.payments or write.answers:
-        await conn.execute(_WRITE, *write.arguments())
-    return outcomes
+    return await decide_batch(conn, STEPS, batch, render_problem)
 
 
 def _read_item(item: PaymentToCreate) -> dict[str, Any]:
@@ -213,32 +226,6 @@ def _read_item(item: PaymentToCreate) -> dict[str, Any]:
         "merchant_id": str(item.merchant_id),
         "account_id": item.request.account_id,
     }
-
-
-def _decide(
-    item: PaymentToCreate, row: Any, write: _Write, render_problem: ProblemRenderer | None
-) -> tuple[Outcome, NewPayment | None]:
-    keyed = item.keyed
-    if keyed is not None:
-        before = claim_in_batch(row, keyed, item.now, keyed.ttl, write.answers)
-        if before is not None:
-            return before, None
-    account = Account(row["account_id"], row["account_currency"]) if row["account_id"] else None
-    payment: NewPayment | None = None
-    try:
-        payment = plan_payment(item.request, item.merchant_id, account, item.now)
-    except ProblemError as problem:
-        refused = refusal(problem, render_problem, keyed is not None)
-        if isinstance(refused, ProblemError):
-            return refused, None
-        answer = refused
-    else:
-        status, value = item.respond(payment)
-        answer = (status, dumps(value))
-        write.payments.append(_payment_row(payment))
-    if keyed is not None:
-        write.answers.add(keyed, answer, item.now)
-    return answer, payment
 
 
 def _payment_row(payment: NewPayment) -> dict[str, Any]:
@@ -263,23 +250,10 @@ def _payment_row(payment: NewPayment) -> dict[str, Any]:
     }
 
 
-class PaymentCreation:
-    """Group commit of payment requests within one process (db/group_commit.py): the way
-    `create_payments` is run for requests under an Idempotency-Key."""
+class PaymentCreation(KeyedAcceptor[PaymentToCreate, list[dict[str, Any]], NewPayment]):
+    """Group commit of payment requests within one process (security/keyed_batch.py): the
+    way `create_payments` is run for requests under an Idempotency-Key. `accept` hands back
+    the answer once committed and raises the problems that are not stored."""
 
     def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
-        async def run(
-            conn: Connection, batch: Sequence[PaymentToCreate]
-        ) -> list[tuple[Outcome, NewPayment | None]]:
-            return await create_payments(conn, batch, render_problem)
-
-        self._commits: GroupCommit[PaymentToCreate, tuple[Outcome, NewPayment | None]] = (
-            GroupCommit(pool, run, max_batch)
-        )
-
-    async def create(self, item: PaymentToCreate) -> tuple[int, bytes]:
-        """The request's answer, once committed; raises the problems that are not stored."""
-        outcome, _ = await self._commits.submit(item)
-        if isinstance(outcome, ProblemError):
-            raise outcome
-        return outcome
+        super().__init__(pool, STEPS, render_problem, max_batch)

@@ -9,19 +9,19 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
-from bankrail.context import AppContext
 from bankrail.core.problems import invalid_field
 from bankrail.db.pool import Connection
-from bankrail.http.auth import verify_signature
-from bankrail.http.deps import Context
+from bankrail.http.context import AppContext
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.pipeline import NOBODY, Call, Endpoint, Signed, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import AuthorizationFlowAnswer
 from bankrail.payments import service
-from bankrail.payments._route_support import Caller, PaymentCaller, aliased_routes, flow_answer
+from bankrail.payments._route_support import PAYMENT_CALLER, PaymentCaller, flow_answer
 from bankrail.payments.schemas import (
     AuthorizationFlowRequest,
     FormSubmit,
@@ -31,10 +31,7 @@ from bankrail.payments.schemas import (
 )
 from bankrail.rails.mock_bank import action_for_username
 
-__all__ = ["router"]
-
-router = APIRouter()
-_routes = aliased_routes(router)
+__all__ = ["ROUTES"]
 
 Action = Callable[[Connection, Any], Awaitable[tuple[int, Any]]]
 
@@ -51,7 +48,7 @@ async def _act(
 
     if caller.claims is None:
         return await respond_once(context, request, scope="", key=None, body=b"", effect=effect)
-    raw = await verify_signature(request, context, caller.claims)
+    raw = await request.body()  # its signature verified by the pipeline
     return await respond_once(
         context,
         request,
@@ -62,21 +59,10 @@ async def _act(
     )
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/authorization-flow", "/payments/{payment_id}/authorization-flow"],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def start_authorization_flow(
-    payment_id: uuid.UUID,
-    body: AuthorizationFlowRequest,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -> Response:
     """Start the payer's journey: the next action is a provider list, a redirect to the bank,
     or (embedded providers) a form."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         return_uri = body.redirect.return_uri if body.redirect else None
@@ -93,25 +79,9 @@ async def start_authorization_flow(
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    [
-        "/v3/payments/{payment_id}/authorization-flow/actions/provider-selection",
-        "/v3/payments/{payment_id}/submit-provider-selection",
-        "/payments/{payment_id}/authorization-flow/actions/provider-selection",
-        "/payments/{payment_id}/submit-provider-selection",
-    ],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def submit_provider_selection(
-    payment_id: uuid.UUID,
-    body: ProviderSelectionSubmit,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -> Response:
     """Submit the provider the payer chose; the next action takes them to it."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         updated = await service.select_provider(
@@ -127,20 +97,9 @@ async def submit_provider_selection(
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/authorization-flow/actions/form"],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def submit_form(
-    payment_id: uuid.UUID,
-    body: FormSubmit,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def submit_form(call: Call[FormSubmit, None]) -> Response:
     """The embedded provider's form: the username picks the outcome as at the mock bank."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         provider = row["provider_id"] or ""
@@ -162,16 +121,9 @@ async def submit_form(
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/actions/cancel", "/payments/{payment_id}/actions/cancel"],
-    status_code=202,
-    responses=ERRORS_SIGNED_POST,
-)
-async def cancel_payment(
-    payment_id: uuid.UUID, request: Request, context: Context, caller: Caller
-) -> Response:
+async def cancel_payment(call: Call[None, None]) -> Response:
     """Cancel a payment the bank has not yet accepted; it fails with reason `canceled`."""
+    request, context, caller = call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         await service.cancel_payment(conn, row, context.clock.now())
@@ -180,15 +132,73 @@ async def cancel_payment(
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments-provider-return", "/payments-provider-return"],
-    response_model=ProviderReturnAnswer,
-    responses={400: ERRORS_AUTH_NOT_FOUND[400], 404: ERRORS_AUTH_NOT_FOUND[404]},
-)
-async def provider_return(body: ProviderReturn, context: Context) -> Response:
+async def provider_return(call: Call[ProviderReturn, None]) -> Response:
     """Which payment the payer's browser came back from the bank for (no token needed)."""
+    body, context = call.body, call.context
     payment_id = service.payment_id_from_return(body.query, body.fragment)
     async with context.pool.acquire() as conn:
         await service.get_payment_row(conn, payment_id, None)
     return json_response(200, {"resource": {"type": "payment", "payment_id": str(payment_id)}})
+
+
+# Signed, with an Idempotency-Key, when the merchant calls; plain from the hosted page.
+_MERCHANT_SIGNS = Signed(only_with_access_token=True)
+_PAYMENT = {"payment_id": uuid.UUID}
+
+
+def _action(path: str, handler: Any, body: Any, response_model: Any, status: int = 200) -> Endpoint:
+    """A signed action on a payment, by the merchant or the payer."""
+    return Endpoint(
+        "POST",
+        path,
+        handler,
+        PAYMENT_CALLER,
+        signed=_MERCHANT_SIGNS,
+        idempotency="optional",
+        body=body,
+        params=_PAYMENT,
+        status_code=status,
+        response_model=response_model,
+        errors=ERRORS_SIGNED_POST,
+        tags=["payments v3"],
+    )
+
+
+ROUTES = routes(
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow",
+        start_authorization_flow,
+        AuthorizationFlowRequest,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/provider-selection",
+        submit_provider_selection,
+        ProviderSelectionSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/submit-provider-selection",
+        submit_provider_selection,
+        ProviderSelectionSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/form",
+        submit_form,
+        FormSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action("/v3/payments/{payment_id}/actions/cancel", cancel_payment, None, None, status=202),
+    Endpoint(
+        "POST",
+        "/v3/payments-provider-return",
+        provider_return,
+        NOBODY,
+        body=ProviderReturn,
+        response_model=ProviderReturnAnswer,
+        errors={400: ERRORS_AUTH_NOT_FOUND[400], 404: ERRORS_AUTH_NOT_FOUND[404]},
+        tags=["payments v3"],
+    ),
+)
+"""The authorisation flow and the actions on a payment, in the order of the document."""

@@ -28,13 +28,11 @@ from bankrail.payments._store import (
 )
 from bankrail.payments.authorization import (
     bank_action,
-    check_return_uri,
     next_action,
     offered_providers,
     payment_id_from_return,
     provider_token,
     redirect_back,
-    require_allowed_return_uri,
     select_provider,
     start_authorization,
 )
@@ -51,7 +49,6 @@ __all__ = [
     "advance_payment",
     "bank_action",
     "cancel_payment",
-    "check_return_uri",
     "create_payment",
     "expire_payment",
     "get_payment_row",
@@ -63,7 +60,6 @@ __all__ = [
     "redirect_back",
     "render",
     "render_row",
-    "require_allowed_return_uri",
     "select_provider",
     "start_authorization",
     "state_of",

@@ -12,11 +12,10 @@ step happens twice.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from bankrail.core.iban import normalise_iban
-from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import (
     NotFound,
     ProblemError,
@@ -32,14 +31,10 @@ from bankrail.payouts.acceptance import accept_payouts as accept_payouts
 from bankrail.payouts.models import v1_reason, v1_status
 from bankrail.rails.lifecycle import (
     REJECTIONS,
-    Advance,
-    FailureReason,
     RailState,
     Stage,
-    advance,
     state_of,
 )
-from bankrail.rails.schemes import sandbox_outcome
 
 
 def external_identifiers(raw: dict[str, Any], field: str) -> AccountIdentifiers:
@@ -77,35 +72,8 @@ STATE_COLUMNS = (
 )
 
 
-def planned_advance(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
-    """The steps a payouts row takes when its job runs at `now` (with the `outcome_tokens`
-    power, its sandbox tokens decide the scheme's delay and outcome)."""
-    outcome = sandbox_outcome(row["reference"], powers)
-    pending_failure = row["pending_failure"]
-    return advance(
-        state_of(row),
-        now,
-        pending_failure=FailureReason(pending_failure) if pending_failure else None,
-        scheme_failure=outcome.failure,
-        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
-
-
 def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
-
-
-def lifecycle_columns(state: RailState) -> tuple[Any, ...]:
-    """The payouts columns stage, authorized_at, submitted_at, executed_at, failed_at and
-    failure_reason, in that order, for `state`."""
-    return (
-        state.stage.value,
-        state.authorized_at,
-        state.submitted_at,
-        state.executed_at,
-        state.failed_at,
-        state.failure_reason.value if state.failure_reason else None,
-    )
 
 
 def activity_details(state: RailState) -> dict[str, Any]:

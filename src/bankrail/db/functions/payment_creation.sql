@@ -49,7 +49,8 @@ END
 $$;
 
 -- Writes a batch's decisions: the payments (p_payments, a jsonb array of rows), each with its
--- first job, and the answers under the requests' keys. A payment awaiting its payer has an
+-- first job, and the answers under the requests' keys (p_answers, a jsonb array:
+-- bankrail_store_idempotent_answers, idempotency.sql). A payment awaiting its payer has an
 -- expiry job of kind p_job_kind at its expires_at; a payment on a mandate
 -- (payments/mandate_creation.py) is authorised already (authorized_at, mandate_id,
 -- mandate_reference, and the pending_failure decided at acceptance) and names its own job
@@ -57,13 +58,7 @@ $$;
 CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_payments jsonb,
     p_job_kind text,
-    p_answer_scopes text[],
-    p_answer_keys text[],
-    p_answer_fingerprints bytea[],
-    p_answer_statuses integer[],
-    p_answer_bodies bytea[],
-    p_answer_at timestamptz[],
-    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
+    p_answers jsonb
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -95,9 +90,7 @@ BEGIN
             FROM x;
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
-    PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
-        p_answer_signatures);
+    PERFORM bankrail_store_idempotent_answers(p_answers);
 END
 $$;
 

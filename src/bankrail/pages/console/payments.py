@@ -208,7 +208,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
     body = dumps({"payment": str(payment_uuid), "amount": amount, "reference": reference})
     now = context.clock.now()
     try:
-        _, refund_id = await context.services.get(RefundAcceptance).accept(
+        _, refund_id = await context.services.get(RefundAcceptance).accept_created(
             RefundToAccept(
                 merchant_id=merchant_id,
                 payment_id=payment_uuid,

@@ -189,6 +189,7 @@ ROUTES = [
     Route("POST", "/sandbox/bank-transfers", Caller.OPERATOR),
     Route("POST", "/sandbox/clock/advance", Caller.OPERATOR, own_server=True, complete_schema=True),
     Route("GET", "/sandbox/clock", Caller.OPERATOR),
+    Route("PUT", "/sandbox/mandates/{mandate_id}/remitter-balance", Caller.OPERATOR),
     Route(
         "POST",
         "/mock-bank/api/single-immediate-payments/{payment_id}/action",

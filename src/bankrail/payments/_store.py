@@ -38,7 +38,7 @@ PAYMENT_COLUMNS = (
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
     " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
-    " mandate_reference, pending_failure, sent, next_action"
+    " mandate_reference, pending_failure, sent, next_action, mandate_retry, user_interaction"
 )
 
 
@@ -154,6 +154,10 @@ def _mandate_method(row: Any) -> dict[str, Any]:
     method: dict[str, Any] = {"type": "mandate", "mandate_id": str(row["mandate_id"])}
     if row["mandate_reference"]:
         method["reference"] = row["mandate_reference"]
+    if row["mandate_retry"] is not None:
+        method["retry"] = row["mandate_retry"]
+    if row["user_interaction"] is not None:
+        method["user_interaction"] = row["user_interaction"]
     return method
 
 

@@ -14,7 +14,7 @@ and write (`STEPS`) run by the one keyed batch core (security/keyed_batch.py).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,7 @@ from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType, invalid_field
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection, Pool
-from bankrail.mandates.models import Period
+from bankrail.mandates.models import Period, RetryPolicy
 from bankrail.mandates.service import (
     COUNTED,
     MANDATE_COLUMNS,
@@ -34,7 +34,7 @@ from bankrail.mandates.service import (
 )
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB
 from bankrail.payments.models import PaymentStatus
-from bankrail.payments.schemas import PaymentRequest
+from bankrail.payments.schemas import PaymentRequest, PaymentRetry
 from bankrail.rails.providers import find_provider
 from bankrail.security.idempotency import (
     AnswersToStore,
@@ -60,6 +60,8 @@ class MandatePaymentToCreate:
     keyed: KeyedRequest | None = None
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
+    # The payment's resource_token for the 201 answer, given the new payment's id.
+    resource_token: Callable[[uuid.UUID], str] | None = None
 
     @property
     def mandate_id(self) -> uuid.UUID:
@@ -76,6 +78,7 @@ Created = Decided[dict[str, Any]]
 class _Write:
     payments: list[dict[str, Any]] = field(default_factory=list)
     taken: dict[_PeriodKey, int] = field(default_factory=dict)  # read, then the batch's own
+    terms: list[dict[str, Any]] = field(default_factory=list)  # retry and user_interaction
 
 
 _READ = "SELECT * FROM bankrail_read_mandate_payment_requests($1::jsonb)"
@@ -88,6 +91,12 @@ _TAKEN = (
     " WITH ORDINALITY AS x (mandate_id, start, stop, n)"
 )
 _WRITE = "SELECT bankrail_write_payment_creations($1, $2, $3)"
+# A payment's retry policy and the payer's presence, for the payments whose request gave them.
+_TERMS = (
+    "UPDATE payments p SET mandate_retry = t.retry, retry_until = t.until,"
+    " user_interaction = t.user_interaction FROM jsonb_to_recordset($1::jsonb)"
+    " AS t (id uuid, retry jsonb, until timestamptz, user_interaction text) WHERE p.id = t.id"
+)
 
 
 class _Steps:
@@ -119,7 +128,14 @@ class _Steps:
         if mandate is None:
             raise invalid_field("payment_method.mandate_id", "no such mandate")
         taken = {period: write.taken[key] for period, key in periods.items()}
-        charge = decide_charge(mandate, request.amount_in_minor, request.currency, item.now, taken)
+        charge = decide_charge(
+            mandate,
+            request.amount_in_minor,
+            request.currency,
+            item.now,
+            taken,
+            _retry_policy(request),
+        )
         if charge.pending_failure is None:  # it counts against the limits from now on
             for key in periods.values():
                 write.taken[key] += request.amount_in_minor
@@ -128,8 +144,11 @@ class _Steps:
 
     async def write(self, conn: Connection, write: _Write, answers: AnswersToStore) -> None:
         """The payments, their first jobs and the answers, in one statement, through the
-        writer of every payment."""
+        writer of every payment; then, in the same transaction, the retry policy and the
+        payer's presence of the payments whose request gave them."""
         await conn.execute(_WRITE, write.payments, EXPIRE_JOB, answers.rows)
+        if write.terms:  # retry and user_interaction, same transaction
+            await conn.execute(_TERMS, write.terms)
 
 
 STEPS = _Steps()
@@ -180,6 +199,31 @@ async def _taken(
     return {keys[row["n"] - 1]: int(row["taken"]) for row in rows}
 
 
+def _retry_policy(request: PaymentRequest) -> RetryPolicy | None:
+    """The request's retry policy (`payment_method.retry`), if it gave one."""
+    retry = request.payment_method.retry
+    if not isinstance(retry, PaymentRetry):  # None (a bank transfer's `{}` is refused here)
+        return None
+    return RetryPolicy.from_stored(retry.model_dump(by_alias=True))
+
+
+def _terms(item: MandatePaymentToCreate, payment_id: uuid.UUID) -> dict[str, Any] | None:
+    """The payment's retry policy and the payer's presence as stored, None when the request
+    gave neither."""
+    method = item.request.payment_method
+    if method.retry is None and method.user_interaction is None:
+        return None
+    policy = _retry_policy(item.request)
+    return {
+        "id": str(payment_id),
+        "retry": method.retry.model_dump(by_alias=True, exclude_none=True)
+        if method.retry
+        else None,
+        "until": iso_utc(item.now + policy.window) if policy else None,
+        "user_interaction": method.user_interaction,
+    }
+
+
 def _add_payment(
     write: _Write, item: MandatePaymentToCreate, charge: MandateCharge
 ) -> dict[str, Any]:
@@ -194,7 +238,7 @@ def _add_payment(
         {
             "id": str(payment_id),
             "merchant_id": str(item.merchant_id),
-            "account_id": str(charge.merchant_account_id),
+            "account_id": (str(charge.merchant_account_id) if charge.merchant_account_id else None),
             "amount": request.amount_in_minor,
             "currency": request.currency,
             "user_id": charge.user_id,
@@ -214,7 +258,14 @@ def _add_payment(
             "job_kind": ADVANCE_JOB,
         }
     )
-    return {"id": str(payment_id), "user": {"id": charge.user_id}, "status": status}
+    terms = _terms(item, payment_id)
+    if terms is not None:
+        write.terms.append(terms)
+    answer: dict[str, Any] = {"id": str(payment_id), "user": {"id": charge.user_id}}
+    if item.resource_token is not None:
+        answer["resource_token"] = item.resource_token(payment_id)
+    answer["status"] = status
+    return answer
 
 
 class MandatePaymentCreation(KeyedAcceptor[MandatePaymentToCreate, _Write, dict[str, Any]]):

@@ -83,7 +83,15 @@ async def create_payment(call: Call[PaymentRequest, None]) -> Response:
     now = context.clock.now()
     keyed = keyed_request(context, request, scope=f"v3:{merchant.merchant_id}", key=key, body=raw)
     if body.payment_method.type == "mandate":
-        on_mandate = MandatePaymentToCreate(body, merchant.merchant_id, now, keyed)
+        on_mandate = MandatePaymentToCreate(
+            body,
+            merchant.merchant_id,
+            now,
+            keyed,
+            resource_token=lambda payment_id: context.tokens.issue_resource_token(
+                payment_id, now, AUTHORIZATION_WINDOW
+            ),
+        )
         status, answer = await context.services.get(MandatePaymentCreation).accept(on_mandate)
         return answer_response(status, answer)
 

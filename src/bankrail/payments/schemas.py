@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.http.listing import Pagination
 from bankrail.http.schema_types import (
     Address,
@@ -26,6 +27,7 @@ from bankrail.http.schema_types import (
     StrictModel,
     Uuid,
 )
+from bankrail.mandates.models import retry_window as window_of
 
 
 class ProviderExcludes(StrictModel):
@@ -163,6 +165,32 @@ Beneficiary = Annotated[
 EXTERNAL_ACCOUNT_CURRENCIES = frozenset({"GBP", "EUR", "PLN", "NOK"})
 
 
+class PaymentRetry(StrictModel):
+    """Retries of a payment on a mandate that the payer's balance cannot cover:
+    `{type: "standard", for}` or `{type: "smart", for, ensure_minimum_balance_in_minor?}`,
+    `for` a window such as `30m` or `90d` (docs/api.md "Payments on a mandate")."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: Literal["standard", "smart"]
+    for_: Annotated[StrictStr, Field(alias="for", pattern=r"^[0-9]{1,6}[mhd]$")]
+    ensure_minimum_balance_in_minor: (
+        Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)] | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _of_its_type(self) -> PaymentRetry:
+        window_of(self.for_)  # raises ValueError naming the rule
+        if self.type == "standard" and self.ensure_minimum_balance_in_minor is not None:
+            raise ValueError("ensure_minimum_balance_in_minor may be given only for smart retries")
+        return self
+
+
+class TransferRetry(StrictModel):
+    """A bank transfer's `retry`: the empty object `{}` the SDKs send (fidelity P8); a payer
+    whose authorisation was rejected may try again."""
+
+
 class PaymentMethod(StrictModel):
     """A bank transfer, its provider selection and (nested form) its beneficiary; or a
     payment on an authorised mandate (`mandate_id`, optional `reference`), which has no payer
@@ -175,18 +203,23 @@ class PaymentMethod(StrictModel):
     beneficiary: Beneficiary | None = None
     mandate_id: Uuid | None = None
     reference: Annotated[StrictStr, Field(min_length=1, max_length=18)] | None = None
-    retry: dict[str, Any] | None = None
+    retry: PaymentRetry | TransferRetry | None = None
+    user_interaction: Literal["present", "not_present"] | None = None
 
     @model_validator(mode="after")
     def _fields_of_its_type(self) -> PaymentMethod:
         transfer = ("provider_selection", "scheme_selection", "beneficiary")
-        mandate = ("mandate_id", "reference")
+        mandate = ("mandate_id", "reference", "user_interaction")
         if self.type == "mandate":
             if self.mandate_id is None:
                 raise ValueError("mandate_id is required when the type is mandate")
             given = [name for name in transfer if getattr(self, name) is not None]
+            if isinstance(self.retry, TransferRetry):
+                raise ValueError("retry on a mandate is {type: standard or smart, for}")
         else:
             given = [name for name in mandate if getattr(self, name) is not None]
+            if isinstance(self.retry, PaymentRetry):
+                raise ValueError("retry of a bank transfer is the empty object {}")
         if given:
             raise ValueError(f"{', '.join(given)} may not be given when the type is {self.type}")
         return self
@@ -324,7 +357,7 @@ class PaymentRequest(StrictModel):
                 exclude_none=True
             )
         if method.retry is not None:
-            sent["retry"] = method.retry
+            sent["retry"] = method.retry.model_dump(by_alias=True, exclude_none=True)
         for name in ("sub_merchants", "related_products", "risk_assessment", "hosted_page"):
             value = getattr(self, name)
             if value is not None:
@@ -334,7 +367,7 @@ class PaymentRequest(StrictModel):
 
 class PaymentCreated(BaseModel):
     """The 201 answer of `POST /v3/payments` (spec 2.6); a payment on a mandate is
-    `authorized` at once and has no `resource_token` (no payer journey). With
+    `authorized` at once (no payer journey) and carries a `resource_token` too. With
     `authorization_flow` in the request it is `authorizing` and carries the next action; with
     `hosted_page`, the page's `uri`."""
 

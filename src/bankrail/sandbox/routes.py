@@ -1,5 +1,5 @@
-"""`/sandbox/...`: incoming bank transfers, the service clock and merchant resets
-(docs/operations.md)."""
+"""`/sandbox/...`: incoming bank transfers, the payer's balance behind a mandate, the
+service clock and merchant resets (docs/operations.md, docs/sandbox.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.http.pipeline import OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import StrictModel
+from bankrail.mandates import charges as mandate_charges
 from bankrail.merchants.closing import reset_merchant as reset_merchant_data
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
 
@@ -104,6 +105,36 @@ async def simulate_bank_transfer(call: Call[BankTransfer, None]) -> Response:
     )
 
 
+class RemitterBalance(StrictModel):
+    """The payer's balance at the mock bank behind a mandate."""
+
+    remitter_balance_in_minor: Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)]
+
+
+class RemitterBalanceOut(BaseModel):
+    """The mandate and the payer's balance now."""
+
+    mandate_id: str
+    remitter_balance_in_minor: int
+
+
+async def set_remitter_balance(call: Call[RemitterBalance, None]) -> Response:
+    """Set the payer's simulated balance at the mock bank behind a mandate (the balance the
+    funds check reads and each payment on the mandate takes from); the next retry of a
+    payment waiting for funds sees it."""
+    body, context = call.body, call.context
+    mandate_id: uuid.UUID = call.params["mandate_id"]
+    async with context.pool.acquire() as conn:
+        await mandate_charges.set_remitter_balance(conn, mandate_id, body.remitter_balance_in_minor)
+    return json_response(
+        200,
+        {
+            "mandate_id": str(mandate_id),
+            "remitter_balance_in_minor": body.remitter_balance_in_minor,
+        },
+    )
+
+
 async def advance_clock(call: Call[ClockAdvance, None]) -> Response:
     """Move the service clock forward; due retries, expiries and rail steps then happen."""
     body, context = call.body, call.context
@@ -146,6 +177,17 @@ ROUTES = routes(
         status_code=201,
         response_model=BankTransferOut,
         errors={**ERRORS_ADMIN, **ERRORS_ADMIN_IDEMPOTENT},
+        tags=["sandbox"],
+    ),
+    Endpoint(
+        "PUT",
+        "/sandbox/mandates/{mandate_id}/remitter-balance",
+        set_remitter_balance,
+        OPERATOR,
+        body=RemitterBalance,
+        params={"mandate_id": uuid.UUID},
+        response_model=RemitterBalanceOut,
+        errors=ERRORS_ADMIN,
         tags=["sandbox"],
     ),
     Endpoint(

@@ -102,13 +102,8 @@ async def legacy_deposit(call: Call[LegacyDepositRequest, None]) -> Response:
     """Deprecated: use `POST /v3/payments` then the authorization-flow call. The deposit
     becomes a payment into the merchant's account in its currency; `deposit_id` is the
     idempotency key and is kept in the payment's metadata."""
-    body, request, context, merchant, raw = (
-        call.body,
-        call.request,
-        call.context,
-        call.merchant,
-        call.raw,
-    )
+    body, request, context = call.body, call.request, call.context
+    merchant, raw = call.merchant, call.raw
     public_url = context.settings.public_url
     successor = f"{public_url}/v3/payments"
 

@@ -39,7 +39,7 @@ MANDATE_COLUMNS = (
     "id, merchant_id, merchant_account_id, type, currency, user_id, user_details,"
     " selection_type, provider_id, reference, constraints, metadata, return_uri, status,"
     " failure_stage, failure_reason, revocation_source, bank_action, remitter_balance_in_minor,"
-    " remitter, created_at, authorized_at, failed_at, revoked_at"
+    " remitter, created_at, authorized_at, failed_at, revoked_at, flow"
 )
 
 

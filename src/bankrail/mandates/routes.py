@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from bankrail.context import AppContext
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
@@ -32,7 +33,7 @@ from bankrail.http.openapi import (
     documents,
 )
 from bankrail.http.responses import json_response
-from bankrail.http.schema_types import AuthorizationFlowAnswer, RedirectAnswer
+from bankrail.http.schema_types import PROVIDER_RETURN_URL, AuthorizationFlowAnswer
 from bankrail.mandates import service
 from bankrail.mandates.schemas import (
     ConsentAction,
@@ -45,6 +46,7 @@ from bankrail.mandates.schemas import (
     MandateProviderSubmit,
     MandateRequest,
 )
+from bankrail.rails.mock_bank import provider_return_url
 from bankrail.security.tokens import AccessClaims, TokenError
 
 router = APIRouter(tags=["mandates"])
@@ -167,6 +169,7 @@ async def start_mandate_authorization(
             now=now,
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
+            consent=body.consent is not None,
         )
         return 200, service.flow_answer(
             updated, context.settings.public_url, context.tokens, now, context.settings.powers
@@ -194,6 +197,29 @@ async def submit_mandate_provider(
         now = context.clock.now()
         powers = context.settings.powers
         updated = await service.select_provider(conn, row, body.provider_id, now, powers)
+        return 200, service.flow_answer(
+            updated, context.settings.public_url, context.tokens, now, powers
+        )
+
+    return await _on_mandate(request, context, claims, mandate_id, action)
+
+
+@router.post(
+    "/v3/mandates/{mandate_id}/authorization-flow/actions/consent",
+    response_model=AuthorizationFlowAnswer,
+    responses=ERRORS_SIGNED_POST,
+)
+@documents(Needs(signature="Svc-Signature", idempotency_key="required"))
+async def submit_mandate_consent(
+    mandate_id: uuid.UUID, request: Request, context: Context, claims: MandateClient
+) -> Response:
+    """The payer consents (the start request declared `consent`); the next action takes them
+    to the bank's consent page. No body."""
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        now = context.clock.now()
+        powers = context.settings.powers
+        updated = await service.give_consent(conn, row, powers)
         return 200, service.flow_answer(
             updated, context.settings.public_url, context.tokens, now, powers
         )
@@ -255,15 +281,16 @@ async def mandate_constraints(
 @sandbox_router.post(
     "/mock-bank/api/vrp-consents/{mandate_id}/action",
     status_code=202,
-    response_model=RedirectAnswer,
-    responses=ERRORS_READ_CONFLICT,
+    response_class=PlainTextResponse,
+    responses={**ERRORS_READ_CONFLICT, 202: PROVIDER_RETURN_URL},
 )
 @documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_consent_action(
     mandate_id: uuid.UUID, body: ConsentAction, request: Request, context: Context
 ) -> Response:
     """The payer's decision on a mandate at the mock bank, headless (for tests and CI):
-    `Authorise` (optionally with the remitter's balance), `Reject`, or later `Revoke`."""
+    `Authorise` (optionally with the remitter's balance), `RejectAuthorisation` (or
+    `Reject`), `Cancel`, or later `Revoke`; answers the provider return URL as plain text."""
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer token (the token of the redirect uri).")
@@ -284,7 +311,8 @@ async def mock_bank_consent_action(
             powers=context.settings.powers,
             remitter_balance=body.remitter_balance_in_minor,
         )
-    return json_response(202, {"redirect_uri": redirect})
+    url = provider_return_url(redirect, context.settings.public_url, "mandate", mandate_id)
+    return PlainTextResponse(url, status_code=202)
 
 
 __all__ = ["router", "sandbox_router"]

@@ -12,6 +12,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from bankrail.core.problems import Unauthenticated
 from bankrail.http.auth import Merchant, SignedBody, bearer_token
@@ -26,7 +27,7 @@ from bankrail.http.openapi import (
     documents,
 )
 from bankrail.http.responses import answer_response, json_response
-from bankrail.http.schema_types import RedirectAnswer
+from bankrail.http.schema_types import PROVIDER_RETURN_URL
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import Caller, aliased_routes
@@ -44,6 +45,7 @@ from bankrail.payments.schemas import (
     PaymentSourceList,
 )
 from bankrail.payments.sources import list_payment_sources
+from bankrail.rails.mock_bank import provider_return_url
 from bankrail.security.tokens import TokenError
 
 router = APIRouter(tags=["payments v3"])
@@ -159,14 +161,15 @@ async def payment_sources(
 @sandbox_router.post(
     "/mock-bank/api/single-immediate-payments/{payment_id}/action",
     status_code=202,
-    response_model=RedirectAnswer,
-    responses={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]},
+    response_class=PlainTextResponse,
+    responses={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409], 202: PROVIDER_RETURN_URL},
 )
 @documents(Needs(schemes=("mockBankToken",)))
 async def mock_bank_action(
     payment_id: uuid.UUID, body: BankAction, request: Request, context: Context
 ) -> Response:
-    """The payer's decision at the mock bank, headless (for tests and CI)."""
+    """The payer's decision at the mock bank, headless (for tests and CI); answers the
+    provider return URL as plain text."""
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer token (the token of the redirect uri).")
@@ -187,7 +190,8 @@ async def mock_bank_action(
             execution_delay=body.execution_delay_in_seconds or 0,
             settlement_delay=body.settlement_delay_in_seconds or 0,
         )
-    return json_response(202, {"redirect_uri": redirect})
+    url = provider_return_url(redirect, context.settings.public_url, "payment", payment_id)
+    return PlainTextResponse(url, status_code=202)
 
 
 router.include_router(legacy_router)

@@ -132,12 +132,24 @@ class PaymentCreated(BaseModel):
     status: Literal["authorization_required", "authorized"]
 
 
+class FormCapability(StrictModel):
+    """The input types the caller can show (`form` of the start request)."""
+
+    input_types: list[Literal["text", "select", "text_with_image"]] | None = None
+
+
 class AuthorizationFlowRequest(StrictModel):
-    """`POST /v3/payments/{id}/authorization-flow`."""
+    """`POST /v3/payments/{id}/authorization-flow`: `provider_selection` (`{}`, null, or the
+    selection sent at creation: the payment's own selection stands), `scheme_selection`,
+    `redirect`, `consent` (declared: the payer consents after choosing a provider), `form`
+    and `retry` (accepted; what a retry does is the payment's)."""
 
     provider_selection: dict[str, Any] | None = None
+    scheme_selection: dict[str, Any] | None = None
     redirect: Redirect | None = None
-    form: dict[str, Any] | None = None
+    consent: dict[str, Any] | None = None
+    form: FormCapability | None = None
+    retry: dict[str, Any] | None = None
 
 
 class ProviderSelectionSubmit(StrictModel):
@@ -164,6 +176,7 @@ class BankAction(StrictModel):
     """The mock bank's headless action."""
 
     action: Literal["Execute", "RejectAuthorisation", "RejectExecution", "Cancel"]
+    redirect: bool | None = None  # the real sandbox's: false answers the URL (always so here)
     execution_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
     settlement_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
 

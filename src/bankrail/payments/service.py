@@ -29,14 +29,16 @@ from bankrail.payments._store import (
 from bankrail.payments.authorization import (
     bank_action,
     check_return_uri,
+    give_consent,
     next_action,
     offered_providers,
-    payment_id_from_return,
     provider_token,
     redirect_back,
     require_allowed_return_uri,
+    resource_from_return,
     select_provider,
     start_authorization,
+    submit_form,
 )
 from bankrail.payments.creation import PaymentToCreate, create_payments
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
@@ -55,18 +57,20 @@ __all__ = [
     "create_payment",
     "expire_payment",
     "get_payment_row",
+    "give_consent",
     "lock_payment",
     "next_action",
     "offered_providers",
-    "payment_id_from_return",
     "provider_token",
     "redirect_back",
     "render",
     "render_row",
     "require_allowed_return_uri",
+    "resource_from_return",
     "select_provider",
     "start_authorization",
     "state_of",
+    "submit_form",
 ]
 
 

@@ -190,7 +190,7 @@ def mock_bank_pay_in(
     step = flow["authorization_flow"]["actions"]["next"]
     if step["type"] != "redirect":
         raise OperatorError(f"expected a redirect to the mock bank, got {step}")
-    bank_token = parse_qs(urlsplit(step["uri"]).query)["token"][0]
+    bank_token = parse_qs(urlsplit(step["uri"]).fragment)["token"][0]
     _ok(
         client.post(
             f"/mock-bank/api/single-immediate-payments/{payment_id}/action",

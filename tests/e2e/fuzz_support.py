@@ -22,7 +22,7 @@ from mandate_helpers import (
     mandate_body,
     redirected_mandate,
 )
-from pay_in_helpers import bank_token, next_action, payment_body
+from pay_in_helpers import EMBEDDED_FIRST_FORM, bank_token, next_action, payment_body
 
 from bankrail.security import signing
 from support.api import MerchantClient, Operator
@@ -363,7 +363,7 @@ class World:
         bodies["/payments-provider-return"] = {"fragment": f"payment_id={paid}"}
         actions = "/v3/payments/{payment_id}/authorization-flow/actions"
         bodies[f"{actions}/provider-selection"] = {"provider_id": GB_REDIRECT}
-        bodies[f"{actions}/form"] = {"inputs": {"psu-username": "fuzz", "psu-password": "fuzz"}}
+        bodies[f"{actions}/form"] = EMBEDDED_FIRST_FORM
         bodies["/mock-bank/api/single-immediate-payments/{payment_id}/action"] = {
             "action": "Execute"
         }

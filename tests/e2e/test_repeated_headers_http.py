@@ -36,6 +36,7 @@ from mandate_helpers import (
     mandate_body,
 )
 from pay_in_helpers import (
+    EMBEDDED_FIRST_FORM,
     PAYMENTS,
     authorised_pay_in,
     balances,
@@ -272,7 +273,7 @@ def _settled_payment_id(merchant: MerchantClient) -> str:
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}}
 MANDATE_FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
 DE_EMBEDDED = "mock-payments-de-embedded"
-FORM = {"inputs": {"psu-username": "test_executed", "psu-password": "secret"}}
+FORM = EMBEDDED_FIRST_FORM
 DEPOSIT = {
     "user_id": "u1",
     "deposit": {"deposit_id": "d-repeat", "amount_in_minor": 1_000, "currency": "GBP"},

@@ -47,6 +47,7 @@ from bankrail.pages.hpp_mandates import authenticate_mandate, ensure_mandate_ope
 from bankrail.payments import service
 from bankrail.rails.mock_bank import action_for_username
 from bankrail.rails.providers import find_provider
+from bankrail.security.tokens import TokenError, TokenExpired
 
 router = APIRouter(include_in_schema=False)
 
@@ -304,12 +305,9 @@ async def login(resource_id: str, request: Request, context: Context) -> Respons
     async with request.form() as form:
         token = form_value(form, "token")
     async with context.pool.acquire() as conn:
-        try:
-            row = await authenticate(conn, context, resource_id, token, kind="provider")
-        except PageError as error:
-            if error.status != 401:
-                raise
+        if _is_mandate_token(context, token):
             return await _mandate_login(conn, context, resource_id, token)
+        row = await authenticate(conn, context, resource_id, token, kind="provider")
         assert token is not None
         _ensure_bank_can_act(row)
         page = await _bank_page_context(conn, row, token)
@@ -319,6 +317,19 @@ async def login(resource_id: str, request: Request, context: Context) -> Respons
             "mock_bank/embedded.html", **page, step="username", errors=[], username=""
         )
     return render_page("mock_bank/authorize.html", **page, errors=[], values={})
+
+
+def _is_mandate_token(context: AppContext, token: str | None) -> bool:
+    """True if `token` is the bank's token of a mandate (valid or expired), not a payment's."""
+    try:
+        context.tokens.read_resource_token(
+            token or "", context.clock.now(), kind=mandates.PROVIDER_TOKEN_KIND
+        )
+    except TokenExpired:
+        return True
+    except TokenError:
+        return False
+    return True
 
 
 async def _mandate_login(

@@ -97,14 +97,14 @@ def test_hosted_page_on_a_phone(
     phone_page.goto(payments.hpp_url(payment))
     expect(phone_page.get_by_test_id("amount")).to_have_text("50.00 EUR")
     banks = phone_page.locator("#providers button")
-    expect(banks).to_have_count(3)
+    expect(banks).to_have_count(4)
     check_page(phone_page, "hpp-provider-list-phone")
 
     # Typing filters the list at once (progressive enhancement of the search form).
     phone_page.get_by_label("Search for your bank").fill("french")
     expect(phone_page.locator("#providers li:visible")).to_have_count(1)
     expect(phone_page.locator("#providers li:visible")).to_contain_text("Mock French Bank")
-    expect(phone_page.locator("#match-count")).to_have_text("1 of 3 banks shown")
+    expect(phone_page.locator("#match-count")).to_have_text("1 of 4 banks shown")
     check_page(phone_page, "hpp-provider-search-phone")
 
     phone_page.get_by_label("Search for your bank").fill("no such bank")
@@ -113,12 +113,12 @@ def test_hosted_page_on_a_phone(
     # Without the script the search form filters on the server.
     phone_page.goto(payments.hpp_url(payment, q="german"))
     visible = phone_page.locator("#providers li:visible")
-    expect(visible).to_have_count(2)
+    expect(visible).to_have_count(3)
     expect(visible.first).to_contain_text("Mock German Bank")
 
     expect(phone_page.get_by_label("Search for your bank")).to_have_value("german")
     phone_page.get_by_label("Search for your bank").fill("")
-    expect(phone_page.locator("#providers li:visible")).to_have_count(3)
+    expect(phone_page.locator("#providers li:visible")).to_have_count(4)
     phone_page.get_by_role("button", name=re.compile("Mock French Bank")).click()
     phone_page.wait_for_url(re.compile(r"/mock-bank/login/"))
     check_page(phone_page, "mock-bank-consent-phone")

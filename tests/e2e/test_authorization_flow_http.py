@@ -369,3 +369,37 @@ def test_mandate_cancel_and_reject_at_the_bank(merchant: MerchantClient) -> None
         assert answer.status_code == 202, answer.text
         failed = wait_record_status(merchant, f"{MANDATES}/{mandate_id}", {"failed"})
         assert failed["failure_reason"] == reason
+
+
+# --- C1, C2, PS1: the catalogue and its search as the SDKs read them -------------------------
+
+
+def test_java_search_signed_with_capabilities_and_the_new_providers(
+    merchant: MerchantClient,
+) -> None:
+    path, body = sdk_request("java-provider-search")
+    answer = merchant.signed_post(path, body)  # Java signs it, with an Idempotency-Key
+    assert answer.status_code == 200, answer.text
+    assert GB_REDIRECT in {p["id"] for p in answer.json()["items"]}
+    for name in sdk_names("dotnet-provider-search-*"):
+        path, body = sdk_request(name)
+        found = merchant.http.post(path, json=body, headers=bearer(merchant.token()))
+        assert found.status_code == 200, found.text
+        for item in found.json()["items"]:
+            assert item["display_name"]
+            assert item["country_code"]
+            if "mandates" in item["capabilities"]:
+                assert item["capabilities"]["mandates"]["vrp_sweeping"]["release_channel"]
+    gb = merchant.get(f"/v3/payments-providers/{GB_REDIRECT}").json()
+    assert gb["display_name"] == "Mock UK Payments - Redirect Flow"
+    assert gb["capabilities"]["payments"]["bank_transfer"] == {
+        "release_channel": "general_availability",
+        "schemes": [{"id": "faster_payments_service"}],
+    }
+    uki = merchant.get("/v3/payments-providers/ob-uki-mock-bank-sbox").json()
+    assert uki["country_code"] == "GB"
+    assert uki["capabilities"]["mandates"]["vrp_sweeping"]["release_channel"]
+    schemes = merchant.get(f"/v3/payments-providers/{DE_INPUTS}").json()["capabilities"]
+    assert {"id": "sepa_credit_transfer"} in schemes["payments"]["bank_transfer"]["schemes"]
+    for provider_id in ("mock-payments-pl-redirect", "mock-payments-no-redirect", "mock"):
+        assert merchant.get(f"/v3/payments-providers/{provider_id}").status_code == 200

@@ -25,6 +25,7 @@ from bench.measure import (
     median_run,
     repeated,
 )
+from bench.pipeline_noop import pipeline_noop
 from bench.processes import CpuMeter, RssSampler
 from bench.reads import read, reads
 from bench.seed import seed_rows
@@ -61,6 +62,10 @@ async def scenarios(
         ]
         await run_load("127.0.0.1", server.port, warm, concurrency=concurrency)
         await _drained(server)
+        if workers == 1:
+            results["pipeline_noop"] = await pipeline_noop(
+                server, merchant, requests * 3, concurrency
+            )
         with RssSampler(server.processes(), options.rss_interval) as rss:
             await _core(server, merchant, requests, concurrency, results, options, suffix="")
             reached = results["post_payouts"]["requests_per_s"]

@@ -235,6 +235,16 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
             f" drift over the second half {rss['drift_second_half_mb']}"
             + (f" after a {run['soak']['seconds']:.0f} s soak" if "soak" in run else "")
         )
+    noop = run.get("pipeline_noop")
+    if noop:
+        lines.append(
+            f"no-op authenticated GET through the middleware and pipeline"
+            f" {noop['pipeline_per_s']:,.0f} req/s ÷ bare Starlette route"
+            f" {noop['bare_starlette_per_s']:,.0f} req/s = {noop['share']:.2f}"
+            f" ({_verdict(noop['met'])}, >= {noop['target_share']}); by CPU per request"
+            f" {noop['bare_starlette_cpu_us']:.0f} ÷ {noop['pipeline_cpu_us']:.0f} µs"
+            f" = {noop['share_by_cpu']:.2f}"
+        )
     if "wrk_get_payout" in run:
         wrk = run["wrk_get_payout"]
         lines.append(

@@ -5,55 +5,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
 
 from bankrail import __version__
 from bankrail.config import Settings
-from bankrail.context import AppContext, Services
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
-from bankrail.events.routes import admin as events_admin_router
-from bankrail.events.routes import router as events_router
+from bankrail.events.routes import ADMIN_ROUTES as EVENTS_ADMIN_ROUTES
+from bankrail.events.routes import ROUTES as EVENTS_ROUTES
+from bankrail.http.context import AppContext, Services
 from bankrail.http.guarded_loop import GuardedLoop
-from bankrail.http.health import router as health_router
+from bankrail.http.health import ROUTES as HEALTH_ROUTES
+from bankrail.http.metrics import ROUTES as METRICS_ROUTES
 from bankrail.http.metrics import MetricsMiddleware
-from bankrail.http.metrics import router as metrics_router
 from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
-from bankrail.http.oauth import router as auth_router
+from bankrail.http.oauth import ROUTES as AUTH_ROUTES
 from bankrail.http.openapi import problem_json_openapi
+from bankrail.http.pipeline import openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.logs import write_access_line
-from bankrail.mandates.routes import router as mandates_router
-from bankrail.mandates.routes import sandbox_router as mock_bank_consent_router
-from bankrail.merchants.admin_routes import router as merchant_admin_router
-from bankrail.merchants.ledger_routes import router as ledger_router
-from bankrail.merchants.routes import router as merchant_router
+from bankrail.mandates.routes import MOCK_BANK_CONSENT_ROUTES
+from bankrail.mandates.routes import ROUTES as MANDATES_ROUTES
+from bankrail.merchants.admin_routes import ROUTES as MERCHANT_ADMIN_ROUTES
+from bankrail.merchants.ledger_routes import ROUTES as LEDGER_ROUTES
+from bankrail.merchants.routes import ROUTES as MERCHANT_ROUTES
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
 from bankrail.pages.front_door import router as front_door_router
 from bankrail.pages.hpp import router as hpp_router
 from bankrail.pages.hpp_mandates import router as hpp_mandates_router
+from bankrail.pages.hpp_payouts import router as hpp_payouts_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
 from bankrail.payments.mandate_creation import MandatePaymentCreation
-from bankrail.payments.provider_routes import router as provider_router
-from bankrail.payments.routes import router as payments_router
-from bankrail.payments.routes import sandbox_router as mock_bank_router
+from bankrail.payments.provider_routes import ROUTES as PROVIDER_ROUTES
+from bankrail.payments.routes import MOCK_BANK_ROUTES
+from bankrail.payments.routes import ROUTES as PAYMENTS_ROUTES
 from bankrail.payouts import service as payouts_service
-from bankrail.payouts.routes import router as payouts_router
+from bankrail.payouts.routes import ROUTES as PAYOUTS_ROUTES
 from bankrail.process import ProcessResources, open_process
-from bankrail.rails.admin_routes import router as rails_admin_router
+from bankrail.rails.admin_routes import ROUTES as RAILS_ADMIN_ROUTES
 from bankrail.refunds.acceptance import RefundAcceptance
-from bankrail.refunds.routes import router as refunds_router
-from bankrail.sandbox.routes import router as sandbox_router
+from bankrail.refunds.routes import ROUTES as REFUNDS_ROUTES
+from bankrail.sandbox.routes import ROUTES as SANDBOX_ROUTES
 from bankrail.security.idempotent_commit import IdempotentCommit
 from bankrail.security.keys import CREDENTIALS_CHANNEL, ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
@@ -124,7 +127,7 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     install_problem_handlers(app)
     from bankrail.events.schemas import WEBHOOKS
 
-    app.openapi = problem_json_openapi(app, WEBHOOKS)  # type: ignore[method-assign]
+    app.openapi = problem_json_openapi(app, WEBHOOKS, openapi_routes)  # type: ignore[method-assign]
     _include_routers(app, settings.powers)
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.
@@ -228,33 +231,42 @@ def _app_context(
 def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
     """Mount every router; the sandbox's and the mock bank's only with their powers."""
     for router in (
-        auth_router,
-        merchant_router,
-        provider_router,
-        payouts_router,
-        payments_router,
-        refunds_router,
-        mandates_router,
-        merchant_admin_router,
-        events_router,
-        events_admin_router,
-        rails_admin_router,
-        ledger_router,
+        AUTH_ROUTES,
+        MERCHANT_ROUTES,
+        PROVIDER_ROUTES,
+        PAYOUTS_ROUTES,
+        PAYMENTS_ROUTES,
+        REFUNDS_ROUTES,
+        MANDATES_ROUTES,
+        MERCHANT_ADMIN_ROUTES,
+        EVENTS_ROUTES,
+        EVENTS_ADMIN_ROUTES,
+        RAILS_ADMIN_ROUTES,
+        LEDGER_ROUTES,
         pages_router,
         front_door_router,
-        health_router,
-        metrics_router,
+        HEALTH_ROUTES,
+        METRICS_ROUTES,
         hpp_router,
         hpp_mandates_router,
+        hpp_payouts_router,
         console_router,
     ):
-        app.include_router(router)
+        _include(app, router)
     if powers.sandbox_routes:
-        app.include_router(sandbox_router)
+        _include(app, SANDBOX_ROUTES)
     if powers.mock_providers:
-        app.include_router(mock_bank_router)
-        app.include_router(mock_bank_consent_router)
+        _include(app, MOCK_BANK_ROUTES)
+        _include(app, MOCK_BANK_CONSENT_ROUTES)
         app.include_router(mock_bank_pages_router)
+
+
+def _include(app: FastAPI, routes: APIRouter | Sequence[BaseRoute]) -> None:
+    """Add a FastAPI router's routes, or pipeline routes (http/pipeline.py), in order."""
+    if isinstance(routes, APIRouter):
+        app.include_router(routes)
+    else:
+        app.router.routes.extend(routes)
 
 
 def access_log_of(settings: Settings) -> AccessLog | None:

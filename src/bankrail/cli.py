@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker, migrate, init and trigger.
+"""The `bankrail` command: serve, worker, migrate, init, trigger and api.
 
 How `serve` runs its API and worker processes is in `_serve`, the demo merchant of `init`
 and `serve --demo` in `_demo`; the names they had here are re-exported."""
@@ -328,6 +328,68 @@ def trigger(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
+
+
+@cli.command()
+def api(
+    method: Annotated[str, typer.Argument(help="GET, POST, DELETE...")],
+    path: Annotated[str, typer.Argument(help="The path, with its query: /v3/payouts/{id}.")],
+    data: Annotated[
+        str | None,
+        typer.Option(help="The JSON body, inline ('{...}') or from a file (@payout.json)."),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="The Idempotency-Key to send (default: a new one on every non-GET)."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="The server (default: the URL the last `serve` on the data directory "
+            "recorded, else http://127.0.0.1:8080).",
+            envvar="BANKRAIL_URL",
+        ),
+    ] = None,
+    client_id: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_ID")] = None,
+    client_secret: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_SECRET")] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(help="The signing key's PEM file.", envvar="BANKRAIL_SIGNING_KEY"),
+    ] = None,
+    kid: Annotated[
+        str | None, typer.Option(help="The signing key's id.", envvar="BANKRAIL_KID")
+    ] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            help="Whose demo merchant signs when no credentials are given.",
+            envvar="BANKRAIL_DATA_DIR",
+        ),
+    ] = Path(".bankrail"),
+) -> None:
+    """Call the API as the merchant: get a token, sign the request (every method but GET),
+    add an Idempotency-Key, and print `HTTP <status>` and the answer. Exits 0 on a 2xx."""
+    import sys
+
+    from bankrail import _shell
+
+    try:
+        who = _shell.credentials(
+            url=url,
+            client_id=client_id,
+            client_secret=client_secret,
+            key=key,
+            kid=kid,
+            data_dir=data_dir,
+        )
+        answer = _shell.call(who, method, path, _shell.request_body(data), idempotency_key)
+    except _shell.ShellError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(_shell.render(answer, pretty=sys.stdout.isatty()))
+    if not answer.is_success:
+        raise typer.Exit(1)
 
 
 def _trigger_options(

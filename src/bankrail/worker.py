@@ -17,9 +17,11 @@ from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
 from bankrail.mandates import service as mandates_service
+from bankrail.merchants.sweeping import SWEEP_JOB
 from bankrail.payments import service as payments_service
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
+from bankrail.payouts import sweeps as payouts_sweeps
 from bankrail.process import ProcessResources, open_process
 from bankrail.refunds import service as refunds_service
 from bankrail.security.idempotency import delete_expired, delete_forgotten_signatures
@@ -42,7 +44,12 @@ def register_jobs(queue: JobQueue, powers: SandboxPowers) -> None:
     queue.register(
         refunds_service.ADVANCE_JOB, partial(refunds_service.advance_refund, powers=powers)
     )
+    queue.register_batch(
+        refunds_service.ADVANCE_JOB, partial(refunds_service.advance_due_refunds, powers=powers)
+    )
     queue.register(mandates_service.EXPIRE_JOB, mandates_service.expire_mandate)
+    # In sandbox mode an account sweeps to its generated IBAN until one is approved.
+    queue.register(SWEEP_JOB, partial(payouts_sweeps.run_sweep, generated=powers.sandbox_routes))
 
 
 def retentions(settings: Settings) -> list[Retention]:

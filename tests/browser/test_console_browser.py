@@ -418,3 +418,70 @@ def test_console_user_sets_a_password_signs_in_and_revokes_a_signing_key(
     expect(page.get_by_role("status")).to_have_text(f"Key {merchant.kid} revoked.")
     expect(page.get_by_role("button", name=f"Revoke key {merchant.kid}")).to_have_count(0)
     assert merchant.signed_post("/v3/payments", {}).status_code == 401
+
+
+def test_merchant_starts_clean_from_the_settings_page(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Start Clean Ltd")
+    assert operator.top_up(merchant.accounts["GBP"], 9_000).status_code == 201
+    payout_id = _payout(merchant, 1_000)
+
+    page.goto(f"{server.base_url}/console/login")
+    page.get_by_label("Client ID").fill(merchant.client_id)
+    page.get_by_label("Client secret").fill(merchant.client_secret)
+    page.get_by_label("Client secret").press("Enter")
+    expect(page.get_by_role("status")).to_have_text("Signed in to Start Clean Ltd.")
+    page.goto(f"{server.base_url}/console/settings")
+    expect(page.get_by_role("heading", name="Start clean (sandbox)")).to_be_visible()
+    check_page(page, "console-settings-start-clean")
+
+    page.get_by_role("button", name="Start clean").click()  # not confirmed: nothing happens
+    expect(page.locator("#confirm-error")).to_contain_text("Tick the box")
+    assert merchant.get(f"/v3/payouts/{payout_id}").status_code == 200
+
+    page.get_by_label("I understand that everything listed above is removed").check()
+    page.get_by_role("button", name="Start clean").click()
+    expect(page.get_by_role("status")).to_contain_text("Started clean: removed")
+    assert merchant.get(f"/v3/payouts/{payout_id}").status_code == 404
+    account = merchant.get(f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}").json()
+    assert (account["available_balance_in_minor"], account["current_balance_in_minor"]) == (0, 0)
+
+
+def test_the_overview_shows_each_accounts_sweeping_destination_and_settings(
+    page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
+) -> None:
+    merchant = operator.new_merchant("Console Sweeping Ltd")
+    gbp, eur = merchant.accounts["GBP"], merchant.accounts["EUR"]
+    answer = operator.put(
+        f"/admin/merchant-accounts/{gbp['id']}/sweeping-destination", {"iban": GB_IBAN}
+    )
+    assert answer.status_code == 200, answer.text
+    settings = {"max_amount_in_minor": 25_000, "frequency": "weekly"}
+    answer = merchant.signed_post(f"/v3/merchant-accounts/{gbp['id']}/sweeping", settings)
+    assert answer.status_code == 200, answer.text
+    generated = operator.put(
+        f"/admin/merchant-accounts/{eur['id']}/sweeping-destination", {"iban": None}
+    ).json()["iban"]
+
+    page.goto(f"{server.base_url}/console/login")
+    page.get_by_label("Operator token").fill(server.admin_token)
+    page.get_by_role("button", name="Sign in as operator").click()
+    page.wait_for_url(re.compile(r"/console$"))
+    page.get_by_label("Merchant", exact=True).select_option(merchant.merchant_id)
+    page.get_by_role("button", name="Show").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Console Sweeping Ltd")
+
+    card = _account_card(page, gbp["id"])
+    expect(card.get_by_test_id("sweeping-destination")).to_have_text(
+        f"{GB_IBAN} (approved by the operator)"
+    )
+    expect(card.get_by_test_id("sweeping-settings")).to_contain_text(
+        "weekly, balance above 250.00 GBP; next sweep"
+    )
+    card = _account_card(page, eur["id"])
+    expect(card.get_by_test_id("sweeping-destination")).to_have_text(
+        f"{generated} (generated sandbox IBAN)"
+    )
+    expect(card.get_by_test_id("sweeping-settings")).to_have_text("off")
+    check_page(page, "console-operator-sweeping")

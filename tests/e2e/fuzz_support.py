@@ -188,6 +188,10 @@ class World:
         gbp = merchant.accounts["GBP"]["id"]
         payout = merchant.signed_post("/v3/payouts", _v3_payout(gbp))
         assert payout.status_code == 202, payout.text
+        # Sweeping settings for the sweeping GET to read (nothing to sweep below 10^15).
+        sweeping = {"max_amount_in_minor": 10**15, "frequency": "fortnightly"}
+        answer = merchant.signed_post(f"/v3/merchant-accounts/{gbp}/sweeping", sweeping)
+        assert answer.status_code == 200, answer.text
         deliveries = wait_for(
             lambda: operator.get(
                 "/admin/webhook-deliveries", merchant_id=merchant.merchant_id

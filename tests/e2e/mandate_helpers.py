@@ -8,7 +8,7 @@ import httpx
 from e2e_helpers import bearer
 from pay_in_helpers import bank_token, next_action
 
-from support.api import MerchantClient
+from support.api import MerchantClient, Operator
 
 MANDATES = "/v3/mandates"
 GB_REDIRECT = "mock-payments-gb-redirect"
@@ -108,3 +108,19 @@ def mandate_payment(
         "payment_method": {"type": "mandate", "mandate_id": mandate_id, "reference": "invoice"},
         **extra,
     }
+
+
+def client_token(operator: Operator, merchant: MerchantClient, scopes: list[str]) -> str:
+    """An access token of a new client of the merchant holding only `scopes`."""
+    client = operator.post(f"/admin/merchants/{merchant.merchant_id}/clients", {"scopes": scopes})
+    assert client.status_code == 201, client.text
+    answer = merchant.http.post(
+        "/connect/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": client.json()["client_id"],
+            "client_secret": client.json()["client_secret"],
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["access_token"])

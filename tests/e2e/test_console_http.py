@@ -927,3 +927,58 @@ def test_mandates_page_shows_limits_what_is_left_and_the_payments(
     assert "year (consent): 75.00 GBP left of 100.00 GBP" in text
     assert f'href="/console/payments/{payment_id}"' in page.text
     assert theirs not in text  # another merchant's mandate is not shown
+
+
+def test_payment_page_shows_an_external_account_payment_and_a_failed_attempt(
+    console: Console, operator: Operator
+) -> None:
+    merchant = operator.new_merchant("External payee shop")
+    method: dict[str, Any] = {
+        "type": "bank_transfer",
+        "provider_selection": {"type": "user_selected"},
+        "beneficiary": {
+            "type": "external_account",
+            "account_holder_name": "Ben Eficiary",
+            "account_identifier": {"type": "nrb", "nrb": "12345678901234567890123456"},
+            "reference": "some reference",
+        },
+    }
+    external = merchant.signed_post(
+        "/v3/payments", {"amount_in_minor": 500, "currency": "PLN", "payment_method": method}
+    )
+    assert external.status_code == 201, external.text
+    method = {
+        **method,
+        "provider_selection": {"type": "preselected", "provider_id": "mock-payments-gb-redirect"},
+        "beneficiary": {
+            "type": "merchant_account",
+            "merchant_account_id": merchant.accounts["GBP"]["id"],
+        },
+        "retry": {},
+    }
+    retried = merchant.signed_post(
+        "/v3/payments", {"amount_in_minor": 500, "currency": "GBP", "payment_method": method}
+    )
+    assert retried.status_code == 201, retried.text
+    payment_id = retried.json()["id"]
+    flow = merchant.signed_post(
+        f"/v3/payments/{payment_id}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}},
+    )
+    assert flow.status_code == 200, flow.text
+    uri = flow.json()["authorization_flow"]["actions"]["next"]["uri"]
+    token = re.search(r"token=([^&#]+)", uri)
+    assert token is not None
+    rejected = merchant.http.post(
+        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+        json={"action": "RejectAuthorisation"},
+        headers={"Authorization": f"Bearer {token.group(1)}"},
+    )
+    assert rejected.status_code == 202, rejected.text
+
+    _signed_in(console, merchant)
+    page = _text(console.get(f"/console/payments/{external.json()['id']}"))
+    assert "none: paid to an external account" in page
+    page = _text(console.get(f"/console/payments/{payment_id}"))
+    assert "attempt failed" in page
+    assert "Failure reason authorization failed" in page

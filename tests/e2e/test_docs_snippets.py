@@ -171,12 +171,16 @@ def test_every_runnable_block_runs_as_written(reader: Reader, page: Path) -> Non
             reader.run(block)
 
 
-def _block(page: str, containing: str, language: str) -> str:
-    found = [
+def _blocks(page: str, containing: str, language: str) -> list[str]:
+    return [
         m.group(2)
         for m in _FENCE.finditer((REPO / page).read_text())
         if m.group(1) == language and containing in m.group(2)
     ]
+
+
+def _block(page: str, containing: str, language: str) -> str:
+    found = _blocks(page, containing, language)
     assert len(found) == 1, (page, containing, len(found))
     return found[0]
 
@@ -208,7 +212,13 @@ def test_the_webhook_verification_of_the_docs_verifies_a_real_webhook(
 def test_the_payout_body_of_the_api_docs_is_accepted(operator: Operator) -> None:
     merchant = operator.new_merchant()
     assert operator.top_up(merchant.accounts["GBP"], 10_000).status_code == 201
-    body = json.loads(_block("docs/api.md", '"beneficiary"', "json"))
-    body["merchant_account_id"] = merchant.accounts["GBP"]["id"]
-    answer = merchant.signed_post("/v3/payouts", body)
-    assert answer.status_code == 202, answer.text
+    for containing in ('"metadata": {"order": "42"}', '"amount_in_minor": 78'):
+        request = next(
+            block
+            for block in _blocks("docs/api.md", containing, "json")
+            if block.startswith('{\n  "merchant_account_id"')
+        )
+        body = json.loads(request)
+        body["merchant_account_id"] = merchant.accounts["GBP"]["id"]
+        answer = merchant.signed_post("/v3/payouts", body)
+        assert answer.status_code == 202, answer.text

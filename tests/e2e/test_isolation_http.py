@@ -287,6 +287,21 @@ def _get(path: str, object_id: Callable[[World], str], suffix: str = "") -> Rout
     return Route(prepare, 200)
 
 
+# Sweeping A's account: nothing to sweep below a billion, whatever the clock does.
+SWEEPING = {"max_amount_in_minor": 10**9, "frequency": "fortnightly"}
+
+
+def _sweeping(w: World) -> str:
+    return f"/v3/merchant-accounts/{_account(w)}/sweeping"
+
+
+def _sweeping_set(w: World) -> Target:
+    """A GET of A's sweeping settings, set first (else the owner's GET is 404 too)."""
+    answer = w.a.signed_post(_sweeping(w), SWEEPING)
+    assert answer.status_code == 200, answer.text
+    return Target("GET", _sweeping(w), object_id=_account(w))
+
+
 def _unowned(method: str, path: str, body: Any = None) -> Route:
     return Route(lambda _w: Target(method, path, body), 200, owned=False)
 
@@ -466,6 +481,13 @@ ROUTES: dict[str, Route] = {
     "GET /v3/merchant-accounts/{merchant_account_id}/transactions": _get(
         "/v3/merchant-accounts/{}/transactions", _account
     ),
+    "POST /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(
+        lambda w: Target("POST", _sweeping(w), SWEEPING, object_id=_account(w)), 200
+    ),
+    "GET /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(_sweeping_set, 200),
+    "DELETE /v3/merchant-accounts/{merchant_account_id}/sweeping": Route(
+        lambda w: Target("DELETE", _sweeping(w), object_id=_account(w)), 204
+    ),
     "GET /v3/merchant-accounts/{merchant_account_id}/payment-sources": Route(
         lambda w: Target(
             "GET",
@@ -560,10 +582,15 @@ PAYMENT_ROUTES = sorted(k for k in MERCHANT_ROUTES if "{payment_id}" in k)
 
 
 def _send(sender: MerchantClient, target: Target, token: str, path: str = "") -> httpx.Response:
-    """The target's request with `token`, a POST signed with the sender's key."""
+    """The target's request with `token`, a POST or DELETE signed with the sender's key."""
     path = path or target.path
     if target.method == "GET":
         return sender.http.get(path, headers=bearer(token))
+    if target.method == "DELETE":
+        key = str(uuid.uuid4())
+        signature = sender.sign("DELETE", path, b"", {"Idempotency-Key": key})
+        headers = {**bearer(token), "Idempotency-Key": key, "Svc-Signature": signature}
+        return sender.http.delete(path, headers=headers)
     if target.body is None:
         return sender.signed_post(path, None, token=token, raw=b"")
     return sender.signed_post(path, target.body, token=token)
@@ -594,10 +621,20 @@ def _masked(problem: dict[str, Any], object_id: str) -> tuple[Any, ...]:
 # --- coverage ---------------------------------------------------------------------------------
 
 
+def _twin_of_a_v3_operation(operation: str, operations: set[str]) -> bool:
+    """The operation is a `/v3` route's path without the prefix: the same route and handler
+    (http/pipeline.py), whose isolation its `/v3` row proves."""
+    method, path = operation.split(" ")
+    return f"{method} /v3{path}" in operations
+
+
 def test_table_covers_every_route(server: RunningServer) -> None:
     operations = _operations(server)
     merchant_facing = {
-        op for op in operations if not op.split(" ")[1].startswith(OPERATOR_PREFIXES)
+        op
+        for op in operations
+        if not op.split(" ")[1].startswith(OPERATOR_PREFIXES)
+        and not (_twin_of_a_v3_operation(op, operations) and op not in ROUTES)
     }
     assert merchant_facing - PUBLIC - set(ROUTES) == set(), "routes missing from ROUTES/PUBLIC"
     assert (set(ROUTES) | PUBLIC) - operations == set(), "table rows for routes that do not exist"

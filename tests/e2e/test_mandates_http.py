@@ -24,6 +24,7 @@ from mandate_helpers import (
     MANDATES,
     RETURN_URI,
     authorised_mandate,
+    client_token,
     consent_action,
     create_mandate,
     mandate_body,
@@ -51,7 +52,9 @@ def _pay(merchant: MerchantClient, mandate_id: str, amount: int, **extra: Any) -
     answer = merchant.signed_post(PAYMENTS, mandate_payment(mandate_id, amount, **extra))
     assert answer.status_code == 201, answer.text
     created = answer.json()
-    assert set(created) == {"id", "user", "status"}
+    # The real API's answer (fidelity MD3): {id, user: {id}, resource_token, status}.
+    assert list(created) == ["id", "user", "resource_token", "status"]
+    assert created["resource_token"].count(".") == 2  # a JWT
     assert created["status"] == "authorized"
     return str(created["id"])
 
@@ -169,8 +172,20 @@ def test_a_commercial_mandate_from_consent_to_revocation(
             event = wait_payment_event(receiver, payment_id, event_type)
             assert event["payment_method"]["type"] == "mandate"
     assert balances(merchant) == (3_000, 3_000)
-    remaining = _constraints(merchant, mandate_id)["current_period_limits"]["day"]
-    assert remaining["maximum_available_amount"] == 0
+    # The constraints read as the real API reads them (fidelity MD4).
+    constraints = _constraints(merchant, mandate_id)
+    assert set(constraints) == {"maximum_individual_amount", "periodic_limits"}
+    day = constraints["periodic_limits"]["day"]
+    assert set(day) == {
+        "start_date",
+        "end_date",
+        "current_amount",
+        "maximum_available_amount",
+        "period_alignment",
+    }
+    assert day["current_amount"] == 3_000
+    assert day["maximum_available_amount"] == 0
+    assert day["period_alignment"] == "consent"
 
     # The next one breaches the day's limit.
     refused = _pay(merchant, mandate_id, 1)
@@ -183,7 +198,7 @@ def test_a_commercial_mandate_from_consent_to_revocation(
     # The next day is a new period.
     advance_clock(operator, 86_400)
     merchant.forget_token()
-    period = _constraints(merchant, mandate_id)["current_period_limits"]["day"]
+    period = _constraints(merchant, mandate_id)["periodic_limits"]["day"]
     assert period["maximum_available_amount"] == 3_000
     now = service_now(operator)
     assert parse_time(period["start_date"]) <= now < parse_time(period["end_date"])
@@ -228,7 +243,7 @@ def test_concurrent_payments_never_exceed_a_period_limit(operator: Operator) -> 
     assert len(settled) == 10, [p["status"] for p in outcomes]
     assert {p["failure_reason"] for p in failed} == {"constraint_violation"}
     assert balances(merchant) == (10_000, 10_000)
-    year = _constraints(merchant, mandate_id)["current_period_limits"]["year"]
+    year = _constraints(merchant, mandate_id)["periodic_limits"]["year"]
     assert year["maximum_available_amount"] == 0
     check = operator.get("/admin/ledger/check")
     assert check.status_code == 200, check.text
@@ -330,8 +345,10 @@ def test_the_individual_maximum_and_the_validity_window(operator: Operator) -> N
     assert parse_time(constraints["valid_from"]) == parse_time(f"{now.year + 1}-01-01T00:00:00Z")
     assert constraints["maximum_individual_amount"] == 5_000
     # Failed payments do not count against the limits.
-    month = constraints["current_period_limits"]["month"]
+    month = constraints["periodic_limits"]["month"]
+    assert month["current_amount"] == 0
     assert month["maximum_available_amount"] == 100_000
+    assert month["period_alignment"] == "calendar"
 
 
 def test_funds_and_the_remitters_balance(operator: Operator) -> None:
@@ -443,26 +460,11 @@ def test_mandate_listing_by_user(operator: Operator) -> None:
     assert [m["id"] for m in rest["items"]] == [first]
 
 
-def _client_token(operator: Operator, merchant: MerchantClient, scopes: list[str]) -> str:
-    client = operator.post(f"/admin/merchants/{merchant.merchant_id}/clients", {"scopes": scopes})
-    assert client.status_code == 201, client.text
-    answer = merchant.http.post(
-        "/connect/token",
-        data={
-            "grant_type": "client_credentials",
-            "client_id": client.json()["client_id"],
-            "client_secret": client.json()["client_secret"],
-        },
-    )
-    assert answer.status_code == 200, answer.text
-    return str(answer.json()["access_token"])
-
-
 def test_mandate_scopes(operator: Operator) -> None:
     merchant = merchant_with_webhooks(operator)
-    commercial = _client_token(operator, merchant, ["recurring_payments:commercial"])
-    sweeping = _client_token(operator, merchant, ["recurring_payments:sweeping"])
-    payouts = _client_token(operator, merchant, ["payouts"])
+    commercial = client_token(operator, merchant, ["recurring_payments:commercial"])
+    sweeping = client_token(operator, merchant, ["recurring_payments:sweeping"])
+    payouts = client_token(operator, merchant, ["payouts"])
 
     body = mandate_body(merchant)
     answer = merchant.signed_post(MANDATES, body, token=commercial)

@@ -367,7 +367,7 @@ def test_user_selected_journey_to_settlement_with_webhooks(
     assert answer.status_code == 200, answer.text
     items = [i for i in answer.json()["items"] if i["id"] == payment_id]
     assert len(items) == 1, answer.json()
-    assert items[0]["type"] == "payment"
+    assert items[0]["type"] == "merchant_account_payment"
     assert items[0]["amount_in_minor"] == 1_234
     assert items[0]["currency"] == "GBP"
     assert items[0]["status"] == "settled"

@@ -20,7 +20,6 @@ from e2e_helpers import (
     identifier,
     is_uuid,
     parse_time,
-    wait_for,
 )
 from payout_helpers import (
     BAD_CHECKSUM_IBAN,
@@ -193,17 +192,11 @@ def test_iban_is_stored_in_its_normalised_form(operator: Operator) -> None:
 
 
 def _wait_submitted(merchant: MerchantClient, currency: str, payout_id: str) -> dict[str, Any]:
-    """Wait until the worker has handed the payout to the scheme (v3 still says `authorized`;
-    the account's transaction list carries `submitted_at`)."""
-    account_id = merchant.accounts[currency]["id"]
-
-    def check() -> dict[str, Any] | None:
-        answer = merchant.get(f"/v3/merchant-accounts/{account_id}/transactions")
-        assert answer.status_code == 200, answer.text
-        item = next((i for i in answer.json()["items"] if i["id"] == payout_id), None)
-        return item if item and item.get("submitted_at") else None
-
-    return wait_for(check, timeout=20, what=f"payout {payout_id} submitted")
+    """Wait until the worker has handed the payout to the scheme: authorised and submitted
+    in one step, which v3 shows as `authorized` (the account's transaction list shows the
+    payout `pending` until it is executed)."""
+    del currency  # the payout's record tells
+    return wait_payout_status(merchant, payout_id, {"authorized"})
 
 
 def test_delayed_payout_holds_funds_until_the_clock_moves(
@@ -244,7 +237,8 @@ def test_delayed_payout_executes_no_earlier_than_its_delay(operator: Operator) -
     assert operator.post("/sandbox/clock/advance", {"seconds": 600}).status_code == 200
     record = wait_payout_status(merchant, payout_id, TERMINAL)
     assert record["status"] == "executed"
-    elapsed = parse_time(record["executed_at"]) - parse_time(submitted["submitted_at"])
+    # Authorised and submitted in one step (a microsecond apart): the delay counts from there.
+    elapsed = parse_time(record["executed_at"]) - parse_time(submitted["authorized_at"])
     assert elapsed.total_seconds() >= 600
 
 
@@ -725,13 +719,14 @@ def test_bad_input_errors_name_the_json_path(
     assert_invalid(answer, field)
 
 
-def test_payout_to_its_own_account_is_400(operator: Operator) -> None:
+def test_payout_to_its_own_sort_code_is_an_internal_transfer_to_itself(operator: Operator) -> None:
     merchant = funded_merchant(operator, gbp=1_000)
     own = identifier(merchant.accounts["GBP"], "sort_code_account_number")
-    answer = merchant.signed_post(
-        PATH, payout_body(merchant, "GBP", 100, external_beneficiary(own))
+    payout_id = create_payout(
+        merchant, payout_body(merchant, "GBP", 100, external_beneficiary(own))
     )
-    assert_invalid(answer, "beneficiary.account_identifier")
+    record = wait_payout_status(merchant, payout_id, TERMINAL)
+    assert (record["status"], record["scheme_id"]) == ("executed", "internal_transfer")
     assert _balances(merchant, "GBP") == (1_000, 1_000)
 
 

@@ -435,3 +435,36 @@ def test_the_console_return_uri_form_is_the_operators_checks_its_lines_and_csrf(
     finally:
         own.close()
         console.close()
+
+
+# --- a journey or hosted page asked for at creation (fidelity P3, P4) --------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (
+            {"authorization_flow": {"provider_selection": {}, "redirect": {"return_uri": EVIL}}},
+            "authorization_flow.redirect.return_uri",
+        ),
+        ({"hosted_page": {"return_uri": EVIL}}, "hosted_page.return_uri"),
+    ],
+    ids=["authorization-flow", "hosted-page"],
+)
+def test_a_creation_names_only_allowed_return_uris_in_production(
+    prod_operator: Operator, extra: dict[str, Any], field: str
+) -> None:
+    merchant = _allowed_merchant(prod_operator, "Creation Return Ltd")
+    refused = merchant.signed_post("/v3/payments", payment_body(merchant, **extra))
+    assert_invalid(refused, field)
+    listed = merchant.get("/v3/payments")
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["items"] == []  # nothing was created
+    allowed = {
+        name: {**value, "redirect": {"return_uri": ALLOWED}}
+        if name == "authorization_flow"
+        else {"return_uri": ALLOWED}
+        for name, value in extra.items()
+    }
+    answer = merchant.signed_post("/v3/payments", payment_body(merchant, **allowed))
+    assert answer.status_code == 201, answer.text

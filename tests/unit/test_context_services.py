@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bankrail.context import Services
+from bankrail.http.context import Services
 
 
 class Acceptance:

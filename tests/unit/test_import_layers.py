@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "cli",
                 "_serve",
                 "_demo",
+                "_shell",
                 "logs",
                 "app",
                 "worker",
@@ -73,23 +74,8 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
 # rails nor refunds lean on payouts, even one way.
 NOT_BETWEEN: frozenset[tuple[str, str]] = frozenset({("rails", "payouts"), ("refunds", "payouts")})
 
-# Known violations, issue 38: (importing module, imported module) -> why it is still here.
-_CONTEXT = (
-    "known, issue 38: AppContext (context.py, assembly layer) is read from below as a service "
-    "locator; it moves down once it no longer names area services and settings (point 6)"
-)
-KNOWN: dict[tuple[str, str], str] = {
-    ("bankrail.http.auth", "bankrail.context"): _CONTEXT,
-    ("bankrail.http.deps", "bankrail.context"): _CONTEXT,
-    ("bankrail.http.idempotent", "bankrail.context"): _CONTEXT,
-    ("bankrail.mandates.routes", "bankrail.context"): _CONTEXT,
-    ("bankrail.pages._hosted", "bankrail.context"): _CONTEXT,
-    ("bankrail.pages.console.core", "bankrail.context"): _CONTEXT,
-    ("bankrail.pages.hpp_mandates", "bankrail.context"): _CONTEXT,
-    ("bankrail.pages.mock_bank", "bankrail.context"): _CONTEXT,
-    ("bankrail.payments._route_support", "bankrail.context"): _CONTEXT,
-    ("bankrail.payments.flow_routes", "bankrail.context"): _CONTEXT,
-}
+# Known violations: (importing module, imported module) -> why it is still here. None is left.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

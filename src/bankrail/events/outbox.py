@@ -2,6 +2,9 @@
 
 Each event becomes one webhook delivery to the merchant's URI for its family (payments API v3
 or payouts API v1); with no URI configured the delivery is recorded as `skipped`, never lost.
+Every event is stored by one writer, `bankrail_record_events` (db/functions/events.sql), which
+owns that rule: `record_event` calls it for one event, and the batch writers (rails steps,
+holds) for many.
 
 Events that must reach the receiver in order (the v1 events of one payout) carry an
 `Ordering`: the key they share and their place in the sequence. A delivery is not attempted
@@ -81,6 +84,9 @@ def new_event(
     )
 
 
+_RECORD = "SELECT bankrail_record_events($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+
+
 async def record_event(
     conn: Connection,
     *,
@@ -100,29 +106,19 @@ async def record_event(
         body=body,
         ordering=ordering,
     )
-    column = "payments_webhook_uri" if family == "payments" else "payouts_webhook_uri"
-    # One round trip: read the merchant's URI, store the event and its delivery, and wake the
-    # delivery workers when there is somewhere to deliver.
+    # The one writer of events (db/functions/events.sql), for a batch of one: it reads the
+    # family's URI, stores the event and its delivery, and wakes the delivery workers when
+    # there is somewhere to deliver, in one round trip.
     await conn.execute(
-        f"WITH m AS (SELECT {column} AS uri FROM merchants WHERE id = $2),"
-        " e AS (INSERT INTO events (id, merchant_id, family, event_type, payload, created_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id),"
-        " d AS (INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri,"
-        " status, next_attempt_at, created_at, updated_at, window_start, ordering_key,"
-        " ordering_seq)"
-        " SELECT $7, e.id, $2, $4, (SELECT uri FROM m),"
-        " CASE WHEN (SELECT uri FROM m) IS NULL THEN 'skipped' ELSE 'pending' END,"
-        " CASE WHEN (SELECT uri FROM m) IS NULL THEN NULL ELSE $6::timestamptz END, $6, $6, $6,"
-        " $8, $9 FROM e)"
-        f" SELECT pg_notify('{WEBHOOK_CHANNEL}', '') FROM m WHERE uri IS NOT NULL",
-        event.id,
-        merchant_id,
-        family,
-        event_type,
-        event.payload,
-        now,
-        event.delivery_id,
-        ordering.key if ordering else None,
-        ordering.sequence if ordering else None,
+        _RECORD,
+        [event.id],
+        [event.delivery_id],
+        [merchant_id],
+        [family],
+        [event_type],
+        [event.payload],
+        [now],
+        [ordering.key if ordering else None],
+        [ordering.sequence if ordering else None],
     )
     return event.id

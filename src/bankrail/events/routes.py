@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from starlette.responses import Response
 
 from bankrail.events import service
-from bankrail.http.auth import Admin
-from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.pipeline import NOBODY, OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
-
-router = APIRouter()
-admin = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 
 DeliveryStatus = Literal["pending", "delivered", "discarded", "skipped"]
 
@@ -74,9 +70,9 @@ class DeliveryPage(BaseModel):
     next_cursor: str | None = None
 
 
-@router.get("/.well-known/jwks", tags=["webhooks"], response_model=Jwks)
-async def jwks(request: Request) -> Response:
+async def jwks(call: Call[None, None]) -> Response:
     """The public keys that verify `Svc-Signature` on webhooks."""
+    request = call.request
     return json_response(
         200,
         {"keys": [request.app.state.webhook_key.jwk()]},
@@ -84,18 +80,22 @@ async def jwks(request: Request) -> Response:
     )
 
 
-@admin.get("/webhook-deliveries", response_model=DeliveryPage)
-async def list_deliveries(
-    context: Context,
-    _: Admin,
-    merchant_id: uuid.UUID | None = None,
-    status: DeliveryStatus | None = None,
-    event_type: Annotated[str | None, Query(max_length=100)] = None,
-    event_id: uuid.UUID | None = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> Response:
+class DeliveryQuery(BaseModel):
+    """`GET /admin/webhook-deliveries`."""
+
+    merchant_id: uuid.UUID | None = None
+    status: DeliveryStatus | None = None
+    event_type: str | None = Field(None, max_length=100)
+    event_id: uuid.UUID | None = None
+    cursor: str | None = Field(None, max_length=200)
+    limit: int = Field(100, ge=1, le=1000)
+
+
+async def list_deliveries(call: Call[None, DeliveryQuery]) -> Response:
     """Deliveries, newest first, filtered by merchant, status, event type or event id."""
+    context, query = call.context, call.query
+    merchant_id, status, event_type = query.merchant_id, query.status, query.event_type
+    event_id, cursor, limit = query.event_id, query.cursor, query.limit
     async with context.pool.acquire() as conn:
         items, next_cursor = await service.list_deliveries(
             conn,
@@ -109,19 +109,60 @@ async def list_deliveries(
     return json_response(200, {"items": items, "next_cursor": next_cursor})
 
 
-@admin.get("/webhook-deliveries/{delivery_id}", response_model=DeliveryDetail)
-async def get_delivery(delivery_id: uuid.UUID, context: Context, _: Admin) -> Response:
+async def get_delivery(call: Call[None, None]) -> Response:
     """A delivery with every attempt (time, HTTP status or error, latency)."""
+    delivery_id, context = call.params["delivery_id"], call.context
     async with context.pool.acquire() as conn:
         found: dict[str, Any] = await service.get_delivery(conn, delivery_id)
     return json_response(200, found)
 
 
-@admin.post(
-    "/webhook-deliveries/{delivery_id}/replay", status_code=202, response_model=DeliveryDetail
-)
-async def replay_delivery(delivery_id: uuid.UUID, context: Context, _: Admin) -> Response:
+async def replay_delivery(call: Call[None, None]) -> Response:
     """Deliver the same event again (same event_id) to the merchant's current URI."""
+    delivery_id, context = call.params["delivery_id"], call.context
     async with context.pool.acquire() as conn, conn.transaction():
         found = await service.replay_delivery(conn, delivery_id, context.clock.now())
     return json_response(202, found)
+
+
+_DELIVERY = {"delivery_id": uuid.UUID}
+
+ROUTES = routes(
+    Endpoint("GET", "/.well-known/jwks", jwks, NOBODY, response_model=Jwks, tags=["webhooks"]),
+)
+"""The webhook signing keys, for anyone."""
+
+ADMIN_ROUTES = routes(
+    Endpoint(
+        "GET",
+        "/admin/webhook-deliveries",
+        list_deliveries,
+        OPERATOR,
+        query=DeliveryQuery,
+        response_model=DeliveryPage,
+        errors=ERRORS_ADMIN,
+        tags=["operator"],
+    ),
+    Endpoint(
+        "GET",
+        "/admin/webhook-deliveries/{delivery_id}",
+        get_delivery,
+        OPERATOR,
+        params=_DELIVERY,
+        response_model=DeliveryDetail,
+        errors=ERRORS_ADMIN,
+        tags=["operator"],
+    ),
+    Endpoint(
+        "POST",
+        "/admin/webhook-deliveries/{delivery_id}/replay",
+        replay_delivery,
+        OPERATOR,
+        params=_DELIVERY,
+        status_code=202,
+        response_model=DeliveryDetail,
+        errors=ERRORS_ADMIN,
+        tags=["operator"],
+    ),
+)
+"""The operator's webhook delivery log."""

@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext
 from bankrail.core.problems import Forbidden, Unauthenticated
 from bankrail.core.threadlane import CRYPTO
+from bankrail.http.context import AppContext
 from bankrail.http.deps import get_context
 from bankrail.http.openapi import Needs, documents
 from bankrail.security.credentials import check_operator_token
@@ -40,6 +40,7 @@ __all__ = [
     "access_claims",
     "bearer_of",
     "bearer_token",
+    "charge_client",
     "client_address",
     "client_identity",
     "console_user_identity",
@@ -150,10 +151,17 @@ async def read_access_claims(request: Request, context: AppContext) -> AccessCla
     token is missing or invalid or its client was revoked (within a second on every host),
     429 when the client is over its rate or blocked for wrong credentials."""
     claims = access_claims(request, context)
+    await charge_client(context, claims)
+    return claims
+
+
+async def charge_client(context: AppContext, claims: AccessClaims) -> None:
+    """Charge one request to the client's rate limit (429 when it is over its rate), then
+    refuse (401) a client revoked since its token was issued (within a second on every
+    host)."""
     context.rate_limits.take(claims.client_id)
     if await context.clients.get(context.pool, claims.client_id) is None:
         raise Unauthenticated("Invalid access token: its client was revoked.")
-    return claims
 
 
 def require_payments_audience(claims: AccessClaims) -> AccessClaims:

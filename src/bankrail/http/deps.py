@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from bankrail.context import AppContext
+from bankrail.http.context import AppContext
 
-__all__ = ["Context", "get_context"]
+__all__ = ["AppContext", "Context", "get_context"]
 
 
 def get_context(request: Request) -> AppContext:

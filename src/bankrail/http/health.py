@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
+from starlette.responses import Response
 
 from bankrail.db.migrations import pending_migrations
-from bankrail.http.deps import Context
+from bankrail.http.pipeline import NOBODY, Call, Endpoint, routes
 from bankrail.http.responses import json_response
-
-router = APIRouter(tags=["operations"])
 
 
 class Health(BaseModel):
@@ -27,17 +25,16 @@ class Readiness(BaseModel):
     checks: dict[str, str]
 
 
-@router.get("/healthz", response_model=Health)
-async def healthz() -> Response:
+async def healthz(call: Call[None, None]) -> Response:
     """The process is up and serving HTTP."""
     return json_response(200, {"status": "ok"})
 
 
-@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
-async def readyz(request: Request, context: Context) -> Response:
+async def readyz(call: Call[None, None]) -> Response:
     """Ready when the database answers, every migration is applied, and (in an API process of
     `serve`, which runs background work in a worker process of its own) the worker is
     running; 503 otherwise."""
+    request, context = call.request, call.context
     checks: dict[str, str] = {}
     try:
         async with context.pool.acquire(timeout=2) as conn:
@@ -59,3 +56,18 @@ async def readyz(request: Request, context: Context) -> Response:
         {"status": "ready" if ready else "not_ready", "checks": checks},
         headers=None if ready else {"Retry-After": "1"},
     )
+
+
+ROUTES = routes(
+    Endpoint("GET", "/healthz", healthz, NOBODY, response_model=Health, tags=["operations"]),
+    Endpoint(
+        "GET",
+        "/readyz",
+        readyz,
+        NOBODY,
+        response_model=Readiness,
+        responses={503: {"model": Readiness}},
+        tags=["operations"],
+    ),
+)
+"""Liveness and readiness, for anyone."""

@@ -8,11 +8,11 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from bankrail.context import AppContext
 from bankrail.core.jsonbody import dumps
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection
 from bankrail.http.auth import accepted_signature
+from bankrail.http.context import AppContext
 from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
 from bankrail.security.idempotency import KeyedRequest, fingerprint
@@ -85,5 +85,5 @@ async def respond_once(
     if key is not None:
         keyed = keyed_request(context, request, scope=scope, key=key, body=body, ttl=ttl)
     work = IdempotentWork(keyed, handler, now, reuse_problem, store_client_errors)
-    status, payload = await context.idempotent_commit.run(work)
+    status, payload = await context.idempotent_commit.accept(work)
     return answer_response(status, payload)

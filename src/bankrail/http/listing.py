@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from bankrail.core.pagination import Window
 from bankrail.core.problems import invalid_field
 from bankrail.core.timefmt import Timestamp
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ListWindow", "Pagination"]
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "ListWindow", "Pagination", "WindowQuery"]
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 200
@@ -40,3 +40,21 @@ async def _window(
 
 
 ListWindow = Annotated[Window, Depends(_window)]
+
+
+class WindowQuery(BaseModel):
+    """The query of a newest-first listing (the pipeline's form of `ListWindow`); a
+    listing's own filters are fields of a subclass."""
+
+    from_: Timestamp | None = Field(
+        None, alias="from", description="RFC 3339; items created at or after it."
+    )
+    to: Timestamp | None = Field(None, description="RFC 3339; items created at or before it.")
+    limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE)
+    cursor: str | None = Field(None, max_length=200)
+
+    def window(self) -> Window:
+        """The window asked for; 400 when `from` is later than `to`."""
+        if self.from_ is not None and self.to is not None and self.from_ > self.to:
+            raise invalid_field("from", "must not be later than `to`")
+        return Window(since=self.from_, until=self.to, limit=self.limit, cursor=self.cursor)

@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Iterable
 
-from fastapi import APIRouter, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -26,16 +25,17 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.http.auth import require_operator
-from bankrail.http.deps import Context
-from bankrail.http.openapi import Needs, documents
+from bankrail.http.deps import AppContext
+from bankrail.http.openapi import Needs
+from bankrail.http.pipeline import Authenticator, Call, Endpoint, routes
 
-__all__ = ["MetricsMiddleware", "observe_request", "router"]
-
-router = APIRouter(tags=["operations"])
+__all__ = ["ROUTES", "MetricsMiddleware", "observe_request"]
 
 
 # Served by a plain Starlette route, which FastAPI's router does not record in the scope.
@@ -161,19 +161,17 @@ def _process_metrics(host: str) -> bytes:
     return generate_latest(registry)
 
 
-@router.get(
-    "/metrics",
-    summary="Prometheus metrics",
-    response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
-)
-@documents(Needs(schemes=("operatorToken",), anonymous=True))  # the token: in production
-async def metrics(request: Request, context: Context) -> Response:
+async def _operator_in_production(request: Request, context: AppContext) -> None:
+    """The operator token, required in production mode only."""
+    if not context.settings.sandbox:
+        await require_operator(request, context)
+
+
+async def metrics(call: Call[None, None]) -> Response:
     """Request rates, latencies and errors per route; webhook outcomes and backlog; payouts
     and payments by status; database pool use. Text exposition format. In production mode
     the operator token is required."""
-    if not context.settings.sandbox:
-        await require_operator(request, context)
+    context = call.context
     payouts = GaugeMetricFamily("bankrail_payouts", "Payouts by stage.", labels=["stage"])
     payments = GaugeMetricFamily("bankrail_payments", "Payments by status.", labels=["status"])
     deliveries = GaugeMetricFamily(
@@ -219,3 +217,19 @@ async def metrics(request: Request, context: Context) -> Response:
     registry.register(_OnHost(_Snapshot([payouts, payments, deliveries, oldest, pool_use]), host))
     body = _process_metrics(host) + generate_latest(registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+ROUTES = routes(
+    Endpoint(
+        "GET",
+        "/metrics",
+        metrics,
+        # The operator token: in production.
+        Authenticator(_operator_in_production, Needs(schemes=("operatorToken",), anonymous=True)),
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+        tags=["operations"],
+    ),
+)
+"""The Prometheus scrape."""

@@ -10,8 +10,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
-from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
 
 from bankrail.http.auth import (
     client_address,
@@ -19,11 +20,9 @@ from bankrail.http.auth import (
     record_wrong_credential,
     refuse_if_blocked,
 )
-from bankrail.http.deps import Context
+from bankrail.http.pipeline import NOBODY, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 from bankrail.security.credentials import check_client_secret
-
-router = APIRouter(tags=["auth"])
 
 
 class TokenAnswer(BaseModel):
@@ -92,23 +91,9 @@ async def _read_form_or_json(request: Request) -> dict[str, Any] | str:
     return _NOT_AN_OBJECT
 
 
-@router.post(
-    "/connect/token",
-    summary="Obtain an access token (client credentials grant)",
-    response_model=TokenAnswer,
-    responses={400: {"model": OAuthError, "description": "RFC 6749 error"}},
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/x-www-form-urlencoded": {"schema": _TOKEN_REQUEST_SCHEMA},
-                "application/json": {"schema": _TOKEN_REQUEST_SCHEMA},
-            },
-        }
-    },
-)
-async def issue_token(request: Request, context: Context) -> Response:
+async def issue_token(call: Call[None, None]) -> Response:
     """Exchange client credentials for a bearer token valid for one hour of service time."""
+    request, context = call.request, call.context
     # Requests per calling address, before anything is read (no client is known yet); wrong
     # secrets are limited apart, per address and per client (refuse_if_blocked below).
     context.token_rate_limits.take(client_address(request))
@@ -159,3 +144,28 @@ async def issue_token(request: Request, context: Context) -> Response:
         },
         headers={"Cache-Control": "no-store"},
     )
+
+
+ROUTES = routes(
+    # Open: the client authenticates by its body, read and checked by the handler (RFC 6749).
+    Endpoint(
+        "POST",
+        "/connect/token",
+        issue_token,
+        NOBODY,
+        response_model=TokenAnswer,
+        errors={400: {"model": OAuthError, "description": "RFC 6749 error"}},
+        tags=["auth"],
+        summary="Obtain an access token (client credentials grant)",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/x-www-form-urlencoded": {"schema": _TOKEN_REQUEST_SCHEMA},
+                    "application/json": {"schema": _TOKEN_REQUEST_SCHEMA},
+                },
+            }
+        },
+    ),
+)
+"""The token endpoint."""

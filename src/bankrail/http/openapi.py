@@ -302,8 +302,14 @@ def _webhooks(components: dict[str, Any], webhooks: Webhooks) -> dict[str, Any]:
     return documented
 
 
-def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
+def problem_json_openapi(
+    app: Any,
+    webhooks: Webhooks | None = None,
+    documented: Callable[[Any], Any] = list,
+) -> Any:
     """An `app.openapi` that documents every error answer as problem+json, and `webhooks`.
+    `documented(app.routes)` gives the routes as the generator reads them (the pipeline's
+    routes replaced by their declarations' documentation: http/pipeline.py).
 
     FastAPI puts response models under `application/json` and adds a 422 "Validation Error"
     to every route with input; Bankrail answers errors as `application/problem+json` and
@@ -314,12 +320,13 @@ def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return dict(app.openapi_schema)
+        routes = documented(app.routes)
         schema = get_openapi(
             title=app.title,
             version=app.version,
             summary=app.summary,
             description=app.description,
-            routes=app.routes,
+            routes=routes,
         )
         problem: dict[str, Any] = {
             "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
@@ -345,7 +352,7 @@ def problem_json_openapi(app: Any, webhooks: Webhooks | None = None) -> Any:
         for unused in ("HTTPValidationError", "ValidationError"):
             components.pop(unused, None)
         schema["components"]["securitySchemes"] = SECURITY_SCHEMES
-        _document_needs(schema, app.routes)
+        _document_needs(schema, routes)
         schema["webhooks"] = _webhooks(components, webhooks or {})
         _one_spelling_per_enum(schema)
         app.openapi_schema = schema

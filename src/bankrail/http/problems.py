@@ -218,8 +218,13 @@ def _not_json_detail(request: Request, exc: RequestValidationError) -> str | Non
 
 
 def _body_model(request: Request) -> Any:
-    """The body annotation of the route that answered, if it has one."""
-    field = getattr(request.scope.get("route"), "body_field", None)
+    """The body annotation of the route that answered, if it has one (a pipeline route's
+    `body_model`, a FastAPI route's body field)."""
+    route = request.scope.get("route")
+    declared = getattr(route, "body_model", None)
+    if declared is not None:
+        return declared
+    field = getattr(route, "body_field", None)
     return getattr(getattr(field, "field_info", None), "annotation", None)
 
 

@@ -55,6 +55,21 @@ async def enqueue(conn: Connection, kind: str, payload: dict[str, Any], run_at: 
     )
 
 
+# Jobs a batch runner took but did not run, due again at once for the next claim (the job
+# loops woken, as by a new job).
+_GIVE_BACK = (
+    "WITH j AS (UPDATE jobs SET lease_until = NULL WHERE id = ANY($1::bigint[]))"
+    f" SELECT pg_notify('{JOBS_CHANNEL}', '')"
+)
+
+
+async def give_back(conn: Connection, job_ids: list[int]) -> None:
+    """End the lease of jobs a batch runner took but did not run (none: nothing is sent), so
+    that the next claim takes them at once."""
+    if job_ids:
+        await conn.execute(_GIVE_BACK, job_ids)
+
+
 def retry_delay(attempts: int) -> timedelta:
     """How long a failed job waits before its next try: 1 s doubling, at most 5 minutes."""
     return timedelta(seconds=min(300, 2 ** max(0, attempts - 1)))

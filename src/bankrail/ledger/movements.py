@@ -8,6 +8,8 @@ move, and the kind of the ledger transaction that records it.
   the payee's available funds in one transaction.
 - `end_hold`: which of the three ends a hold (`release`, `transfer` or `execute`).
 - `settle_pay_in`, `top_up`: money arrives from outside over a rail; available rises.
+- `sandbox_reset`: a sandbox merchant starts clean; a balance (available or held) goes to the
+  account's sandbox-reset account, so that the books stay balanced with the history kept.
 
 A refund's movements are `hold`, `release` and `execute` with the purpose `REFUND` (kinds
 `refund_hold`, `refund_release`, `refund_execution`), a payout's the same with `PAYOUT`.
@@ -47,6 +49,7 @@ __all__ = [
     "hold",
     "record",
     "release",
+    "sandbox_reset",
     "settle_pay_in",
     "top_up",
     "transfer",
@@ -242,6 +245,21 @@ def _arrival(
         Clearing(rail, account.currency, account.id),
         account.available_ledger_id,
         account.id,
+    )
+
+
+def sandbox_reset(account: AccountLedgers, ledger_id: int, amount: int) -> Movement:
+    """A sandbox merchant started clean: the whole balance `amount` of one of the account's
+    ledger accounts (its available or its held funds) leaves for the account's sandbox-reset
+    account (kind `sandbox_reset`, referencing the merchant account)."""
+    return Movement(
+        "sandbox_reset",
+        account.id,
+        account.currency,
+        amount,
+        ledger_id,
+        Clearing("sandbox_reset", account.currency, account.id),
+        account.id if ledger_id == account.available_ledger_id else None,
     )
 
 

@@ -26,6 +26,7 @@ from bankrail.mandates.models import (
 
 __all__ = [
     "MANDATE_COLUMNS",
+    "beneficiary_of",
     "constraints_of",
     "get_mandate_row",
     "list_mandates",
@@ -39,7 +40,8 @@ MANDATE_COLUMNS = (
     "id, merchant_id, merchant_account_id, type, currency, user_id, user_details,"
     " selection_type, provider_id, reference, constraints, metadata, return_uri, status,"
     " failure_stage, failure_reason, revocation_source, bank_action, remitter_balance_in_minor,"
-    " remitter, created_at, authorized_at, failed_at, revoked_at, flow"
+    " remitter, created_at, authorized_at, failed_at, revoked_at, beneficiary, provider_filter,"
+    " use_case, related_products, flow"
 )
 
 
@@ -90,20 +92,27 @@ async def get_mandate_row(
     return row
 
 
+def beneficiary_of(row: Any) -> dict[str, Any]:
+    """Who the mandate's payments pay: the external account as sent, or the merchant
+    account."""
+    if row["beneficiary"] is not None:
+        return dict(row["beneficiary"])
+    return {"type": "merchant_account", "merchant_account_id": str(row["merchant_account_id"])}
+
+
 def render(row: Any) -> dict[str, Any]:
     """The mandate resource."""
     selection: dict[str, Any] = {"type": row["selection_type"]}
     if row["provider_id"]:
         selection["provider_id"] = row["provider_id"]
+    if row["provider_filter"] is not None:
+        selection["filter"] = row["provider_filter"]
     mandate: dict[str, Any] = {
         "id": str(row["id"]),
         "type": row["type"],
         "status": row["status"],
         "currency": row["currency"],
-        "beneficiary": {
-            "type": "merchant_account",
-            "merchant_account_id": str(row["merchant_account_id"]),
-        },
+        "beneficiary": beneficiary_of(row),
         "reference": row["reference"],
         "constraints": row["constraints"],
         "provider_selection": selection,
@@ -111,6 +120,9 @@ def render(row: Any) -> dict[str, Any]:
         "metadata": row["metadata"] or {},
         "created_at": iso_utc(row["created_at"]),
     }
+    for column in ("use_case", "related_products"):
+        if row[column] is not None:
+            mandate[column] = row[column]
     for column in ("authorized_at", "failed_at", "revoked_at"):
         if row[column]:
             mandate[column] = iso_utc(row[column])

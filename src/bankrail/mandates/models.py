@@ -252,3 +252,65 @@ class Constraints:
 def remaining(limit: PeriodicLimit, taken: int) -> int:
     """What a period has left after `taken`."""
     return max(0, limit.maximum_amount - taken)
+
+
+# --- retries of a payment on a mandate ------------------------------------------------------------
+
+# How often the mock bank is asked again for a payment whose retry policy allows it: at a fixed
+# pace for `standard`, at the next hour for `smart` (the sandbox's stand-in for "when the
+# remitter's balance is most likely to allow it").
+RETRY_EVERY = {"standard": timedelta(minutes=5), "smart": timedelta(hours=1)}
+_UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+MAXIMUM_RETRY_WINDOW = timedelta(days=90)
+
+
+def retry_window(text: str) -> timedelta:
+    """The length a retry policy's `for` names: a whole number of minutes (`30m`), hours
+    (`12h`) or days (`90d`), from one minute to 90 days; ValueError otherwise."""
+    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
+        raise ValueError("must be a whole number of minutes, hours or days, such as 30m or 90d")
+    window = int(text[:-1]) * _UNITS[text[-1]]
+    if not timedelta(minutes=1) <= window <= MAXIMUM_RETRY_WINDOW:
+        raise ValueError("must be from 1m to 90d")
+    return window
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a payment on a mandate that the payer's balance cannot cover is retried: for
+    `window` from its creation, never leaving the payer with less than `minimum_balance`
+    (`smart`'s `ensure_minimum_balance_in_minor`; 0 for `standard`)."""
+
+    type: str
+    window: timedelta
+    minimum_balance: int = 0
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, object] | None) -> RetryPolicy | None:
+        """The policy of a payment's stored `retry` (None: the payment is not retried)."""
+        if not stored or stored.get("type") not in RETRY_EVERY:
+            return None
+        minimum = stored.get("ensure_minimum_balance_in_minor")
+        return cls(
+            type=str(stored["type"]),
+            window=retry_window(str(stored["for"])),
+            minimum_balance=int(minimum) if isinstance(minimum, int) else 0,
+        )
+
+    def covers(self, balance: int, amount: int) -> bool:
+        """True when the payer's `balance` pays `amount` and keeps the minimum."""
+        return balance - amount >= self.minimum_balance
+
+    def next_attempt(self, created_at: datetime, now: datetime) -> datetime | None:
+        """When to ask the bank again after an attempt at `now` failed; None when the window
+        (from `created_at`) is over and the payment fails. The last attempt is at its end."""
+        until = created_at + self.window
+        if now >= until:
+            return None
+        return min(now + RETRY_EVERY[self.type], until)
+
+
+def balance_covers(balance: int, amount: int, policy: RetryPolicy | None) -> bool:
+    """Whether the payer's balance pays `amount` now: keeping the policy's minimum, or
+    without going below zero for a payment without one."""
+    return policy.covers(balance, amount) if policy is not None else amount <= balance

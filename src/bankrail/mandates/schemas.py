@@ -10,6 +10,7 @@ from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.core.timefmt import Timestamp
 from bankrail.http.listing import Pagination
 from bankrail.http.schema_types import (
+    Address,
     Amount,
     Currency,
     MerchantAccountBeneficiary,
@@ -23,20 +24,58 @@ MandateType = Literal["sweeping", "commercial"]
 PERIODS = ("day", "week", "fortnight", "month", "half_year", "year")
 
 
+UseCase = Literal["financial_services", "charity", "government", "utilities"]
+
+
+class MandateProviderFilter(StrictModel):
+    """Which banks a payer choosing one is offered: of these countries, and of this release
+    channel or a more stable one (`general_availability` when absent)."""
+
+    countries: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}$")]] | None = None
+    release_channel: (
+        Literal["general_availability", "public_beta", "private_beta", "alpha"] | None
+    ) = None
+
+
 class MandateProviderSelection(StrictModel):
-    """`user_selected` (the payer picks their bank) or `preselected` (`provider_id`)."""
+    """`user_selected` (the payer picks their bank, among those `filter` allows) or
+    `preselected` (`provider_id`)."""
 
     type: Literal["user_selected", "preselected"]
     provider_id: ShortText | None = None
+    filter: MandateProviderFilter | None = None
+
+
+class SortCodeAccountNumber(StrictModel):
+    """A UK account: six-digit sort code and eight-digit account number."""
+
+    type: Literal["sort_code_account_number"]
+    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")]
+    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")]
+
+
+class ExternalAccountBeneficiary(StrictModel):
+    """An account outside Bankrail that the mandate's payments pay."""
+
+    type: Literal["external_account"]
+    account_holder_name: ShortText
+    account_identifier: SortCodeAccountNumber
+
+
+MandateBeneficiary = Annotated[
+    MerchantAccountBeneficiary | ExternalAccountBeneficiary, Field(discriminator="type")
+]
 
 
 class MandateDetails(StrictModel):
-    """What the payer consents to: the type, the bank, and the account paid into."""
+    """What the payer consents to: the type, the bank, the account paid into and, for a
+    commercial mandate, its use case."""
 
     type: MandateType
     provider_selection: MandateProviderSelection
-    beneficiary: MerchantAccountBeneficiary
+    beneficiary: MandateBeneficiary
     reference: Annotated[StrictStr, Field(min_length=1, max_length=18)] | None = None
+    use_case: UseCase | None = None
 
 
 class MandateUser(StrictModel):
@@ -45,6 +84,19 @@ class MandateUser(StrictModel):
     id: ShortText | None = None
     name: ShortText | None = None
     email: ShortText | None = None
+    phone: Annotated[StrictStr, Field(min_length=1, max_length=40)] | None = None
+    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    address: Address | None = None
+
+
+class SignupPlus(StrictModel):
+    """Signup+ wanted with the mandate (no options)."""
+
+
+class RelatedProducts(StrictModel):
+    """Products asked for together with the mandate."""
+
+    signup_plus: SignupPlus | None = None
 
 
 class PeriodicLimitIn(StrictModel):
@@ -98,6 +150,7 @@ class MandateRequest(StrictModel):
     user: MandateUser | None = None
     constraints: ConstraintsIn
     metadata: Metadata | None = None
+    related_products: RelatedProducts | None = None
 
 
 class MandateCreated(BaseModel):
@@ -152,20 +205,24 @@ class FundsOut(BaseModel):
 
 
 class PeriodOut(BaseModel):
-    """The current period of a limit and what it has left."""
+    """The current period of a limit: what it took so far and what it has left."""
 
     start_date: str
     end_date: str
+    current_amount: int
     maximum_available_amount: int
+    period_alignment: Literal["consent", "calendar"]
 
 
 class ConstraintsOut(BaseModel):
-    """The constraints as they stand now."""
+    """The constraints as they stand now (the real API's `periodic_limits` shape)."""
 
     model_config = ConfigDict(extra="allow")
 
+    valid_from: str | None = None
+    valid_to: str | None = None
     maximum_individual_amount: int
-    current_period_limits: dict[str, PeriodOut]
+    periodic_limits: dict[str, PeriodOut]
 
 
 class ConsentAction(StrictModel):

@@ -22,7 +22,7 @@ from bankrail.core.ids import new_id
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, invalid_field
 from bankrail.core.timefmt import iso_utc
-from bankrail.core.urls import is_absolute_http_uri, with_query
+from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.mandates._store import (
@@ -37,11 +37,14 @@ from bankrail.mandates._store import (
 )
 from bankrail.mandates.charges import (
     COUNTED,
+    Attempt,
     MandateCharge,
+    attempt_charge,
     confirm_funds,
     current_constraints,
     decide_charge,
     overview,
+    set_remitter_balance,
     taken_in_periods,
 )
 from bankrail.mandates.models import (
@@ -52,8 +55,14 @@ from bankrail.mandates.models import (
     MandateStatus,
     RevocationSource,
 )
-from bankrail.mandates.schemas import PERIODS, MandateRequest
-from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
+from bankrail.mandates.schemas import (
+    PERIODS,
+    ExternalAccountBeneficiary,
+    MandateBeneficiary,
+    MandateDetails,
+    MandateRequest,
+)
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.merchants.service import require_account
 from bankrail.rails.mock_bank import login_uri, remitter_for
 from bankrail.rails.providers import (
@@ -73,7 +82,9 @@ __all__ = [
     "MANDATE_COLUMNS",
     "PROVIDER_TOKEN_KIND",
     "RESOURCE_TOKEN_KIND",
+    "Attempt",
     "MandateCharge",
+    "attempt_charge",
     "bank_action",
     "confirm_funds",
     "constraints_of",
@@ -93,6 +104,7 @@ __all__ = [
     "resource_token",
     "revoke",
     "select_provider",
+    "set_remitter_balance",
     "start_authorization",
     "state_of",
     "taken_in_periods",
@@ -109,10 +121,19 @@ CONSENT_GIVEN = "given"
 ACTION_NAMES = {"RejectAuthorisation": "Reject"}
 
 
-def mandate_providers(mandate_type: str, powers: SandboxPowers) -> list[Provider]:
-    """The general-availability providers this deployment offers that take mandates of this
-    type in GBP."""
-    found = search(offered(powers), currencies=[CURRENCY])
+def mandate_providers(
+    mandate_type: str, powers: SandboxPowers, provider_filter: dict[str, Any] | None = None
+) -> list[Provider]:
+    """The providers this deployment offers that take mandates of this type in GBP and that
+    the mandate's `filter` allows: of its `countries` (any, when absent), of its
+    `release_channel` or a more stable one (general availability only, when absent)."""
+    wanted = provider_filter or {}
+    found = search(
+        offered(powers),
+        currencies=[CURRENCY],
+        countries=wanted.get("countries"),
+        release_channel=wanted.get("release_channel"),
+    )
     return [p for p in found if f"vrp_{mandate_type}" in p.mandates]
 
 
@@ -127,32 +148,43 @@ def _check_provider(provider_id: str, mandate_type: str, field: str) -> Provider
     return provider
 
 
-async def create_mandate(
-    conn: Connection, merchant_id: uuid.UUID, request: MandateRequest, now: datetime
-) -> dict[str, Any]:
-    """Record a new mandate awaiting the payer's consent; 400/404 for a bad request."""
-    if request.currency != CURRENCY:
-        raise invalid_field("currency", f"mandates are offered in {CURRENCY} only")
-    details = request.mandate
-    account = await require_account(
-        conn, uuid.UUID(details.beneficiary.merchant_account_id), merchant_id
-    )
+async def _beneficiary(
+    conn: Connection, merchant_id: uuid.UUID, beneficiary: MandateBeneficiary
+) -> tuple[uuid.UUID | None, dict[str, Any] | None]:
+    """Who the mandate pays: (one of the merchant's GBP accounts, None), or (None, the
+    external account as stored); 400/404 for an account that is not the merchant's GBP one."""
+    if isinstance(beneficiary, ExternalAccountBeneficiary):
+        return None, beneficiary.model_dump(exclude_none=True)
+    account = await require_account(conn, uuid.UUID(beneficiary.merchant_account_id), merchant_id)
     if account.currency != CURRENCY:
         raise invalid_field(
             "mandate.beneficiary.merchant_account_id", f"must be a {CURRENCY} merchant account"
         )
+    return account.id, None
+
+
+def _check_selection(details: MandateDetails) -> None:
+    """400 unless a preselected provider is given (and takes mandates of the type) or the
+    payer selects one, optionally within a `filter`."""
     selection = details.provider_selection
     field = "mandate.provider_selection.provider_id"
     if selection.type == "preselected":
         if selection.provider_id is None:
             raise invalid_field(field, "required when the type is preselected")
+        if selection.filter is not None:
+            raise invalid_field(
+                "mandate.provider_selection.filter",
+                "may be given only when the type is user_selected",
+            )
         _check_provider(selection.provider_id, details.type, field)
     elif selection.provider_id is not None:
         raise invalid_field(field, "may be given only when the type is preselected")
-    user = request.user.model_dump(exclude_none=True) if request.user else {}
-    user_id = user.pop("id", None) or str(uuid.uuid4())
+
+
+def _stored_constraints(request: MandateRequest) -> dict[str, Any]:
+    """The constraints as the mandate stores (and reads back) them."""
     constraints = request.constraints
-    stored = {
+    stored: dict[str, Any] = {
         "maximum_individual_amount": constraints.maximum_individual_amount,
         "periodic_limits": {
             name: limit.model_dump()
@@ -164,15 +196,35 @@ async def create_mandate(
         moment = getattr(constraints, name)
         if moment is not None:
             stored[name] = iso_utc(moment)
+    return stored
+
+
+async def create_mandate(
+    conn: Connection, merchant_id: uuid.UUID, request: MandateRequest, now: datetime
+) -> dict[str, Any]:
+    """Record a new mandate awaiting the payer's consent; 400/404 for a bad request."""
+    if request.currency != CURRENCY:
+        raise invalid_field("currency", f"mandates are offered in {CURRENCY} only")
+    details = request.mandate
+    account_id, external = await _beneficiary(conn, merchant_id, details.beneficiary)
+    _check_selection(details)
+    if details.use_case is not None and details.type != "commercial":
+        raise invalid_field("mandate.use_case", "may be given only for a commercial mandate")
+    user = request.user.model_dump(exclude_none=True) if request.user else {}
+    user_id = user.pop("id", None) or str(uuid.uuid4())
+    selection = details.provider_selection
+    related = request.related_products
     mandate_id = new_id()
     state = MandateState(MandateStatus.AUTHORIZATION_REQUIRED, now)
     await conn.execute(
         "INSERT INTO mandates (id, merchant_id, merchant_account_id, type, currency, user_id,"
         " user_details, selection_type, provider_id, reference, constraints, metadata, status,"
-        " created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        " created_at, beneficiary, provider_filter, use_case, related_products)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,"
+        " $18)",
         mandate_id,
         merchant_id,
-        account.id,
+        account_id,
         details.type,
         CURRENCY,
         user_id,
@@ -180,10 +232,14 @@ async def create_mandate(
         selection.type,
         selection.provider_id,
         details.reference,
-        stored,
+        _stored_constraints(request),
         request.metadata,
         state.status.value,
         now,
+        external,
+        selection.filter.model_dump(exclude_none=True) if selection.filter else None,
+        details.use_case,
+        related.model_dump(exclude_none=True) if related is not None else None,
     )
     await enqueue(conn, EXPIRE_JOB, {"mandate_id": str(mandate_id)}, state.expires_at())
     return {"id": mandate_id, "user_id": user_id}
@@ -212,7 +268,10 @@ def flow_answer(
     if row["provider_id"] is None:
         action: dict[str, Any] = {
             "type": "provider_selection",
-            "providers": [p.to_api(public_url) for p in mandate_providers(row["type"], powers)],
+            "providers": [
+                p.to_api(public_url)
+                for p in mandate_providers(row["type"], powers, row["provider_filter"])
+            ],
         }
     elif (row["flow"] or {}).get("consent") == CONSENT_REQUESTED:
         action = {"type": "consent", "subsequent_action_hint": "redirect"}
@@ -247,12 +306,9 @@ async def start_authorization(
     409 when this deployment offers no provider. With `consent` (declared in the start
     request) the payer consents once a provider is chosen."""
     if return_uri is not None:
-        if not is_absolute_http_uri(return_uri):
-            raise invalid_field(field, "must be an absolute http(s) URI")
-        if allow_listed_only and not is_allowed(
-            return_uri, await allowed_return_uris(conn, row["merchant_id"])
-        ):
-            raise invalid_field(field, NOT_ALLOWED)
+        await check_return_uri(
+            conn, row["merchant_id"], return_uri, field, allow_listed_only=allow_listed_only
+        )
     require_offered(powers)
     if await _expire_if_due(conn, row, now) is not None:
         raise Conflict("The mandate expired: it was not authorised within 15 minutes.")
@@ -283,11 +339,15 @@ async def give_consent(conn: Connection, row: Any, powers: SandboxPowers) -> Any
 async def select_provider(
     conn: Connection, row: Any, provider_id: str, now: datetime, powers: SandboxPowers
 ) -> Any:
-    """Record the bank the payer chose from those offered (409 when none is)."""
+    """Record the bank the payer chose from those offered (409 when none is; 400 on
+    `provider_id` for one that does not take the mandate's type or that its filter leaves
+    out)."""
     require_offered(powers)
     if row["status"] != MandateStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
     provider = _check_provider(provider_id, row["type"], "provider_id")
+    if provider not in mandate_providers(row["type"], powers, row["provider_filter"]):
+        raise invalid_field("provider_id", f"{provider_id} is not among the banks offered")
     return await save(conn, row, state_of(row), provider_id=provider.id)
 
 

@@ -8,8 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from bankrail.core.pagination import decode_cursor, encode_cursor
-from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
+from bankrail.merchants.transactions import (
+    LISTED,
+    SOURCE_COLUMNS,
+    SOURCE_JOIN,
+    TYPE_FILTERS,
+    render_item,
+)
 
 
 async def record_activity(
@@ -42,10 +48,6 @@ async def record_activity(
     )
 
 
-# Details kept for the v1 transaction records, not shown in the v3 list.
-_INTERNAL_DETAILS = frozenset({"api", "v1_status", "context_code", "transaction_id"})
-
-
 @dataclass(frozen=True)
 class ActivityPage:
     """One page of an account's movements, and the cursor of the next page."""
@@ -64,40 +66,31 @@ async def list_activity(
     cursor: str | None,
     limit: int,
 ) -> ActivityPage:
-    """Movements in ascending time order within an inclusive range."""
+    """Movements in ascending time order within an inclusive range, as v3 items
+    (`merchants.transactions`); `type_` is one of `TYPE_FILTERS`."""
     after_time: datetime | None = None
     after_id: uuid.UUID | None = None
     if cursor:
         after_time, after_id = decode_cursor(cursor)
     rows = await conn.fetch(
-        "SELECT id, type, amount_in_minor, currency, status, created_at, details"
-        " FROM account_activity WHERE merchant_account_id = $1"
-        " AND ($2::timestamptz IS NULL OR created_at >= $2)"
-        " AND ($3::timestamptz IS NULL OR created_at <= $3)"
-        " AND ($4::text IS NULL OR type = $4)"
-        " AND ($5::timestamptz IS NULL OR (created_at, id) > ($5, $6::uuid))"
-        " ORDER BY created_at, id LIMIT $7",
+        "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.status, a.created_at,"
+        f" a.details, {SOURCE_COLUMNS} FROM account_activity a{SOURCE_JOIN}"
+        f" WHERE a.merchant_account_id = $1 AND {LISTED}"
+        " AND ($2::timestamptz IS NULL OR a.created_at >= $2)"
+        " AND ($3::timestamptz IS NULL OR a.created_at <= $3)"
+        " AND ($4::text IS NULL OR a.type = $4)"
+        " AND ($5::timestamptz IS NULL OR (a.created_at, a.id) > ($5, $6::uuid))"
+        " ORDER BY a.created_at, a.id LIMIT $7",
         merchant_account_id,
         start,
         end,
-        type_,
+        TYPE_FILTERS[type_] if type_ else None,
         after_time,
         after_id,
         limit + 1,
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    items = [
-        {
-            **{k: v for k, v in row["details"].items() if k not in _INTERNAL_DETAILS},
-            "id": str(row["id"]),
-            "type": row["type"],
-            "amount_in_minor": row["amount_in_minor"],
-            "currency": row["currency"],
-            "status": row["status"],
-            "created_at": iso_utc(row["created_at"]),
-        }
-        for row in rows
-    ]
+    items = [render_item(row) for row in rows]
     next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None
     return ActivityPage(items, next_cursor)

@@ -51,13 +51,9 @@ async def reevaluate_notifications(conn: Connection, account_id: uuid.UUID, now:
             conn,
             merchant_id=row["merchant_id"],
             family="payments",
-            event_type="balance_notification",
-            body={
-                "merchant_account_id": str(account_id),
-                "status": step.notify,
-                "threshold_in_minor": row["balance_threshold"],
-                "current_balance_in_minor": row["available"] + row["held"],
-                "available_balance_in_minor": row["available"],
-            },
+            event_type=notifications.BALANCE_NOTIFICATION,
+            body=notifications.balance_notification(
+                account_id, step.notify, row["balance_threshold"], row["available"], row["held"]
+            ),
             now=now,
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 from bankrail.events import notifications
 from bankrail.events.outbox import NewEvent, new_event
-from bankrail.ledger.movements import Movement, Purpose, columns, hold
+from bankrail.ledger.movements import Movement, Purpose, hold
 from bankrail.merchants.models import AccountFacts
 
 __all__ = ["BatchHolds"]
@@ -67,42 +67,52 @@ class BatchHolds:
             event = new_event(
                 merchant_id=account.merchant_id,
                 family="payments",
-                event_type="balance_notification",
-                body={
-                    "merchant_account_id": str(account.id),
-                    "status": step.notify,
-                    "threshold_in_minor": account.balance_threshold,
-                    "current_balance_in_minor": running.available + running.held,
-                    "available_balance_in_minor": running.available,
-                },
+                event_type=notifications.BALANCE_NOTIFICATION,
+                body=notifications.balance_notification(
+                    account.id,
+                    step.notify,
+                    account.balance_threshold,
+                    running.available,
+                    running.held,
+                ),
             )
             self._events.append((event, now))
 
-    def arguments(self) -> list[Any]:
-        """The arguments of `bankrail_write_holds` after its first (the transactions' kind,
-        `{purpose}_hold`): the holds, the accounts' new notification states, and the
-        events."""
-        ids, _, references, sources, destinations, _, _, amounts = columns(
-            [movement for movement, _ in self._holds]
-        )
-        events = [event for event, _ in self._events]
-        return [
-            ids,
-            references,
-            sources,
-            destinations,
-            amounts,
-            [at for _, at in self._holds],
-            list(self._states),
-            list(self._states.values()),
-            [e.id for e in events],
-            [e.delivery_id for e in events],
-            [e.merchant_id for e in events],
-            [e.family for e in events],
-            [e.event_type for e in events],
-            [e.payload for e in events],
-            [at for _, at in self._events],
+    def groups(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The three jsonb groups `bankrail_write_holds` takes: the holds (each of the kind
+        and between the ledger accounts `ledger.movements.hold` named), the accounts' new
+        notification states, and the events."""
+        holds = []
+        for movement, at in self._holds:
+            assert isinstance(movement.source, int)
+            assert isinstance(movement.destination, int)
+            holds.append(
+                {
+                    "id": str(movement.id),
+                    "kind": movement.kind,
+                    "reference": str(movement.reference_id),
+                    "source": movement.source,
+                    "destination": movement.destination,
+                    "amount": movement.amount,
+                    "at": at,
+                }
+            )
+        states = [
+            {"account": str(account), "state": state} for account, state in self._states.items()
         ]
+        events = [
+            {
+                "id": str(event.id),
+                "delivery_id": str(event.delivery_id),
+                "merchant_id": str(event.merchant_id),
+                "family": event.family,
+                "type": event.event_type,
+                "payload": event.payload.hex(),
+                "at": at,
+            }
+            for event, at in self._events
+        ]
+        return holds, states, events
 
     def _of(self, account: AccountFacts) -> _Running:
         running = self._running.get(account.id)

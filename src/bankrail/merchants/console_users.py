@@ -16,8 +16,9 @@ from datetime import datetime, timedelta
 import asyncpg
 
 from bankrail.core.ids import new_id
-from bankrail.core.problems import Conflict, NotFound
+from bankrail.core.problems import Conflict
 from bankrail.db.pool import Connection
+from bankrail.merchants.service import require_open_merchant
 from bankrail.security.credentials import hash_password
 
 __all__ = [
@@ -55,24 +56,24 @@ async def create_console_user(
     conn: Connection, merchant_id: uuid.UUID, email: str, scopes: list[str], now: datetime
 ) -> NewConsoleUser:
     """A console user of the merchant, without a password yet; 404 for an unknown merchant,
-    409 when a console user (of any merchant) already has this email."""
-    if not await conn.fetchval("SELECT true FROM merchants WHERE id = $1", merchant_id):
-        raise NotFound(f"Merchant {merchant_id} does not exist.")
+    409 for a closed one or when a console user (of any merchant) already has this email."""
     token = secrets.token_urlsafe(32)
     user_id = new_id()
     expires = now + SETUP_TTL
     try:
-        await conn.execute(
-            "INSERT INTO console_users (id, merchant_id, email, scopes, setup_token_hash,"
-            " setup_expires_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            user_id,
-            merchant_id,
-            email,
-            sorted(set(scopes)),
-            _token_hash(token),
-            expires,
-            now,
-        )
+        async with conn.transaction():  # the check and the row together: a close waits
+            await require_open_merchant(conn, merchant_id)
+            await conn.execute(
+                "INSERT INTO console_users (id, merchant_id, email, scopes, setup_token_hash,"
+                " setup_expires_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                user_id,
+                merchant_id,
+                email,
+                sorted(set(scopes)),
+                _token_hash(token),
+                expires,
+                now,
+            )
     except asyncpg.UniqueViolationError as exc:
         raise Conflict(f"A console user with the email {email!r} already exists.") from exc
     return NewConsoleUser(user_id, merchant_id, email, sorted(set(scopes)), token, expires)

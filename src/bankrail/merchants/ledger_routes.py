@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
 from pydantic import BaseModel
+from starlette.responses import Response
 
-from bankrail.http.auth import Admin
-from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_ADMIN
+from bankrail.http.pipeline import OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 from bankrail.ledger.service import check_ledger
-
-router = APIRouter(prefix="/admin", tags=["operator"], responses=ERRORS_ADMIN)
 
 
 class LedgerCheck(BaseModel):
@@ -23,9 +20,22 @@ class LedgerCheck(BaseModel):
     violations: list[dict[str, Any]]
 
 
-@router.get("/ledger/check", response_model=LedgerCheck)
-async def ledger_check(context: Context, _: Admin) -> Response:
+async def ledger_check(call: Call[None, None]) -> Response:
     """Every posting set sums to zero, every balance equals its postings, none is negative."""
+    context = call.context
     async with context.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
         violations = await check_ledger(conn)
     return json_response(200, {"ok": not violations, "violations": violations})
+
+
+ROUTES = routes(
+    Endpoint(
+        "GET",
+        "/admin/ledger/check",
+        ledger_check,
+        OPERATOR,
+        response_model=LedgerCheck,
+        errors=ERRORS_ADMIN,
+        tags=["operator"],
+    ),
+)

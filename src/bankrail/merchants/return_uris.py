@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from bankrail.core.problems import NotFound
+from bankrail.core.problems import NotFound, invalid_field
+from bankrail.core.urls import is_absolute_http_uri
 from bankrail.db.pool import Connection
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "NOT_ALLOWED",
     "allowed_return_uris",
     "check_allowed_uri",
+    "check_return_uri",
     "covers",
     "is_allowed",
     "set_return_uris",
@@ -127,6 +129,24 @@ async def allowed_return_uris(conn: Connection, merchant_id: uuid.UUID) -> list[
     """The merchant's allowed return URIs (empty for an unknown merchant)."""
     uris = await conn.fetchval("SELECT return_uris FROM merchants WHERE id = $1", merchant_id)
     return list(uris or [])
+
+
+async def check_return_uri(
+    conn: Connection,
+    merchant_id: uuid.UUID,
+    uri: str,
+    field: str,
+    *,
+    allow_listed_only: bool,
+) -> None:
+    """The one check of a `return_uri` a payer is to be sent back to (a payment's or a
+    mandate's authorisation): 400 naming `field` unless it is an absolute http(s) URI and,
+    with `allow_listed_only` (production mode, a URI the caller chose), one that the
+    merchant's allowed return URIs cover."""
+    if not is_absolute_http_uri(uri):
+        raise invalid_field(field, "must be an absolute http(s) URI")
+    if allow_listed_only and not is_allowed(uri, await allowed_return_uris(conn, merchant_id)):
+        raise invalid_field(field, NOT_ALLOWED)
 
 
 async def set_return_uris(

@@ -59,10 +59,10 @@ class AccountTransaction(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
-    type: Literal["payment", "payout", "topup", "refund"]
+    type: Literal["merchant_account_payment", "external_payment", "payout", "refund"]
     amount_in_minor: int
     currency: str
-    status: str
+    status: Literal["settled", "pending", "executed"]
     created_at: str
 
 
@@ -93,6 +93,14 @@ class MerchantOut(BaseModel):
 
     id: str
     name: str
+
+
+class ClosedMerchantOut(BaseModel):
+    """A closed merchant: its clients and keys revoked, its console users disabled."""
+
+    id: str
+    name: str
+    closed_at: str
 
 
 class NewClient(StrictModel):
@@ -198,3 +206,42 @@ class ScreeningListOut(BaseModel):
     """The screening list now in force."""
 
     names: list[str]
+
+
+class SweepingRequest(StrictModel):
+    """`POST /v3/merchant-accounts/{id}/sweeping`."""
+
+    max_amount_in_minor: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")] | None = None
+    frequency: Literal["daily", "weekly", "fortnightly"]
+
+
+class SweepingDestination(BaseModel):
+    """Where sweeps are paid: the account's approved IBAN."""
+
+    type: Literal["iban"]
+    iban: str
+
+
+class SweepingOut(BaseModel):
+    """`GET /v3/merchant-accounts/{id}/sweeping`."""
+
+    max_amount_in_minor: int
+    currency: str
+    frequency: Literal["daily", "weekly", "fortnightly"]
+    destination: SweepingDestination
+
+
+class SweepingDestinationRequest(StrictModel):
+    """`PUT /admin/merchant-accounts/{id}/sweeping-destination` (null withdraws it)."""
+
+    iban: Annotated[StrictStr, Field(min_length=5, max_length=64)] | None
+
+
+class SweepingDestinationOut(BaseModel):
+    """The account's sweeping destination as the operator sees it: the approved IBAN (null
+    when none is), and the IBAN sweeps go to (in sandbox mode, the generated one when none
+    is approved)."""
+
+    approved_iban: str | None
+    iban: str | None

@@ -20,6 +20,7 @@ from bankrail.security.tokens import hash_secret, new_client_secret
 __all__ = [
     "ACCOUNT_COLUMNS",
     "account_in_currency",
+    "account_uuid",
     "create_client",
     "create_merchant",
     "create_merchant_account",
@@ -86,27 +87,38 @@ async def merchant_name(conn: Connection, merchant_id: uuid.UUID) -> str | None:
     return str(name) if name is not None else None
 
 
-async def _require_merchant(conn: Connection, merchant_id: uuid.UUID) -> None:
-    if not await merchant_exists(conn, merchant_id):
+async def require_open_merchant(conn: Connection, merchant_id: uuid.UUID) -> None:
+    """Nothing when the merchant exists and is not closed; else 404, or 409 when it was
+    closed (a closed merchant gets no new clients, keys or console users). Call it in the
+    transaction that adds the credential: the merchant's row stays share-locked until it
+    ends, so that a close waits for the credential (and revokes it) rather than passing
+    between this check and its INSERT."""
+    closed = await conn.fetchrow(
+        "SELECT closed_at FROM merchants WHERE id = $1 FOR SHARE", merchant_id
+    )
+    if closed is None:
         raise NotFound(f"Merchant {merchant_id} does not exist.")
+    if closed["closed_at"] is not None:
+        raise Conflict(f"Merchant {merchant_id} is closed.")
 
 
 async def create_client(
     conn: Connection, merchant_id: uuid.UUID, scopes: list[str], now: datetime
 ) -> tuple[str, str]:
     """New client credentials for the merchant; the secret is returned once, stored hashed."""
-    await _require_merchant(conn, merchant_id)
     client_id = f"sandbox-{secrets.token_hex(8)}"
     secret = new_client_secret()
-    await conn.execute(
-        "INSERT INTO api_clients (client_id, merchant_id, secret_hash, scopes, created_at)"
-        " VALUES ($1, $2, $3, $4, $5)",
-        client_id,
-        merchant_id,
-        hash_secret(secret),
-        sorted(set(scopes)),
-        now,
-    )
+    async with conn.transaction():  # the check and the row together: a close waits for both
+        await require_open_merchant(conn, merchant_id)
+        await conn.execute(
+            "INSERT INTO api_clients (client_id, merchant_id, secret_hash, scopes, created_at)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            client_id,
+            merchant_id,
+            hash_secret(secret),
+            sorted(set(scopes)),
+            now,
+        )
     return client_id, secret
 
 
@@ -122,32 +134,34 @@ async def register_signing_key(
     Registering the same key under the same kid again is harmless; another key under a kid
     already in use is a conflict.
     """
-    await _require_merchant(conn, merchant_id)
-    try:
-        load_public_key(public_key_pem)
-    except ValueError as exc:
-        raise invalid_field("public_key_pem", str(exc)) from exc
-    kid = kid or str(uuid.uuid4())
-    existing = await conn.fetchrow(
-        "SELECT public_key_pem, revoked_at FROM signing_keys WHERE merchant_id = $1 AND kid = $2",
-        merchant_id,
-        kid,
-    )
-    if existing is not None:
-        if existing["revoked_at"] is not None:
-            raise Conflict(f"The kid {kid!r} belonged to a revoked key; it is not used again.")
-        if existing["public_key_pem"].strip() != public_key_pem.strip():
-            raise Conflict(f"The kid {kid!r} is already registered with a different key.")
+    async with conn.transaction():  # the check and the row together: a close waits for both
+        await require_open_merchant(conn, merchant_id)
+        try:
+            load_public_key(public_key_pem)
+        except ValueError as exc:
+            raise invalid_field("public_key_pem", str(exc)) from exc
+        kid = kid or str(uuid.uuid4())
+        existing = await conn.fetchrow(
+            "SELECT public_key_pem, revoked_at FROM signing_keys"
+            " WHERE merchant_id = $1 AND kid = $2",
+            merchant_id,
+            kid,
+        )
+        if existing is not None:
+            if existing["revoked_at"] is not None:
+                raise Conflict(f"The kid {kid!r} belonged to a revoked key; it is not used again.")
+            if existing["public_key_pem"].strip() != public_key_pem.strip():
+                raise Conflict(f"The kid {kid!r} is already registered with a different key.")
+            return kid
+        await conn.execute(
+            "INSERT INTO signing_keys (merchant_id, kid, public_key_pem, created_at)"
+            " VALUES ($1, $2, $3, $4)",
+            merchant_id,
+            kid,
+            public_key_pem.strip() + "\n",
+            now,
+        )
         return kid
-    await conn.execute(
-        "INSERT INTO signing_keys (merchant_id, kid, public_key_pem, created_at)"
-        " VALUES ($1, $2, $3, $4)",
-        merchant_id,
-        kid,
-        public_key_pem.strip() + "\n",
-        now,
-    )
-    return kid
 
 
 async def revoke_signing_key(
@@ -279,11 +293,22 @@ async def get_account(
     return account_from_row(row) if row else None
 
 
+def account_uuid(account_id: uuid.UUID | str) -> uuid.UUID:
+    """A merchant account id from a path: an id that is not a UUID names no account, 404."""
+    if isinstance(account_id, uuid.UUID):
+        return account_id
+    try:
+        return uuid.UUID(account_id)
+    except ValueError:
+        raise NotFound("Merchant account not found.") from None
+
+
 async def require_account(
-    conn: Connection, account_id: uuid.UUID, merchant_id: uuid.UUID | None = None
+    conn: Connection, account_id: uuid.UUID | str, merchant_id: uuid.UUID | None = None
 ) -> MerchantAccount:
-    """The account, or 404 (also for another merchant's account)."""
-    account = await get_account(conn, account_id, merchant_id)
+    """The account, or 404 (also for another merchant's account, and for an id that is not
+    a UUID)."""
+    account = await get_account(conn, account_uuid(account_id), merchant_id)
     if account is None:
         raise NotFound(f"Merchant account {account_id} not found.")
     return account

@@ -19,12 +19,12 @@ from fastapi import Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.datastructures import FormData
 
-from bankrail.context import AppContext
 from bankrail.core.money import format_amount
 from bankrail.core.powers import NO_PROVIDER_AVAILABLE, SandboxPowers
 from bankrail.core.problems import NotFound, ProblemError
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.db.pool import Connection
+from bankrail.http.context import AppContext
 from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
 from bankrail.pages.errors import templates

@@ -15,11 +15,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
-from bankrail.context import AppContext
 from bankrail.core.money import format_amount
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.mandates import service as mandates
 from bankrail.mandates.models import MandateStatus
@@ -112,6 +112,20 @@ def ensure_mandate_open(row: Any, back_uri: str | None = None) -> None:
         )
 
 
+def beneficiary_label(row: Any, merchant: str) -> str:
+    """Who the payer's money goes to: the merchant, or the external account the mandate
+    names (its holder, sort code and account number)."""
+    external = row["beneficiary"]
+    if external is None:
+        return merchant
+    identifier = external["account_identifier"]
+    code = identifier["sort_code"]
+    return (
+        f"{external['account_holder_name']} (sort code {code[0:2]}-{code[2:4]}-{code[4:6]},"
+        f" account {identifier['account_number']})"
+    )
+
+
 def mandate_view(row: Any, merchant: str) -> dict[str, Any]:
     """What the templates show of a mandate: who is paid, and within which limits."""
     constraints = row["constraints"]
@@ -128,6 +142,7 @@ def mandate_view(row: Any, merchant: str) -> dict[str, Any]:
     return {
         "id": str(row["id"]),
         "merchant": merchant,
+        "beneficiary": beneficiary_label(row, merchant),
         "purpose": TYPE_LABELS[row["type"]].format(merchant=merchant),
         "type": row["type"],
         "reference": row["reference"],
@@ -143,7 +158,7 @@ def _banks(row: Any, powers: SandboxPowers) -> list[Provider]:
     if row["provider_id"]:
         chosen = find_provider(row["provider_id"])
         return [chosen] if chosen in offered(powers) else []
-    return mandates.mandate_providers(row["type"], powers)
+    return mandates.mandate_providers(row["type"], powers, row["provider_filter"])
 
 
 @router.get("/hpp/mandates", response_class=HTMLResponse)

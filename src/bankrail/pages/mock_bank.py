@@ -27,7 +27,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 
-from bankrail.context import AppContext
+from bankrail.http.context import AppContext
 from bankrail.http.deps import Context
 from bankrail.mandates import service as mandates
 from bankrail.pages._hosted import (

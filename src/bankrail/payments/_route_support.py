@@ -1,52 +1,25 @@
-"""What the payment route modules share: registering one endpoint on several paths, who acts
-on a payment (`Caller`: the merchant's access token or the payer's resource token), and the
-answer of an authorisation-flow step."""
+"""What the payment route modules share: who acts on a payment (`PAYMENT_CALLER`: the
+merchant's access token or the payer's resource token), and the answer of an
+authorisation-flow step."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.requests import Request
 
-from bankrail.context import AppContext
 from bankrail.core.problems import Unauthenticated
-from bankrail.http.auth import bearer_token, read_access_claims, require_payments_audience
-from bankrail.http.deps import Context
-from bankrail.http.openapi import Needs, documents
+from bankrail.http.auth import access_claims, bearer_token, require_payments_audience
+from bankrail.http.context import AppContext
+from bankrail.http.openapi import Needs
+from bankrail.http.pipeline import Authenticator
 from bankrail.payments import service
 from bankrail.security.tokens import AccessClaims, TokenError, TokenExpired
 
-__all__ = ["Caller", "PaymentCaller", "aliased_routes", "flow_answer"]
-
-
-def aliased_routes(
-    router: APIRouter,
-) -> Callable[..., Callable[[Callable[..., Any]], Callable[..., Any]]]:
-    """The decorator that registers one endpoint of `router` on several paths."""
-
-    def _routes(
-        method: str, paths: list[str], **options: Any
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register one endpoint on several paths, each with its own operation id."""
-
-        def register(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-            for index, path in enumerate(paths):
-                suffix = "" if index == 0 else f"_alias{index}"
-                router.add_api_route(
-                    path,
-                    endpoint,
-                    methods=[method],
-                    operation_id=f"{endpoint.__name__}{suffix}",
-                    **options,
-                )
-            return endpoint
-
-        return register
-
-    return _routes
+__all__ = ["PAYMENT_CALLER", "PaymentCaller", "flow_answer"]
 
 
 @dataclass(frozen=True)
@@ -62,19 +35,21 @@ class PaymentCaller:
         return self.claims.merchant_id if self.claims else None
 
 
-@documents(
-    Needs(
-        schemes=("merchantToken", "resourceToken"),
-        # With the merchant's token: signed, with an Idempotency-Key; with the resource token
-        # (the hosted page): neither.
-        signature="Svc-Signature",
-        signature_required=False,
-        idempotency_key="optional",
-    )
-)
-async def _payment_caller(
-    payment_id: uuid.UUID, request: Request, context: Context
-) -> PaymentCaller:
+async def _payment_caller(request: Request, context: AppContext) -> PaymentCaller:
+    """The merchant's access token (with the `payments` scope) or the payer's resource
+    token, which must name the payment of the path."""
+    try:
+        payment_id = uuid.UUID(request.path_params["payment_id"])
+    except ValueError:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "uuid_parsing",
+                    "loc": ("path", "payment_id"),
+                    "msg": "Input should be a valid UUID",
+                }
+            ]
+        ) from None
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer token.")
@@ -84,14 +59,25 @@ async def _payment_caller(
         # A resource token this service issued, not a wrong credential of the merchant's.
         raise Unauthenticated(f"Invalid resource token: {exc}.") from exc
     except TokenError:
-        claims = require_payments_audience(await read_access_claims(request, context))
+        claims = require_payments_audience(access_claims(request, context))
         return PaymentCaller(claims, payment_id)
     if resource.payment_id != payment_id:
         raise Unauthenticated("The resource token was issued for another payment.")
     return PaymentCaller(None, payment_id)
 
 
-Caller = Annotated[PaymentCaller, Depends(_payment_caller)]
+PAYMENT_CALLER = Authenticator(
+    _payment_caller,
+    Needs(
+        schemes=("merchantToken", "resourceToken"),
+        # With the merchant's token: signed, with an Idempotency-Key; with the resource token
+        # (the hosted page): neither.
+        signature="Svc-Signature",
+        signature_required=False,
+        idempotency_key="optional",
+    ),
+)
+"""Who acts on a payment (the `payment_id` of the path): the merchant or the payer."""
 
 
 def flow_answer(context: AppContext, row: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ __all__ = [
     "PAYMENT_COLUMNS",
     "get_payment_row",
     "lock_payment",
+    "remember_next_action",
     "render",
     "render_row",
     "save",
@@ -37,7 +38,8 @@ PAYMENT_COLUMNS = (
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
     " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
-    " mandate_reference, pending_failure, flow"
+    " mandate_reference, pending_failure, sent, next_action, mandate_retry, user_interaction,"
+    " flow"
 )
 
 
@@ -82,6 +84,7 @@ def state_of(row: Any) -> PaymentState:
         failed_at=row["failed_at"],
         failure_stage=PaymentStatus(row["failure_stage"]) if row["failure_stage"] else None,
         failure_reason=FailureReason(row["failure_reason"]) if row["failure_reason"] else None,
+        retry=bool(row["sent"] and row["sent"].get("retry") is not None),
     )
 
 
@@ -129,6 +132,14 @@ async def save(
     return updated
 
 
+async def remember_next_action(conn: Connection, payment_id: uuid.UUID, answer: Any) -> None:
+    """Keep the next action a journey step answered (`authorization_flow.actions.next`, if
+    any), so that reading the `authorizing` payment gives it back (fidelity P6)."""
+    action = (answer.get("authorization_flow") or {}).get("actions", {}).get("next")
+    if action is not None:
+        await conn.execute("UPDATE payments SET next_action = $2 WHERE id = $1", payment_id, action)
+
+
 def _payment_method(row: Any) -> dict[str, Any]:
     if row["mandate_id"] is not None:
         return _mandate_method(row)
@@ -144,6 +155,10 @@ def _mandate_method(row: Any) -> dict[str, Any]:
     method: dict[str, Any] = {"type": "mandate", "mandate_id": str(row["mandate_id"])}
     if row["mandate_reference"]:
         method["reference"] = row["mandate_reference"]
+    if row["mandate_retry"] is not None:
+        method["retry"] = row["mandate_retry"]
+    if row["user_interaction"] is not None:
+        method["user_interaction"] = row["user_interaction"]
     return method
 
 
@@ -190,49 +205,78 @@ async def render(conn: Connection, row: Any) -> dict[str, Any]:
 
 def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any]:
     """The payment resource of a payments row whose payment source (if it has one) is
-    `payment_source`."""
+    `payment_source`. The request's own objects (provider selection, beneficiary, retry,
+    sub-merchants) read back as they were sent (fidelity P5)."""
     state = state_of(row)
-    selection: dict[str, Any] = {"type": row["selection_type"]}
-    if row["provider_id"] and row["selection_type"] == "preselected":
-        selection["provider_id"] = row["provider_id"]
-    if row["selection_filter"]:
-        selection["filter"] = row["selection_filter"]
     payment: dict[str, Any] = {
         "id": str(row["id"]),
         "amount_in_minor": row["amount_in_minor"],
         "currency": row["currency"],
         "user": {"id": row["user_id"]},
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": selection,
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": str(row["merchant_account_id"]),
-            },
-        },
-        "merchant_account_id": str(row["merchant_account_id"]),
+        "payment_method": _method_of(row),
         "created_at": iso_utc(row["created_at"]),
         "status": state.status.value,
         "status_history": row["history"],
         "metadata": row["metadata"] or {},
         "refunded_amount_in_minor": row["refunded_amount_in_minor"],
     }
-    if row["mandate_id"] is not None:
-        payment["payment_method"] = _mandate_method(row)
+    if row["merchant_account_id"] is not None:
+        payment["merchant_account_id"] = str(row["merchant_account_id"])
+    sent = row["sent"] or {}
+    if "sub_merchants" in sent:
+        payment["sub_merchants"] = sent["sub_merchants"]
     if row["provider_id"]:
         payment["provider_id"] = row["provider_id"]
-        if row["mandate_id"] is None:
-            payment["payment_method"]["provider_selection"]["provider_id"] = row["provider_id"]
     if row["scheme_id"]:
         payment["scheme_id"] = row["scheme_id"]
-        if row["mandate_id"] is None:
-            payment["payment_method"]["provider_selection"]["scheme_id"] = row["scheme_id"]
     for column in ("authorized_at", "executed_at", "settled_at", "failed_at"):
         if row[column]:
             payment[column] = iso_utc(row[column])
-    if state.status is PaymentStatus.FAILED:
+    if row["settled_at"]:
+        # The sandbox's funds are available to the beneficiary once settled (fidelity P7).
+        payment["creditable_at"] = iso_utc(row["settled_at"])
+    if state.status in (PaymentStatus.FAILED, PaymentStatus.ATTEMPT_FAILED):
         payment["failure_stage"] = row["failure_stage"]
         payment["failure_reason"] = row["failure_reason"]
+    if state.status is PaymentStatus.AUTHORIZING and row["next_action"] is not None:
+        payment["authorization_flow"] = {"actions": {"next": row["next_action"]}}
     if payment_source is not None:
         payment["payment_source"] = payment_source
     return payment
+
+
+def _method_of(row: Any) -> dict[str, Any]:
+    """`payment_method` as sent; for rows without the request's echo (created before it),
+    from the columns."""
+    if row["mandate_id"] is not None:
+        return _mandate_method(row)
+    sent = row["sent"]
+    if sent is None:
+        selection: dict[str, Any] = {"type": row["selection_type"]}
+        if row["selection_filter"]:
+            selection["filter"] = row["selection_filter"]
+        beneficiary = {
+            "type": "merchant_account",
+            "merchant_account_id": str(row["merchant_account_id"]),
+        }
+    else:
+        selection = dict(sent["provider_selection"])
+        beneficiary = sent["beneficiary"]
+    # The provider and scheme the payment uses: preselected ones as sent; the payer's choice
+    # once made (before, a user_selected payment names none).
+    if row["provider_id"] and (
+        row["selection_type"] == "user_selected" or "provider_id" not in selection
+    ):
+        selection["provider_id"] = row["provider_id"]
+        if row["scheme_id"]:
+            selection["scheme_id"] = row["scheme_id"]
+    elif sent is None and row["scheme_id"]:
+        selection["scheme_id"] = row["scheme_id"]
+    method: dict[str, Any] = {
+        "type": "bank_transfer",
+        "provider_selection": selection,
+        "beneficiary": beneficiary,
+    }
+    if sent is not None and "retry" in sent:
+        method["retry"] = sent["retry"]
+    return method

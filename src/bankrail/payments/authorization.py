@@ -18,10 +18,10 @@ from urllib.parse import parse_qs
 
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import Conflict, InvalidParameters, invalid_field
-from bankrail.core.urls import is_absolute_http_uri, with_query
+from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
-from bankrail.merchants.return_uris import NOT_ALLOWED, allowed_return_uris, is_allowed
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import get_payment_row, save, state_of, transition_conflict
 from bankrail.payments.jobs import ADVANCE_JOB
 from bankrail.payments.models import (
@@ -45,13 +45,11 @@ from bankrail.security.tokens import TokenIssuer
 __all__ = [
     "bank_action",
     "check_provider",
-    "check_return_uri",
     "give_consent",
     "next_action",
     "offered_providers",
     "provider_token",
     "redirect_back",
-    "require_allowed_return_uri",
     "resource_from_return",
     "select_provider",
     "start_authorization",
@@ -60,21 +58,6 @@ __all__ = [
 
 CONSENT_REQUESTED = "requested"
 CONSENT_GIVEN = "given"
-
-
-def check_return_uri(uri: str, field: str) -> str:
-    """An absolute http(s) URI, or 400."""
-    if not is_absolute_http_uri(uri):
-        raise invalid_field(field, "must be an absolute http(s) URI")
-    return uri
-
-
-async def require_allowed_return_uri(
-    conn: Connection, merchant_id: uuid.UUID, uri: str, field: str
-) -> None:
-    """400 naming `field` unless the merchant's allowed return URIs cover `uri`."""
-    if not is_allowed(uri, await allowed_return_uris(conn, merchant_id)):
-        raise invalid_field(field, NOT_ALLOWED)
 
 
 def check_provider(
@@ -163,9 +146,9 @@ async def start_authorization(
     no provider (`require_offered`).
     """
     if return_uri is not None:
-        check_return_uri(return_uri, field)
-        if allow_listed_only:
-            await require_allowed_return_uri(conn, row["merchant_id"], return_uri, field)
+        await check_return_uri(
+            conn, row["merchant_id"], return_uri, field, allow_listed_only=allow_listed_only
+        )
     require_offered(powers)
     state = state_of(row)
     try:
@@ -173,7 +156,17 @@ async def start_authorization(
     except InvalidTransition as exc:
         raise transition_conflict(exc) from exc
     flow = {"consent": CONSENT_REQUESTED} if consent else {}
-    return await save(conn, row, state, now, return_uri=return_uri or row["return_uri"], flow=flow)
+    # A new attempt after a failed one (fidelity P8) leaves the bank's last decision and the
+    # last attempt's journey behind.
+    return await save(
+        conn,
+        row,
+        state,
+        now,
+        return_uri=return_uri or row["return_uri"],
+        bank_action=None,
+        flow=flow,
+    )
 
 
 def _require_step(row: Any, step: str) -> dict[str, Any]:
@@ -285,14 +278,14 @@ async def bank_action(
     if state.status in EXPIRABLE and now >= state.expires_at():
         # The payer came back after the authorisation window: the payment expires now,
         # even if its expiry job has not run yet, and the payer is sent back.
-        expired = await save(conn, row, state.fail(now, FailureReason.EXPIRED), now)
+        expired = await save(conn, row, state.expire(now), now)
         return redirect_back(expired)
     if state.status is not PaymentStatus.AUTHORIZING or row["provider_id"] is None:
         raise Conflict(f"The payment is {state.status}; the bank cannot act on it now.")
     if action == "Cancel":
         state = state.fail(now, FailureReason.NOT_AUTHORIZED)
     elif action == "RejectAuthorisation":
-        state = state.fail(now, FailureReason.AUTHORIZATION_FAILED)
+        state = state.reject_authorization(now)
     else:
         state = state.authorize(now)
         await enqueue(

@@ -9,19 +9,19 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from starlette.requests import Request
+from starlette.responses import Response
 
-from bankrail.context import AppContext
 from bankrail.db.pool import Connection
-from bankrail.http.auth import verify_signature
-from bankrail.http.deps import Context
+from bankrail.http.context import AppContext
 from bankrail.http.idempotent import idempotency_key, respond_once
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.pipeline import NOBODY, Call, Endpoint, Signed, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import AuthorizationFlowAnswer
 from bankrail.mandates import service as mandates
 from bankrail.payments import service
-from bankrail.payments._route_support import Caller, PaymentCaller, aliased_routes, flow_answer
+from bankrail.payments._route_support import PAYMENT_CALLER, PaymentCaller, flow_answer
 from bankrail.payments.schemas import (
     AuthorizationFlowRequest,
     FormSubmit,
@@ -30,10 +30,7 @@ from bankrail.payments.schemas import (
     ProviderSelectionSubmit,
 )
 
-__all__ = ["router"]
-
-router = APIRouter()
-_routes = aliased_routes(router)
+__all__ = ["ROUTES"]
 
 Action = Callable[[Connection, Any], Awaitable[tuple[int, Any]]]
 
@@ -50,7 +47,7 @@ async def _act(
 
     if caller.claims is None:
         return await respond_once(context, request, scope="", key=None, body=b"", effect=effect)
-    raw = await verify_signature(request, context, caller.claims)
+    raw = await request.body()  # its signature verified by the pipeline
     return await respond_once(
         context,
         request,
@@ -61,21 +58,10 @@ async def _act(
     )
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/authorization-flow", "/payments/{payment_id}/authorization-flow"],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def start_authorization_flow(
-    payment_id: uuid.UUID,
-    body: AuthorizationFlowRequest,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -> Response:
     """Start the payer's journey: the next action is a provider list, a redirect to the bank,
     or (embedded providers) a form."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         return_uri = body.redirect.return_uri if body.redirect else None
@@ -88,30 +74,16 @@ async def start_authorization_flow(
             powers=context.settings.powers,
             consent=body.consent is not None,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    [
-        "/v3/payments/{payment_id}/authorization-flow/actions/provider-selection",
-        "/v3/payments/{payment_id}/submit-provider-selection",
-        "/payments/{payment_id}/authorization-flow/actions/provider-selection",
-        "/payments/{payment_id}/submit-provider-selection",
-    ],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def submit_provider_selection(
-    payment_id: uuid.UUID,
-    body: ProviderSelectionSubmit,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -> Response:
     """Submit the provider the payer chose; the next action takes them to it."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         updated = await service.select_provider(
@@ -122,46 +94,32 @@ async def submit_provider_selection(
             context.clock.now(),
             context.settings.powers,
         )
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/authorization-flow/actions/consent"],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def submit_consent(
-    payment_id: uuid.UUID, request: Request, context: Context, caller: Caller
-) -> Response:
+async def submit_consent(call: Call[None, None]) -> Response:
     """The payer consents (the start request declared `consent`); the next action is the
     provider's form or the redirect. The body, if any, is `{}`."""
+    request, context, caller = call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         now = context.clock.now()
         updated = await service.give_consent(conn, row, now, context.settings.powers)
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/authorization-flow/actions/form"],
-    response_model=AuthorizationFlowAnswer,
-    responses=ERRORS_SIGNED_POST,
-)
-async def submit_form(
-    payment_id: uuid.UUID,
-    body: FormSubmit,
-    request: Request,
-    context: Context,
-    caller: Caller,
-) -> Response:
+async def submit_form(call: Call[FormSubmit, None]) -> Response:
     """The answers to the provider's current form; the next action is its next form, the
     redirect, or (the embedded provider's last form decided) `wait`."""
+    body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         now = context.clock.now()
@@ -169,21 +127,16 @@ async def submit_form(
         if updated["bank_action"] is not None:  # the last form decided: the bank acts now
             wait = {"actions": {"next": {"type": "wait"}}}
             return 200, {"status": updated["status"], "authorization_flow": wait}
-        return 200, flow_answer(context, updated)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments/{payment_id}/actions/cancel", "/payments/{payment_id}/actions/cancel"],
-    status_code=202,
-    responses=ERRORS_SIGNED_POST,
-)
-async def cancel_payment(
-    payment_id: uuid.UUID, request: Request, context: Context, caller: Caller
-) -> Response:
+async def cancel_payment(call: Call[None, None]) -> Response:
     """Cancel a payment the bank has not yet accepted; it fails with reason `canceled`."""
+    request, context, caller = call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         await service.cancel_payment(conn, row, context.clock.now())
@@ -192,15 +145,10 @@ async def cancel_payment(
     return await _act(request, context, caller, action)
 
 
-@_routes(
-    "POST",
-    ["/v3/payments-provider-return", "/payments-provider-return"],
-    response_model=ProviderReturnAnswer,
-    responses={400: ERRORS_AUTH_NOT_FOUND[400], 404: ERRORS_AUTH_NOT_FOUND[404]},
-)
-async def provider_return(body: ProviderReturn, context: Context) -> Response:
+async def provider_return(call: Call[ProviderReturn, None]) -> Response:
     """Which payment or mandate the payer's browser came back from the bank for (no token
     needed)."""
+    body, context = call.body, call.context
     kind, found = service.resource_from_return(body.query, body.fragment)
     async with context.pool.acquire() as conn:
         if kind == "payment":
@@ -208,3 +156,72 @@ async def provider_return(body: ProviderReturn, context: Context) -> Response:
         else:
             await mandates.get_mandate_row(conn, found, None)
     return json_response(200, {"resource": {"type": kind, f"{kind}_id": str(found)}})
+
+
+# Signed, with an Idempotency-Key, when the merchant calls; plain from the hosted page.
+_MERCHANT_SIGNS = Signed(only_with_access_token=True)
+_PAYMENT = {"payment_id": uuid.UUID}
+
+
+def _action(path: str, handler: Any, body: Any, response_model: Any, status: int = 200) -> Endpoint:
+    """A signed action on a payment, by the merchant or the payer."""
+    return Endpoint(
+        "POST",
+        path,
+        handler,
+        PAYMENT_CALLER,
+        signed=_MERCHANT_SIGNS,
+        idempotency="optional",
+        body=body,
+        params=_PAYMENT,
+        status_code=status,
+        response_model=response_model,
+        errors=ERRORS_SIGNED_POST,
+        tags=["payments v3"],
+    )
+
+
+ROUTES = routes(
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow",
+        start_authorization_flow,
+        AuthorizationFlowRequest,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/provider-selection",
+        submit_provider_selection,
+        ProviderSelectionSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/submit-provider-selection",
+        submit_provider_selection,
+        ProviderSelectionSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/consent",
+        submit_consent,
+        None,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/form",
+        submit_form,
+        FormSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action("/v3/payments/{payment_id}/actions/cancel", cancel_payment, None, None, status=202),
+    Endpoint(
+        "POST",
+        "/v3/payments-provider-return",
+        provider_return,
+        NOBODY,
+        body=ProviderReturn,
+        response_model=ProviderReturnAnswer,
+        errors={400: ERRORS_AUTH_NOT_FOUND[400], 404: ERRORS_AUTH_NOT_FOUND[404]},
+        tags=["payments v3"],
+    ),
+)
+"""The authorisation flow and the actions on a payment, in the order of the document."""

@@ -13,6 +13,7 @@ from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.ledger.movements import settle_pay_in
+from bankrail.mandates.charges import attempt_charge
 from bankrail.merchants.activity import record_activity
 from bankrail.merchants.balances import move
 from bankrail.merchants.models import MerchantAccount
@@ -46,6 +47,15 @@ async def advance_payment(conn: Connection, payload: dict[str, Any], now: dateti
         if row["bank_action"] == "RejectExecution":
             await save(conn, row, state.fail(now, FailureReason.PROVIDER_REJECTED), now)
             return
+        if row["mandate_id"] is not None:
+            # The payer's bank pays from the payer's balance, or asks to retry, or refuses.
+            attempt = await attempt_charge(conn, row, now)
+            if attempt.retry_at is not None:
+                await enqueue(conn, ADVANCE_JOB, dict(payload), attempt.retry_at)
+                return
+            if attempt.failure is not None:
+                await save(conn, row, state.fail(now, FailureReason(attempt.failure)), now)
+                return
         await save(conn, row, state.execute(now), now)
         delay = int(payload.get("settlement_delay", 0))
         await enqueue(
@@ -56,6 +66,12 @@ async def advance_payment(conn: Connection, payload: dict[str, Any], now: dateti
 
 
 async def _settle(conn: Connection, row: Any, state: PaymentState, now: datetime) -> None:
+    if row["merchant_account_id"] is None:
+        # A payment to an external account (a bank transfer to one, or a payment on a mandate
+        # that pays one): the payer's bank pays the beneficiary directly; no merchant account
+        # is credited, no merchant money moves, no payment source is kept.
+        await save(conn, row, state.settle(now), now)
+        return
     account = await get_account(conn, row["merchant_account_id"])
     assert account is not None
     remitter = remitter_for(row["user_id"], row["currency"], row["user_details"].get("name"))
@@ -111,4 +127,4 @@ async def expire_payment(conn: Connection, payload: dict[str, Any], now: datetim
         return
     state = state_of(row)
     if state.status in EXPIRABLE and now >= state.expires_at():
-        await save(conn, row, state.fail(now, FailureReason.EXPIRED), now)
+        await save(conn, row, state.expire(now), now)

@@ -8,15 +8,15 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field, StrictStr
+from starlette.responses import Response
 
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.db.pool import Connection
-from bankrail.http.auth import Merchant, signed_body
-from bankrail.http.deps import Context
+from bankrail.http.deps import AppContext
 from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_SIGNED_POST
+from bankrail.http.pipeline import MERCHANT, Call, Endpoint, Signed, routes
 from bankrail.http.schema_types import Amount, StrictModel
 from bankrail.merchants.service import account_in_currency
 from bankrail.payments import service
@@ -24,9 +24,7 @@ from bankrail.payments._route_support import flow_answer
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import PaymentRequest
 
-__all__ = ["router"]
-
-router = APIRouter()
+__all__ = ["ROUTES"]
 
 # The legacy deposit API (spec 9.4), mapped onto payment creation plus the authorisation flow.
 
@@ -76,7 +74,7 @@ def _payment_request(body: LegacyDepositRequest, account_id: uuid.UUID) -> Payme
 
 
 def _redirect_step(
-    context: Context, row: Any, payment_id: uuid.UUID, return_uri: str, now: datetime
+    context: AppContext, row: Any, payment_id: uuid.UUID, return_uri: str, now: datetime
 ) -> dict[str, Any]:
     """The deposit's next step for the payer: the authorization flow's, when it is a
     redirect; otherwise a redirect to the hosted payment page."""
@@ -100,23 +98,17 @@ def _redirect_step(
     return next_step
 
 
-@router.post(
-    "/v1/users/deposits",
-    status_code=201,
-    tags=["legacy"],
-    deprecated=True,
-    responses=ERRORS_SIGNED_POST,
-)
-async def legacy_deposit(
-    body: LegacyDepositRequest,
-    request: Request,
-    context: Context,
-    merchant: Merchant,
-    raw: Annotated[bytes, Depends(signed_body(require_idempotency_key=False))],
-) -> Response:
+async def legacy_deposit(call: Call[LegacyDepositRequest, None]) -> Response:
     """Deprecated: use `POST /v3/payments` then the authorization-flow call. The deposit
     becomes a payment into the merchant's account in its currency; `deposit_id` is the
     idempotency key and is kept in the payment's metadata."""
+    body, request, context, merchant, raw = (
+        call.body,
+        call.request,
+        call.context,
+        call.merchant,
+        call.raw,
+    )
     public_url = context.settings.public_url
     successor = f"{public_url}/v3/payments"
 
@@ -167,3 +159,20 @@ async def legacy_deposit(
         raise
     answer.headers.update(deprecation)
     return answer
+
+
+ROUTES = routes(
+    Endpoint(
+        "POST",
+        "/v1/users/deposits",
+        legacy_deposit,
+        MERCHANT,
+        signed=Signed(require_idempotency_key=False),
+        body=LegacyDepositRequest,
+        status_code=201,
+        errors=ERRORS_SIGNED_POST,
+        tags=["legacy"],
+        deprecated=True,
+    ),
+)
+"""The legacy deposit API."""

@@ -12,18 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Response
 from pydantic import BaseModel, Field, StrictStr
+from starlette.responses import Response
 
 from bankrail.core.problems import InvalidParameters, NotFound, invalid_field
-from bankrail.http.auth import Merchant
-from bankrail.http.deps import Context
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, Responses
+from bankrail.http.pipeline import MERCHANT, NOBODY, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import StrictModel
 from bankrail.rails.providers import Flow, Provider, find_provider, offered, search
-
-router = APIRouter()
 
 SEARCH_PATH = "/v3/payments-providers/search"
 SEARCH_ALIAS_PATH = "/v3/payment-providers/search"
@@ -200,31 +197,14 @@ class V2ProviderList(BaseModel):
 # --- routes -------------------------------------------------------------------------------
 
 
-@router.post(
-    SEARCH_PATH,
-    tags=["providers"],
-    response_model=ProviderList,
-    responses=ERRORS_AUTH,
-)
-@router.post(
-    SEARCH_ALIAS_PATH,
-    tags=["providers"],
-    response_model=ProviderList,
-    responses=ERRORS_AUTH,
-    include_in_schema=True,
-    summary="Search providers (alias of /v3/payments-providers/search)",
-)
-async def search_providers(
-    context: Context,
-    merchant: Merchant,
-    body: Annotated[ProviderSearchRequest | None, Body()] = None,
-) -> Response:
+async def search_providers(call: Call[ProviderSearchRequest | None, None]) -> Response:
     """Providers matching every given filter, in catalogue order. Not signed.
 
     `authorization_flow.configuration.redirect` selects redirect providers, `form` embedded
     ones, both either; without them any flow matches. An absent body is the same as `{}`.
     """
-    del merchant  # the catalogue is the same for every merchant
+    # The catalogue is the same for every merchant.
+    context, body = call.context, call.body
     request = body or ProviderSearchRequest()
     found = search(
         offered(context.settings.powers),
@@ -241,15 +221,9 @@ async def search_providers(
     return json_response(200, {"items": [p.to_api(public_url) for p in found]})
 
 
-@router.get(
-    "/v3/payments-providers/{provider_id}",
-    tags=["providers"],
-    response_model=ProviderOut,
-    responses=ERRORS_AUTH_NOT_FOUND,
-)
-async def get_provider(provider_id: str, context: Context, merchant: Merchant) -> Response:
+async def get_provider(call: Call[None, None]) -> Response:
     """One provider this deployment offers, whatever its release channel; other ids are 404."""
-    del merchant
+    provider_id, context = call.params["provider_id"], call.context
     provider = find_provider(provider_id)
     if provider is None or provider not in offered(context.settings.powers):
         shown = provider_id if len(provider_id) <= 100 else provider_id[:100] + "..."
@@ -280,7 +254,7 @@ _LEGACY_RESPONSES: Responses = {
 
 CommaList = Annotated[
     list[str] | None,
-    Query(description="Comma-separated values (the parameter may also be repeated)."),
+    Field(description="Comma-separated values (the parameter may also be repeated)."),
 ]
 
 
@@ -340,35 +314,32 @@ def _v2_provider(provider: Provider, public_url: str) -> dict[str, Any]:
     }
 
 
-@router.get(
-    LEGACY_PATH,
-    tags=["providers (deprecated v2)"],
-    response_model=V2ProviderList,
-    responses=_LEGACY_RESPONSES,
-    deprecated=True,
-)
-async def legacy_search_providers(
-    context: Context,
-    client_id: Annotated[
-        str,
-        Query(
-            min_length=1,
-            max_length=200,
-            pattern=r"^[^\x00-\x1f\x7f]+$",
-            description="An API client id; the v2 API authenticated by it alone.",
-        ),
-    ],
-    country: CommaList = None,
-    currency: CommaList = None,
-    auth_flow_type: CommaList = None,
-    account_type: CommaList = None,
-    release_channel: Annotated[ReleaseChannel | None, Query()] = None,
-) -> Response:
+class LegacySearchQuery(BaseModel):
+    """`GET /v2/single-immediate-payments-providers`."""
+
+    client_id: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="An API client id; the v2 API authenticated by it alone.",
+    )
+    country: CommaList = None
+    currency: CommaList = None
+    auth_flow_type: CommaList = None
+    account_type: CommaList = None
+    release_channel: ReleaseChannel | None = None
+
+
+async def legacy_search_providers(call: Call[None, LegacySearchQuery]) -> Response:
     """Deprecated: use `POST /v3/payments-providers/search`, which takes a JSON body and a
     bearer token instead of `client_id`. Same catalogue and provider ids.
 
     `account_type` `sort_code_account_number` selects GBP providers, `iban` EUR ones; combined
     with `currency`, a provider must satisfy both."""
+    context, query = call.context, call.query
+    client_id, country, currency = query.client_id, query.country, query.currency
+    auth_flow_type, account_type = query.auth_flow_type, query.account_type
+    release_channel = query.release_channel
     parsed = _LegacyQuery()
     countries = parsed.values("country", country, _code(2), "an ISO 3166-1 alpha-2 code such as GB")
     currencies = parsed.values("currency", currency, _code(3), "an ISO 4217 code such as GBP")
@@ -407,3 +378,46 @@ async def legacy_search_providers(
         flows=[f for f in V2_AUTH_FLOW_TYPES if f in flows] if flows else None,
     )
     return json_response(200, {"results": [_v2_provider(p, public_url) for p in found]}, headers)
+
+
+def _search(path: str, summary: str | None = None) -> Endpoint:
+    return Endpoint(
+        "POST",
+        path,
+        search_providers,
+        MERCHANT,
+        body=ProviderSearchRequest,
+        body_required=False,
+        response_model=ProviderList,
+        errors=ERRORS_AUTH,
+        tags=["providers"],
+        summary=summary,
+    )
+
+
+ROUTES = routes(
+    _search(SEARCH_PATH),
+    _search(SEARCH_ALIAS_PATH, "Search providers (alias of /v3/payments-providers/search)"),
+    Endpoint(
+        "GET",
+        "/v3/payments-providers/{provider_id}",
+        get_provider,
+        MERCHANT,
+        response_model=ProviderOut,
+        errors=ERRORS_AUTH_NOT_FOUND,
+        tags=["providers"],
+    ),
+    # Open: the v2 API authenticated by the `client_id` of its query, which the handler checks.
+    Endpoint(
+        "GET",
+        LEGACY_PATH,
+        legacy_search_providers,
+        NOBODY,
+        query=LegacySearchQuery,
+        response_model=V2ProviderList,
+        responses=_LEGACY_RESPONSES,
+        tags=["providers (deprecated v2)"],
+        deprecated=True,
+    ),
+)
+"""The provider catalogue's routes, in the order of the OpenAPI document."""

@@ -17,10 +17,12 @@ from typing import Any
 
 from bankrail.core.problems import Conflict, ProblemError
 from bankrail.db.pool import Connection
+from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     get_payment_row,
     lock_payment,
+    remember_next_action,
     render,
     render_row,
     save,
@@ -28,19 +30,17 @@ from bankrail.payments._store import (
 )
 from bankrail.payments.authorization import (
     bank_action,
-    check_return_uri,
     give_consent,
     next_action,
     offered_providers,
     provider_token,
     redirect_back,
-    require_allowed_return_uri,
     resource_from_return,
     select_provider,
     start_authorization,
     submit_form,
 )
-from bankrail.payments.creation import PaymentToCreate, create_payments
+from bankrail.payments.creation import PaymentToCreate, create_payments, return_uris
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
 from bankrail.payments.mandate_creation import MandatePaymentToCreate, create_mandate_payments
 from bankrail.payments.models import CANCELLABLE, FailureReason
@@ -53,7 +53,6 @@ __all__ = [
     "advance_payment",
     "bank_action",
     "cancel_payment",
-    "check_return_uri",
     "create_payment",
     "expire_payment",
     "get_payment_row",
@@ -63,9 +62,10 @@ __all__ = [
     "offered_providers",
     "provider_token",
     "redirect_back",
+    "remember_next_action",
     "render",
     "render_row",
-    "require_allowed_return_uri",
+    "require_allowed_creation_return_uris",
     "resource_from_return",
     "select_provider",
     "start_authorization",
@@ -105,6 +105,16 @@ async def _create_on_mandate(
         raise outcome
     assert value is not None
     return {"id": uuid.UUID(value["id"]), "user_id": value["user"]["id"], "status": value["status"]}
+
+
+async def require_allowed_creation_return_uris(
+    conn: Connection, merchant_id: uuid.UUID, request: PaymentRequest
+) -> None:
+    """Production mode: 400 naming the field unless the merchant's allowed return URIs cover
+    every return URI the creation names (`authorization_flow.redirect`, `hosted_page`), as
+    when the journey starts later."""
+    for field, uri in return_uris(request):
+        await check_return_uri(conn, merchant_id, uri, field, allow_listed_only=True)
 
 
 async def cancel_payment(conn: Connection, row: Any, now: datetime) -> None:

@@ -3,24 +3,22 @@
 `accept_payouts` reads what the rules need for a batch of requests in one statement, decides
 each with `models.decide_payout`, and writes the payouts, their first jobs, the answers under
 their idempotency keys, the holds and the balance notifications in one statement, in the
-caller's transaction. `PayoutAcceptance` runs it as group commit within one process.
+caller's transaction: this module's read, rules and write (`STEPS`) run by the one keyed
+batch core (security/keyed_batch.py). `PayoutAcceptance` runs it as group commit within one
+process.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
-from bankrail.core.problems import (
-    IDEMPOTENCY_REUSE,
-    ProblemError,
-    ProblemType,
-)
-from bankrail.db.group_commit import GroupCommit
+from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemType
 from bankrail.db.pool import Connection, Pool
 from bankrail.ledger.movements import PAYOUT
 from bankrail.merchants.batch_holds import BatchHolds
@@ -37,12 +35,10 @@ from bankrail.rails.screening import is_listed, name_skeleton
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,
-    Outcome,
     ProblemRenderer,
-    claim_in_batch,
     key_item,
-    refusal,
 )
+from bankrail.security.keyed_batch import Answer, KeyedAcceptor, decide_batch
 
 ADVANCE_JOB = "payout.advance"
 
@@ -63,6 +59,16 @@ class Keyed:
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
     signature: bytes | None = None
+
+    @property
+    def keyed(self) -> Keyed:
+        """The request's key: a payout request always has one."""
+        return self
+
+    @property
+    def now(self) -> datetime:
+        """The service time of the request."""
+        return self.request.now
 
     @classmethod
     def under(
@@ -98,7 +104,9 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
         "account_id": str(request.account_id) if request.account_id else None,
         "currency": request.currency,
     }
-    if request.closed_loop:
+    if request.verified:
+        item["normalised_name"] = name_skeleton(request.beneficiary["user"]["name"])
+    elif request.closed_loop:
         item["source_id"] = request.beneficiary["payment_source_id"]
         item["user_id"] = request.beneficiary["user_id"]
     elif payee is not None:
@@ -132,29 +140,44 @@ class _Write:
     """The rows of one batch's write (`bankrail_write_payout_acceptances`)."""
 
     payouts: list[dict[str, Any]] = field(default_factory=list)
-    answers: AnswersToStore = field(default_factory=AnswersToStore)
     holds: BatchHolds = field(default_factory=lambda: BatchHolds(PAYOUT))
-
-    def arguments(self) -> list[Any]:
-        answers = self.answers
-        return [
-            self.payouts,
-            ADVANCE_JOB,
-            *answers.arguments(),
-            *self.holds.arguments(),
-            answers.signatures(),
-        ]
 
 
 _READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
-_WRITE = "SELECT bankrail_write_payout_acceptances({})".format(
-    ", ".join(f"${i}" for i in range(1, 25))
-)
+_WRITE = "SELECT bankrail_write_payout_acceptances($1, $2, $3, $4, $5, $6)"
+
+
+class _Steps:
+    """Payout acceptance's read, rules and write (security/keyed_batch.py)."""
+
+    async def read(self, conn: Connection, batch: Sequence[Keyed]) -> tuple[list[Any], _Write]:
+        """The keys' locks and stored answers, the paying accounts with their ledger rows
+        locked and their balances, payment sources, payees at Bankrail, screening hits."""
+        return await conn.fetch(_READ, [_read_item(keyed) for keyed in batch]), _Write()
+
+    async def decide(self, keyed: Keyed, row: Any, write: _Write) -> tuple[Answer, uuid.UUID]:
+        """`models.decide_payout`, each request seeing the holds of those before it; the
+        202 answer (the request's own when it names one, as a verified payout's does) and
+        the new payout's id (the one the request chose, if any)."""
+        facts = _facts(row)
+        available = write.holds.available(facts.account) if facts.account is not None else 0
+        payout = decide_payout(keyed.request, facts, available, keyed.request.payout_id or new_id())
+        _add_payout(write, keyed, payout)
+        return (202, dumps(keyed.answer or {"id": str(payout.id)})), payout.id
+
+    async def write(self, conn: Connection, write: _Write, answers: AnswersToStore) -> None:
+        """The payouts, their first jobs, the answers, the holds and the balance
+        notifications the holds cause, in one statement."""
+        holds, states, events = write.holds.groups()
+        await conn.execute(_WRITE, write.payouts, ADVANCE_JOB, answers.rows, holds, states, events)
+
+
+STEPS = _Steps()
 
 
 async def accept_payouts(
     conn: Connection, batch: Sequence[Keyed], render_problem: ProblemRenderer
-) -> list[Outcome]:
+) -> list[Answer | Exception]:
     """Accept payout requests, in the caller's transaction: the one path of every payout
     created, whatever its API; a batch of one is the general case.
 
@@ -167,42 +190,17 @@ async def accept_payouts(
     (stored under its key: a 202, or a 4xx problem), or a problem not stored (the key in
     flight, reused with another request, or a v1 client error).
     """
-    rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
-    write = _Write()
-    outcomes = [
-        _decide(keyed, row, write, render_problem) for keyed, row in zip(batch, rows, strict=True)
-    ]
-    await conn.execute(_WRITE, *write.arguments())
-    return outcomes
-
-
-def _decide(keyed: Keyed, row: Any, write: _Write, render_problem: ProblemRenderer) -> Outcome:
-    request = keyed.request
-    now = request.now
-    before = claim_in_batch(row, keyed, now, keyed.ttl, write.answers, keyed.reuse_problem)
-    if before is not None:
-        return before
-    facts = _facts(row)
-    available = write.holds.available(facts.account) if facts.account is not None else 0
-    try:
-        payout = decide_payout(request, facts, available, new_id())
-    except ProblemError as problem:
-        refused = refusal(problem, render_problem, keyed.store_client_errors)
-        if isinstance(refused, ProblemError):
-            return refused
-        answer = refused
-    else:
-        answer = (202, dumps(keyed.answer or {"id": str(payout.id)}))
-        _add_payout(write, keyed, payout)
-    write.answers.add(keyed, answer, now)
-    return answer
+    decided = await decide_batch(conn, STEPS, batch, render_problem)
+    return [outcome for outcome, _ in decided]
 
 
 def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
     request = keyed.request
     account = payout.account
     now = request.now
-    scheme = scheme_for(account.currency, payout.destination_account_id is not None)
+    scheme = payout.scheme or scheme_for(
+        account.currency, payout.destination_account_id is not None
+    )
     iban = payout.identifiers.iban or None
     write.payouts.append(
         {
@@ -221,11 +219,14 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
             "reference": request.reference,
             "context_code": request.context_code,
             "metadata": request.metadata,
+            "scheme_selection": request.scheme_selection,
+            "sub_merchants": request.sub_merchants,
             "scheme": scheme,
             "destination_account_id": (
                 str(payout.destination_account_id) if payout.destination_account_id else None
             ),
             "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
+            "stage": payout.stage,
             "details": {
                 "api": request.api,
                 "transaction_id": str(request.transaction_id or payout.id),
@@ -234,6 +235,7 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
                 "reference": request.reference,
                 "context_code": request.context_code,
                 "scheme_id": scheme,
+                "beneficiary": payout.beneficiary,
             },
             "now": now,
         }
@@ -242,20 +244,10 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
         write.holds.hold(account, request.amount, payout.id, now)
 
 
-class PayoutAcceptance:
-    """Group commit of payout requests within one process (db/group_commit.py): the way
-    `accept_payouts` is run. Every answer is sent only after the transaction that holds it
-    has committed."""
+class PayoutAcceptance(KeyedAcceptor[Keyed, _Write, uuid.UUID]):
+    """Group commit of payout requests within one process (security/keyed_batch.py): the
+    way `accept_payouts` is run. `accept` hands back the answer once committed and raises
+    the problems that are not stored."""
 
     def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
-        async def run(conn: Connection, batch: Sequence[Keyed]) -> list[Outcome]:
-            return await accept_payouts(conn, batch, render_problem)
-
-        self._commits: GroupCommit[Keyed, Outcome] = GroupCommit(pool, run, max_batch)
-
-    async def accept(self, keyed: Keyed) -> tuple[int, bytes]:
-        """The request's answer, once committed; raises the problems that are not stored."""
-        outcome = await self._commits.submit(keyed)
-        if isinstance(outcome, ProblemError):
-            raise outcome
-        return outcome
+        super().__init__(pool, STEPS, render_problem, max_batch)

@@ -1,8 +1,9 @@
 """Running payout jobs: the steps of a payout after its acceptance.
 
-Every payout's steps are decided by the state machine (`models.advance`, through `_Batch`)
-and written by one SQL function, `bankrail_advance_payouts`
-(db/functions/payout_advancement.sql), whether one payout moves or many:
+Every payout's steps are decided by the rails' state machine (`rails.lifecycle.advance`,
+through `_Batch`) and written by the rails' one writer of steps (`rails.advancement.RailBatch`,
+`bankrail_advance_transfers` in db/functions/rail_advancement.sql), which refunds' steps take
+too, whether one payout moves or many:
 
 - `advance_due_payouts` takes a batch of due jobs with two statements, each its own
   transaction: one leases the jobs and reads their payouts; after the decisions, one checks
@@ -25,21 +26,21 @@ from typing import Any
 
 from bankrail.core.powers import SandboxPowers
 from bankrail.db.pool import Connection
-from bankrail.events.outbox import Family, NewEvent, Ordering, new_event
-from bankrail.ledger.movements import PAYOUT, Ledgers, Movement, Payee, columns, end_hold
+from bankrail.events.outbox import Family, Ordering, new_event
+from bankrail.jobs.queue import give_back
+from bankrail.ledger.movements import PAYOUT, Ledgers, Movement, Payee, end_hold
 from bankrail.merchants.balances import reevaluate_notifications
 from bankrail.merchants.service import get_account
 from bankrail.payouts.service import (
     ADVANCE_JOB,
     STATE_COLUMNS,
     activity_details,
-    lifecycle_columns,
-    planned_advance,
     v1_event,
     v3_terminal_event,
 )
+from bankrail.rails.advancement import RailBatch, planned_steps, step_item
 from bankrail.rails.incoming import record_internal_credit
-from bankrail.rails.lifecycle import Advance, Stage
+from bankrail.rails.lifecycle import Advance, RailState, Stage
 
 __all__ = ["advance_due_payouts", "advance_payout"]
 
@@ -57,56 +58,31 @@ _LEASE = (
     " FROM bankrail_lease_payout_jobs($1, $2, $3, $4) c"
 )
 
-_WRITE = "SELECT bankrail_advance_leased_payouts({})".format(
-    ", ".join(f"${i}" for i in range(1, 35))
-)
-
-# Jobs a batch took but did not run, due again at once for the next claim (the job loops
-# woken, as by a new job).
-_GIVE_BACK = (
-    "WITH j AS (UPDATE jobs SET lease_until = NULL WHERE id = ANY($1::bigint[]))"
-    " SELECT pg_notify('bankrail_jobs', '')"
-)
-
 
 @dataclass
 class _Batch:
-    """The rows one batch writes, as the parallel arrays `bankrail_advance_leased_payouts`
-    takes."""
+    """The payout steps of one batch: the rail writer's rows (`RailBatch`), decided here."""
 
     now: datetime
     powers: SandboxPowers
-    job_ids: list[int] = field(default_factory=list)
+    rows: RailBatch = field(init=False)
     # A payout's second job in the same lease: given back, not run.
     duplicate_job_ids: list[int] = field(default_factory=list)
-    # The stage each payout of `payouts` was at when its steps were decided.
-    from_stages: list[str] = field(default_factory=list)
-    payouts: list[tuple[Any, ...]] = field(default_factory=list)
-    events: list[NewEvent] = field(default_factory=list)
-    next_steps: list[tuple[uuid.UUID, datetime]] = field(default_factory=list)
-    moves: list[Movement] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rows = RailBatch(self.now)
 
     def add(self, row: Any, job_id: int | None, payee_ledger_id: int | None = None) -> Advance:
         """Decide the payout's steps and queue everything they write (its job, when given,
         is deleted with them; an internal transfer credits `payee_ledger_id`)."""
         if job_id is not None:
-            self.job_ids.append(job_id)
-        plan = planned_advance(row, self.now, self.powers)
+            self.rows.job_ids.append(job_id)
+        plan = planned_steps(row, self.now, self.powers)
         if not plan.steps:
             return plan  # terminal: a duplicate job finds nothing to do
         state = plan.state
-        payout_id: uuid.UUID = row["id"]
-        self.from_stages.append(row["stage"])
-        self.payouts.append(
-            (
-                payout_id,
-                row["merchant_account_id"],
-                row["amount_in_minor"],
-                row["currency"],
-                *lifecycle_columns(state),
-                state.v3_status,
-                activity_details(state),
-            )
+        self.rows.steps.append(
+            step_item("payout", row, plan, job=ADVANCE_JOB, details=activity_details(state))
         )
         if row["api"] == "v1":
             for step in plan.steps:
@@ -115,10 +91,12 @@ class _Batch:
         terminal = v3_terminal_event(row, state)
         if terminal is not None:
             self._event(row, "payments", terminal)
-        if plan.next_step_at is not None:
-            self.next_steps.append((payout_id, plan.next_step_at))
-        if not plan.moves_money:
-            return plan
+        if plan.moves_money:
+            self.rows.moves.append(self._movement(row, state, payee_ledger_id))
+        return plan
+
+    @staticmethod
+    def _movement(row: Any, state: RailState, payee_ledger_id: int | None) -> Movement:
         account = Ledgers(
             row["merchant_account_id"],
             row["currency"],
@@ -129,18 +107,15 @@ class _Batch:
         if row["destination_account_id"] is not None:
             assert payee_ledger_id is not None
             payee = Payee(row["destination_account_id"], payee_ledger_id)
-        self.moves.append(
-            end_hold(
-                account,
-                PAYOUT,
-                row["amount_in_minor"],
-                payout_id,
-                failed=state.stage is Stage.FAILED,
-                rail=row["scheme_id"],
-                payee=payee,
-            )
+        return end_hold(
+            account,
+            PAYOUT,
+            row["amount_in_minor"],
+            row["id"],
+            failed=state.stage is Stage.FAILED,
+            rail=row["scheme_id"],
+            payee=payee,
         )
-        return plan
 
     def _event(
         self,
@@ -150,7 +125,7 @@ class _Batch:
         ordering: Ordering | None = None,
     ) -> None:
         event_type, body = typed_body
-        self.events.append(
+        self.rows.events.append(
             new_event(
                 merchant_id=row["merchant_id"],
                 family=family,
@@ -159,29 +134,6 @@ class _Batch:
                 ordering=ordering,
             )
         )
-
-    def arguments(self) -> list[Any]:
-        """The arguments of `bankrail_advance_leased_payouts`, in order."""
-        payouts = list(zip(*self.payouts, strict=True)) or [()] * 12
-        events = self.events
-        next_steps = list(zip(*self.next_steps, strict=True)) or [()] * 2
-        return [
-            self.from_stages,
-            self.now,
-            self.job_ids,
-            *(list(column) for column in payouts),
-            [e.id for e in events],
-            [e.delivery_id for e in events],
-            [e.merchant_id for e in events],
-            [e.family for e in events],
-            [e.event_type for e in events],
-            [e.payload for e in events],
-            [e.ordering.key if e.ordering else None for e in events],
-            [e.ordering.sequence if e.ordering else None for e in events],
-            *(list(column) for column in next_steps),
-            ADVANCE_JOB,
-            *columns(self.moves),
-        ]
 
 
 async def advance_due_payouts(
@@ -210,14 +162,12 @@ async def advance_due_payouts(
             batch.add(row, row["job_id"])
     leased = [row["job_id"] for row in rows]
     try:
-        written: bool = await conn.fetchval(_WRITE, *batch.arguments())
+        written = await batch.rows.write_leased(conn)
     except Exception:
-        await conn.execute(_GIVE_BACK, leased)
+        await give_back(conn, leased)
         raise
-    given_back = batch.duplicate_job_ids if written else leased
-    if given_back:
-        await conn.execute(_GIVE_BACK, given_back)
-    return len(batch.job_ids) if written else 0
+    await give_back(conn, batch.duplicate_job_ids if written else leased)
+    return len(batch.rows.job_ids) if written else 0
 
 
 # One payout for `advance_payout`, locked, with the ledger rows of its account and, for an
@@ -229,8 +179,6 @@ _ONE = (
     " LEFT JOIN merchant_accounts d ON d.id = p.destination_account_id"
     " WHERE p.id = $1 FOR UPDATE OF p"
 ).format(", ".join(f"p.{name.strip()}" for name in STATE_COLUMNS.split(",")))
-
-_WRITE_ONE = "SELECT bankrail_advance_payouts({})".format(", ".join(f"${i}" for i in range(1, 34)))
 
 
 async def advance_payout(
@@ -253,13 +201,16 @@ async def advance_payout(
     plan = batch.add(row, None, row["payee_ledger_id"])
     if not plan.steps:
         return  # terminal: a duplicate job finds nothing to do
-    await conn.execute(_WRITE_ONE, *batch.arguments()[1:])
+    await batch.rows.write(conn)
     if not plan.moves_money:
         return
-    (moved,) = batch.moves
+    (moved,) = batch.rows.moves
     if moved.available_of is not None:
         await reevaluate_notifications(conn, moved.available_of, now)
-    if plan.state.stage is Stage.FAILED or row["destination_account_id"] is None:
+    if plan.state.stage is Stage.FAILED or row["destination_account_id"] in (
+        None,
+        row["merchant_account_id"],  # paid to itself: no money arrived from elsewhere
+    ):
         return
     source = await get_account(conn, row["merchant_account_id"])
     payee = await get_account(conn, row["destination_account_id"])

@@ -15,7 +15,10 @@ from typing import Any
 
 from bankrail.core.problems import InvalidParameters, NotFound, ProblemError, invalid_field
 from bankrail.merchants.models import AccountFacts, AccountIdentifiers
+from bankrail.payouts.verification import VerifiedStage, check_selection
 from bankrail.rails.lifecycle import REJECTIONS, FailureReason, RailState, Stage
+from bankrail.rails.providers import VERIFIED_PAYOUT_PROVIDERS
+from bankrail.rails.schemes import SchemeUnavailable, choose_scheme
 
 
 def v1_status(state: RailState) -> str:
@@ -32,9 +35,10 @@ def v1_reason(reason: FailureReason) -> str:
     """A failure reason as API v1 names it."""
     if reason is FailureReason.BLOCKED:
         return "aml_check_failed"
-    if reason is FailureReason.INVALID_IBAN:
-        return "scheme_error"
-    return reason.value
+    if reason in (FailureReason.SERVER_ERROR, FailureReason.INSUFFICIENT_FUNDS):
+        return reason.value
+    # invalid_iban, and the verification reasons (verified payouts are v3 only).
+    return "scheme_error"
 
 
 # Acceptance: what a payout request becomes, decided from what one read found.
@@ -92,6 +96,16 @@ class PayoutRequest:
     transaction_id: uuid.UUID | None = None
     context_code: str | None = None
     metadata: dict[str, str] | None = None
+    # v3: `scheme_selection` and `sub_merchants` as sent (None: not sent).
+    scheme_selection: dict[str, Any] | None = None
+    sub_merchants: dict[str, Any] | None = None
+    # Chosen before acceptance when the answer names it (a verified payout's resource token).
+    payout_id: uuid.UUID | None = None
+
+    @property
+    def verified(self) -> bool:
+        """A `user_determined` payout: the payee chooses and proves the account."""
+        return bool(self.beneficiary["type"] == "user_determined")
 
     @property
     def closed_loop(self) -> bool:
@@ -136,6 +150,10 @@ class NewPayout:
     beneficiary: dict[str, Any]
     destination_account_id: uuid.UUID | None
     pending_failure: FailureReason | None
+    # A verified payout waits for its payee (`verification.VerifiedStage`) on the scheme
+    # its provider selection decided.
+    stage: str = Stage.PENDING.value
+    scheme: str | None = None
 
     @property
     def holds_funds(self) -> bool:
@@ -160,6 +178,8 @@ def decide_payout(
         raise invalid_field(
             "currency", f"must be {account.currency}, the merchant account's currency"
         )
+    if request.verified:
+        return _verified_payout(request, facts, available, payout_id)
     if request.closed_loop:
         source = facts.source
         if source is None:
@@ -189,14 +209,14 @@ def decide_payout(
         name = request.beneficiary["account_holder_name"]
         beneficiary = stored_open_loop(request.beneficiary, identifiers)
     check_route(account.currency, identifiers, request.field)
+    # A payee at Bankrail in the currency is paid by internal transfer; the paying account
+    # itself included (docs/api.md: its hold returns to its available balance).
     payee = facts.payee if facts.payee and facts.payee[1] == account.currency else None
-    if payee is not None and payee[0] == account.id:
-        raise invalid_field(request.field, "a merchant account cannot pay itself")
-    pending_failure: FailureReason | None = None
-    if facts.screened:
-        pending_failure = FailureReason.BLOCKED
-    elif available < request.amount:
-        pending_failure = FailureReason.INSUFFICIENT_FUNDS
+    try:
+        scheme = choose_scheme(account.currency, payee is not None, request.scheme_selection)
+    except SchemeUnavailable as exc:
+        raise invalid_field("scheme_selection.scheme_id", str(exc)) from exc
+    pending_failure = _pending_failure(facts, available, request.amount)
     return NewPayout(
         id=payout_id,
         account=account,
@@ -205,4 +225,45 @@ def decide_payout(
         beneficiary=beneficiary,
         destination_account_id=payee[0] if payee else None,
         pending_failure=pending_failure,
+        scheme=scheme,
     )
+
+
+def _pending_failure(facts: PayoutFacts, available: int, amount: int) -> FailureReason | None:
+    if facts.screened:
+        return FailureReason.BLOCKED
+    if available < amount:
+        return FailureReason.INSUFFICIENT_FUNDS
+    return None
+
+
+def _verified_payout(
+    request: PayoutRequest, facts: PayoutFacts, available: int, payout_id: uuid.UUID
+) -> NewPayout:
+    """A `user_determined` payout: no account yet (the payee chooses it at the payout page),
+    funds held at once as for any payout, waiting in `authorization_required`."""
+    assert facts.account is not None
+    beneficiary = request.beneficiary
+    scheme = check_selection(
+        beneficiary["provider_selection"], facts.account.currency, VERIFIED_PAYOUT_PROVIDERS
+    )
+    return NewPayout(
+        id=payout_id,
+        account=facts.account,
+        name=beneficiary["user"]["name"],
+        identifiers=AccountIdentifiers("", None, None),
+        beneficiary=_without_nulls(beneficiary),
+        destination_account_id=None,
+        pending_failure=_pending_failure(facts, available, request.amount),
+        stage=VerifiedStage.AUTHORIZATION_REQUIRED.value,
+        scheme=scheme,
+    )
+
+
+def _without_nulls(value: Any) -> Any:
+    """A request object as stored and read back: `null` members are absent (fidelity 0)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

@@ -15,6 +15,9 @@ from bankrail.rails.lifecycle import Stage
 __all__ = ["V3_STATUS_STAGES", "list_payouts", "payout_rows"]
 
 V3_STATUS_STAGES: dict[str, list[str]] = {
+    # A verified payout's stages before the rails are its statuses (payouts/verification.py).
+    "authorization_required": ["authorization_required"],
+    "authorizing": ["authorizing"],
     "pending": [Stage.PENDING.value],
     "authorized": [Stage.AUTHORIZED.value, Stage.SUBMITTED.value],
     "executed": [Stage.EXECUTED.value],

@@ -1,26 +1,27 @@
 """Payout routes: `POST /v1/payouts`, `GET /v1/transactions`, `POST /v3/payouts`,
-`GET /v3/payouts/{id}`."""
+`GET /v3/payouts/{id}`, `GET /v3/payouts` (http/pipeline.py runs each one's steps)."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from pydantic import BaseModel, Field
+from starlette.responses import Response
 
 from bankrail.core.pagination import decode_cursor, encode_cursor
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.core.timefmt import Timestamp, iso_utc_7, parse_timestamp
-from bankrail.http.auth import Merchant, SignedBody, signed_body
-from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key, keyed_request
-from bankrail.http.listing import ListWindow
+from bankrail.http.deps import AppContext
+from bankrail.http.idempotent import keyed_request
+from bankrail.http.listing import WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.pipeline import MERCHANT, SIGNED, Call, Endpoint, Signed, routes
 from bankrail.http.responses import answer_response, json_response
 from bankrail.merchants.models import AccountIdentifiers
-from bankrail.payouts import service
+from bankrail.payouts import service, verified
 from bankrail.payouts.models import CLOSED_LOOP_FIELD, OPEN_LOOP_FIELD, PayoutRequest
 from bankrail.payouts.queries import list_payouts
 from bankrail.payouts.schemas import (
@@ -32,58 +33,55 @@ from bankrail.payouts.schemas import (
     V1TransactionList,
     V3PayoutRequest,
 )
+from bankrail.security.tokens import AccessClaims
 
-router = APIRouter()
-
-V1SignedBody = Annotated[
-    bytes,
-    Depends(
-        signed_body(header="X-SVC-Signature", require_idempotency_key=False, allow_body_only=True)
-    ),
-]
-MAX_IDEMPOTENCY_KEY_LENGTH = 200
-
-
-async def _idempotency_key(
-    request: Request,
-    header: Annotated[
-        str, Header(alias="idempotency-key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
-    ],
-) -> str:
-    """The Idempotency-Key, validated and documented as a header parameter, but read as the
-    signature check read it (http/idempotent.py): 400 when it is repeated."""
-    del header  # FastAPI's copy, the first of several: validated, not used
-    key = idempotency_key(request)
-    assert key is not None  # the header parameter is required
-    return key
-
-
-IdempotencyKey = Annotated[str, Depends(_idempotency_key)]
+# v1 requests are signed with X-SVC-Signature, over the body alone if need be, and take
+# their key from the body (`transaction_id`).
+V1_SIGNED = Signed(header="X-SVC-Signature", require_idempotency_key=False, allow_body_only=True)
 # v1 transaction ids are unique for good: a repeat is recognised however late it comes.
 V1_IDEMPOTENCY_TTL = timedelta(days=365 * 100)
-V3Status = Literal["pending", "authorized", "executed", "failed"]
+# A verified payout's stages before the rails are statuses too (payouts/verification.py).
+V3Status = Literal[
+    "authorization_required", "authorizing", "pending", "authorized", "executed", "failed"
+]
 
 
-@router.post(
-    "/v3/payouts",
-    status_code=202,
-    tags=["payouts v3"],
-    response_model=PayoutCreated,
-    responses=ERRORS_SIGNED_POST,
-)
-async def create_v3_payout(
-    body: V3PayoutRequest,
-    request: Request,
-    context: Context,
-    merchant: Merchant,
-    raw: SignedBody,
-    idempotency_key: IdempotencyKey,
-) -> Response:
-    """Create an open-loop (`external_account`) or closed-loop (`payment_source`) payout.
+class PayoutListQuery(WindowQuery):
+    """`GET /v3/payouts`: the window and the filters."""
 
-    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`.
+    merchant_account_id: uuid.UUID | None = None
+    status: V3Status | None = None
+
+
+class V1TransactionsQuery(BaseModel):
+    """`GET /v1/transactions`."""
+
+    from_: Timestamp | None = Field(None, alias="from")
+    to: Timestamp | None = None
+    type: Literal["Payout", "Topup", "payout", "topup"] | None = None
+    currency: str | None = Field(None, pattern=r"^[A-Z]{3}$")
+    cursor: str | None = Field(None, max_length=200)
+    limit: int = Field(1000, ge=1, le=10000)
+
+
+async def create_v3_payout(call: Call[V3PayoutRequest, None]) -> Response:
+    """Create an open-loop (`external_account`), closed-loop (`payment_source`) or verified
+    (`user_determined`) payout.
+
+    Funds are held at once; the outcome arrives as `payout_executed` or `payout_failed`. A
+    verified payout answers `authorization_required` with a `resource_token` for the payout
+    page, where its payee chooses and proves the account it pays.
     """
-    beneficiary = body.beneficiary.model_dump()
+    body, request, context, merchant, raw = (
+        call.body,
+        call.request,
+        call.context,
+        call.merchant,
+        call.raw,
+    )
+    idempotency_key = call.key
+    assert idempotency_key is not None  # required
+    beneficiary = body.beneficiary.model_dump(exclude_none=True)
     field = CLOSED_LOOP_FIELD if beneficiary["type"] == "payment_source" else OPEN_LOOP_FIELD
     payout = PayoutRequest(
         api="v3",
@@ -97,48 +95,36 @@ async def create_v3_payout(
         reference=beneficiary["reference"],
         metadata=body.metadata,
         now=context.clock.now(),
+        **service.request_options(body),
     )
-    status, answer = await context.services.get(service.PayoutAcceptance).accept(
+    answer = None
+    if payout.verified:
+        payout, answer = verified.prepared(payout, context.tokens, payout.now)
+    status, reply = await context.services.get(service.PayoutAcceptance).accept(
         service.Keyed.under(
             payout,
             keyed_request(
                 context, request, scope=f"v3:{merchant.merchant_id}", key=idempotency_key, body=raw
             ),
+            answer=answer,
         )
     )
-    return answer_response(status, answer)
+    return answer_response(status, reply)
 
 
-@router.get(
-    "/v3/payouts/{payout_id}",
-    tags=["payouts v3"],
-    response_model=PayoutOut,
-    responses=ERRORS_AUTH_NOT_FOUND,
-)
-async def get_v3_payout(payout_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
+async def get_v3_payout(call: Call[None, None]) -> Response:
     """A payout with its status, and `failure_reason` when it failed."""
+    payout_id, context, merchant = call.params["payout_id"], call.context, call.merchant
     async with context.pool.acquire() as conn:
         record = await service.get_v3_payout(conn, payout_id, merchant.merchant_id)
     return json_response(200, record)
 
 
-@router.get(
-    "/v3/payouts",
-    tags=["payouts v3"],
-    response_model=PayoutList,
-    responses=ERRORS_AUTH,
-)
-async def list_v3_payouts(
-    context: Context,
-    merchant: Merchant,
-    window: ListWindow,
-    merchant_account_id: Annotated[uuid.UUID | None, Query()] = None,
-    status: Annotated[
-        Literal["pending", "authorized", "executed", "failed"] | None, Query()
-    ] = None,
-) -> Response:
+async def list_v3_payouts(call: Call[None, PayoutListQuery]) -> Response:
     """The caller's payouts, newest first, each as `GET /v3/payouts/{id}` shows it; `from`
     and `to` (inclusive) bound `created_at`."""
+    context, merchant, window = call.context, call.merchant, call.query.window()
+    merchant_account_id, status = call.query.merchant_account_id, call.query.status
     async with context.pool.acquire() as conn:
         items, next_cursor = await list_payouts(
             conn,
@@ -151,7 +137,7 @@ async def list_v3_payouts(
 
 
 def _v1_payout_request(
-    body: V1PayoutRequest, context: Context, merchant: Merchant
+    body: V1PayoutRequest, context: AppContext, merchant: AccessClaims
 ) -> PayoutRequest:
     """The payout a v1 request asks for, to the IBAN it names (or the problem with that
     IBAN, which the acceptance answers)."""
@@ -183,27 +169,14 @@ def _v1_payout_request(
     )
 
 
-@router.post(
-    "/v1/payouts",
-    status_code=202,
-    tags=["payouts v1"],
-    response_model=V1PayoutAccepted,
-    responses=ERRORS_SIGNED_POST,
-)
-async def create_v1_payout(
-    body: V1PayoutRequest,
-    request: Request,
-    context: Context,
-    merchant: Merchant,
-    raw: V1SignedBody,
-) -> Response:
+async def create_v1_payout(call: Call[V1PayoutRequest, None]) -> Response:
     """Pay out from the merchant's account in `currency` to a beneficiary IBAN.
 
     `transaction_id` is the idempotency key: a repeat with the same body answers 202 again
     and creates nothing; a different body is 409. Insufficient funds and AML hits are
     accepted and then rejected by a `payout_rejected` event.
     """
-    del raw  # verified by the dependency
+    body, request, context, merchant = call.body, call.request, call.context, call.merchant
     payout = _v1_payout_request(body, context, merchant)
     fields = {**body.model_dump(), "transaction_id": body.transaction_id.lower()}
     canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
@@ -263,28 +236,16 @@ def _v1_record(row: Any) -> dict[str, Any]:
     }
 
 
-@router.get(
-    "/v1/transactions",
-    tags=["payouts v1"],
-    response_model=V1TransactionList,
-    responses=ERRORS_AUTH,
-)
-async def list_v1_transactions(
-    context: Context,
-    merchant: Merchant,
-    from_: Annotated[Timestamp | None, Query(alias="from")] = None,
-    to: Annotated[Timestamp | None, Query()] = None,
-    type: Annotated[Literal["Payout", "Topup", "payout", "topup"] | None, Query()] = None,
-    currency: Annotated[str | None, Query(pattern=r"^[A-Z]{3}$")] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-) -> Response:
+async def list_v1_transactions(call: Call[None, V1TransactionsQuery]) -> Response:
     """The payouts made through `POST /v1/payouts` and the top-ups of the caller's currency
     accounts, oldest first; `from` and `to` are inclusive, `type` is `Payout` or `Topup`.
 
     v3 payouts are listed by `GET /v3/merchant-accounts/{id}/transactions` only: they have
     no `context_code`, and one paid to a sort code has no `beneficiary_iban`, both strings in
     every v1 record."""
+    context, merchant, query = call.context, call.merchant, call.query
+    from_, to, type, currency = query.from_, query.to, query.type, query.currency
+    cursor, limit = query.cursor, query.limit
     after_time, after_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await context.pool.fetch(
         "SELECT a.id, a.type, a.amount_in_minor, a.currency, a.created_at, a.details"
@@ -311,3 +272,63 @@ async def list_v1_transactions(
     if more:
         answer["next_cursor"] = encode_cursor(rows[-1]["created_at"], rows[-1]["id"])
     return json_response(200, answer)
+
+
+ROUTES = routes(
+    Endpoint(
+        "POST",
+        "/v3/payouts",
+        create_v3_payout,
+        MERCHANT,
+        signed=SIGNED,
+        idempotency="required",
+        body=V3PayoutRequest,
+        status_code=202,
+        response_model=PayoutCreated,
+        errors=ERRORS_SIGNED_POST,
+        tags=["payouts v3"],
+    ),
+    Endpoint(
+        "GET",
+        "/v3/payouts/{payout_id}",
+        get_v3_payout,
+        MERCHANT,
+        params={"payout_id": uuid.UUID},
+        response_model=PayoutOut,
+        errors=ERRORS_AUTH_NOT_FOUND,
+        tags=["payouts v3"],
+    ),
+    Endpoint(
+        "GET",
+        "/v3/payouts",
+        list_v3_payouts,
+        MERCHANT,
+        query=PayoutListQuery,
+        response_model=PayoutList,
+        errors=ERRORS_AUTH,
+        tags=["payouts v3"],
+    ),
+    Endpoint(
+        "POST",
+        "/v1/payouts",
+        create_v1_payout,
+        MERCHANT,
+        signed=V1_SIGNED,
+        body=V1PayoutRequest,
+        status_code=202,
+        response_model=V1PayoutAccepted,
+        errors=ERRORS_SIGNED_POST,
+        tags=["payouts v1"],
+    ),
+    Endpoint(
+        "GET",
+        "/v1/transactions",
+        list_v1_transactions,
+        MERCHANT,
+        query=V1TransactionsQuery,
+        response_model=V1TransactionList,
+        errors=ERRORS_AUTH,
+        tags=["payouts v1"],
+    ),
+)
+"""The payout routes, in the order of the OpenAPI document."""

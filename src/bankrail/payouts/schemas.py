@@ -100,7 +100,131 @@ class PaymentSourceBeneficiary(StrictModel):
     reference: Reference
 
 
-Beneficiary = Annotated[ExternalAccount | PaymentSourceBeneficiary, Field(discriminator="type")]
+class PayoutUser(StrictModel):
+    """The payee of a verified payout, as the merchant knows them."""
+
+    id: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    name: Annotated[StrictStr, Field(min_length=1, max_length=140)]
+    email: Annotated[StrictStr, Field(min_length=3, max_length=254)] | None = None
+    phone: Annotated[StrictStr, Field(min_length=1, max_length=40)] | None = None
+    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    address: Address | None = None
+
+
+class TransactionSearchCriteria(StrictModel):
+    """An earlier pay-in the payee's account must show (transaction-search verification)."""
+
+    tokens: Annotated[
+        list[Annotated[StrictStr, Field(min_length=1, max_length=140)]],
+        Field(min_length=1, max_length=20),
+    ]
+    amount_in_minor: Amount
+    currency: Currency
+    created_at: Annotated[StrictStr, Field(min_length=10, max_length=40)]
+
+    @field_validator("created_at")
+    @classmethod
+    def _date_or_timestamp(cls, value: str) -> str:
+        # A date, or a timestamp of that date with an offset (fidelity PO2): kept as the date.
+        try:
+            if len(value) == 10:
+                return dt.date.fromisoformat(value).isoformat()
+            moment = dt.datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError("must be a date (YYYY-MM-DD) or a timestamp with an offset") from exc
+        if moment.tzinfo is None:
+            raise ValueError("a timestamp must carry an offset")
+        return moment.date().isoformat()
+
+
+class Verification(StrictModel):
+    """What the payee must prove of the account they choose."""
+
+    verify_name: bool
+    transaction_search_criteria: TransactionSearchCriteria | None = None
+
+
+class ProviderFilter(StrictModel):
+    """The providers a payee may choose among."""
+
+    countries: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}$")]] | None = None
+    provider_ids: list[Annotated[StrictStr, Field(min_length=1, max_length=100)]] | None = None
+
+
+class UserSelectedProvider(StrictModel):
+    """The payee chooses the provider, among those the filter allows."""
+
+    type: Literal["user_selected"]
+    filter: ProviderFilter | None = None
+
+
+class PreselectedScheme(StrictModel):
+    """The scheme the merchant chose (rails/schemes.py lists each currency's); for a verified
+    payout, the scheme its preselected provider pays over."""
+
+    type: Literal["preselected"]
+    scheme_id: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+
+
+class PreselectedProvider(StrictModel):
+    """The merchant chose the provider."""
+
+    type: Literal["preselected"]
+    provider_id: Annotated[StrictStr, Field(min_length=1, max_length=100)]
+    scheme_selection: PreselectedScheme | None = None
+
+
+class UserDetermined(StrictModel):
+    """Verified payout: the payee chooses and proves their account at the payout page."""
+
+    type: Literal["user_determined"]
+    reference: Reference
+    user: PayoutUser
+    verification: Verification
+    provider_selection: Annotated[
+        UserSelectedProvider | PreselectedProvider, Field(discriminator="type")
+    ]
+
+
+Beneficiary = Annotated[
+    ExternalAccount | PaymentSourceBeneficiary | UserDetermined, Field(discriminator="type")
+]
+
+
+class InstantOnly(StrictModel):
+    """Only an instant scheme may carry the payout."""
+
+    type: Literal["instant_only"]
+
+
+class InstantPreferred(StrictModel):
+    """An instant scheme when one reaches the payee, else a standard one."""
+
+    type: Literal["instant_preferred"]
+
+
+SchemeSelection = Annotated[
+    InstantOnly | InstantPreferred | PreselectedScheme, Field(discriminator="type")
+]
+ShortText = Annotated[StrictStr, Field(min_length=1, max_length=140)]
+
+
+class UltimateCounterparty(StrictModel):
+    """The business a payout is ultimately made for (read back as sent)."""
+
+    type: Literal["business_client"]
+    trading_name: ShortText
+    registration_number: ShortText | None = None
+    commercial_name: ShortText | None = None
+    url: Annotated[StrictStr, Field(min_length=1, max_length=2048)] | None = None
+    mcc: Annotated[StrictStr, Field(pattern=r"^\d{4}$")] | None = None
+    address: Address | None = None
+
+
+class SubMerchants(StrictModel):
+    """`sub_merchants`: whom a payment service provider pays out on behalf of."""
+
+    ultimate_counterparty: UltimateCounterparty
 
 
 class V3PayoutRequest(StrictModel):
@@ -114,12 +238,20 @@ class V3PayoutRequest(StrictModel):
         dict[Annotated[str, Field(max_length=100)], Annotated[StrictStr, Field(max_length=500)]]
         | None
     ) = Field(default=None, max_length=50)
+    scheme_selection: SchemeSelection | None = None
+    sub_merchants: SubMerchants | None = None
 
 
 class PayoutCreated(BaseModel):
-    """The 202 answer of `POST /v3/payouts`."""
+    """The 202 answer of `POST /v3/payouts`; a verified payout's also carries `status`,
+    `resource_token` and `user`."""
+
+    model_config = ConfigDict(extra="allow")
 
     id: str
+    status: Literal["authorization_required"] | None = None
+    resource_token: str | None = None
+    user: dict[str, str] | None = None
 
 
 class PayoutOut(BaseModel):
@@ -133,13 +265,17 @@ class PayoutOut(BaseModel):
     currency: str
     beneficiary: dict[str, object]
     scheme_id: str
-    status: Literal["pending", "authorized", "executed", "failed"]
+    status: Literal[
+        "authorization_required", "authorizing", "pending", "authorized", "executed", "failed"
+    ]
     created_at: str
     authorized_at: str | None = None
     executed_at: str | None = None
     failed_at: str | None = None
     failure_reason: str | None = None
     metadata: dict[str, str] | None = None
+    scheme_selection: dict[str, str] | None = None
+    sub_merchants: dict[str, object] | None = None
 
 
 class PayoutList(BaseModel):

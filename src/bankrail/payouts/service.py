@@ -12,11 +12,10 @@ step happens twice.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from bankrail.core.iban import normalise_iban
-from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import (
     NotFound,
     ProblemError,
@@ -30,16 +29,14 @@ from bankrail.payouts.acceptance import Keyed as Keyed
 from bankrail.payouts.acceptance import PayoutAcceptance as PayoutAcceptance
 from bankrail.payouts.acceptance import accept_payouts as accept_payouts
 from bankrail.payouts.models import v1_reason, v1_status
+from bankrail.payouts.schemas import V3PayoutRequest
+from bankrail.payouts.verification import BEFORE_RAILS
 from bankrail.rails.lifecycle import (
     REJECTIONS,
-    Advance,
-    FailureReason,
     RailState,
     Stage,
-    advance,
     state_of,
 )
-from bankrail.rails.schemes import sandbox_outcome
 
 
 def external_identifiers(raw: dict[str, Any], field: str) -> AccountIdentifiers:
@@ -59,8 +56,8 @@ def beneficiary_identifiers(
 ) -> AccountIdentifiers | ProblemError | None:
     """An open-loop beneficiary's identifiers, normalised, or the problem that normalising
     them raises (reported in the rules' order, `models.decide_payout`); None for a
-    closed-loop one."""
-    if beneficiary["type"] == "payment_source":
+    closed-loop or verified one."""
+    if beneficiary["type"] in ("payment_source", "user_determined"):
         return None
     try:
         return external_identifiers(beneficiary["account_identifier"], field)
@@ -68,44 +65,30 @@ def beneficiary_identifiers(
         return problem
 
 
+def request_options(body: V3PayoutRequest) -> dict[str, Any]:
+    """The `PayoutRequest` fields of a v3 request's optional `scheme_selection` and
+    `sub_merchants`, as sent less their null members (None: not sent)."""
+    return {
+        name: value.model_dump(exclude_none=True) if value is not None else None
+        for name, value in (
+            ("scheme_selection", body.scheme_selection),
+            ("sub_merchants", body.sub_merchants),
+        )
+    }
+
+
 # The payouts columns that `state_of`, `render_v3` and the job need.
 STATE_COLUMNS = (
     "id, api, merchant_id, merchant_account_id, transaction_id, amount_in_minor, currency,"
     " beneficiary, reference, metadata, scheme_id, destination_account_id, stage,"
     " pending_failure, failure_reason, created_at, authorized_at, submitted_at, executed_at,"
-    " failed_at, beneficiary_name, beneficiary_iban, context_code"
+    " failed_at, beneficiary_name, beneficiary_iban, context_code, scheme_selection,"
+    " sub_merchants"
 )
-
-
-def planned_advance(row: Any, now: datetime, powers: SandboxPowers) -> Advance:
-    """The steps a payouts row takes when its job runs at `now` (with the `outcome_tokens`
-    power, its sandbox tokens decide the scheme's delay and outcome)."""
-    outcome = sandbox_outcome(row["reference"], powers)
-    pending_failure = row["pending_failure"]
-    return advance(
-        state_of(row),
-        now,
-        pending_failure=FailureReason(pending_failure) if pending_failure else None,
-        scheme_failure=outcome.failure,
-        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
 
 
 def _iso(moment: datetime | None) -> str | None:
     return iso_utc(moment) if moment else None
-
-
-def lifecycle_columns(state: RailState) -> tuple[Any, ...]:
-    """The payouts columns stage, authorized_at, submitted_at, executed_at, failed_at and
-    failure_reason, in that order, for `state`."""
-    return (
-        state.stage.value,
-        state.authorized_at,
-        state.submitted_at,
-        state.executed_at,
-        state.failed_at,
-        state.failure_reason.value if state.failure_reason else None,
-    )
 
 
 def activity_details(state: RailState) -> dict[str, Any]:
@@ -165,8 +148,11 @@ def v1_event(row: Any, state: RailState) -> tuple[str, dict[str, Any], Ordering]
 
 
 def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
-    """The v3 payout record (spec 2.4)."""
-    state = state or state_of(row)
+    """The v3 payout record (spec 2.4); a verified payout waiting for its payee shows its
+    own stage (`authorization_required`, `authorizing`) as its status."""
+    waiting = state is None and row["stage"] in BEFORE_RAILS
+    if state is None:
+        state = RailState(Stage.PENDING, row["created_at"]) if waiting else state_of(row)
     record: dict[str, Any] = {
         "id": str(row["id"]),
         "merchant_account_id": str(row["merchant_account_id"]),
@@ -174,7 +160,7 @@ def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
         "currency": row["currency"],
         "beneficiary": row["beneficiary"],
         "scheme_id": row["scheme_id"],
-        "status": state.v3_status,
+        "status": row["stage"] if waiting else state.v3_status,
         "created_at": iso_utc(state.created_at),
     }
     if state.authorized_at:
@@ -184,8 +170,9 @@ def render_v3(row: Any, state: RailState | None = None) -> dict[str, Any]:
     if state.failed_at:
         record["failed_at"] = iso_utc(state.failed_at)
         record["failure_reason"] = state.failure_reason.value if state.failure_reason else None
-    if row["metadata"] is not None:
-        record["metadata"] = row["metadata"]
+    for optional in ("metadata", "scheme_selection", "sub_merchants"):
+        if row[optional] is not None:
+            record[optional] = row[optional]
     return record
 
 

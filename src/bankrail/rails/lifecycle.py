@@ -43,6 +43,10 @@ class FailureReason(StrEnum):
     INVALID_IBAN = "invalid_iban"
     SCHEME_ERROR = "scheme_error"
     SERVER_ERROR = "server_error"
+    # A verified payout's payee did not prove the account (payouts.models, docs/api.md).
+    AUTHORIZATION_FAILED = "authorization_failed"
+    NAME_VERIFICATION_FAILED = "name_verification_failed"
+    TRANSACTION_VERIFICATION_FAILED = "transaction_verification_failed"
 
 
 # Reasons that v1 reports as a rejection at acceptance rather than a later failure.

@@ -178,7 +178,7 @@ CATALOGUE: tuple[Provider, ...] = (
         "#4338CA",
         ("vrp_sweeping", "vrp_commercial"),
     ),
-    # The provider of verified payouts (user_determined beneficiaries).
+    # The provider of verified payouts (user_determined beneficiaries; VERIFIED_PAYOUT_PROVIDERS).
     Provider(
         "mock",
         "Mock Bank",
@@ -192,12 +192,21 @@ CATALOGUE: tuple[Provider, ...] = (
     ),
 )
 _BY_ID = {p.id: p for p in CATALOGUE}
+# The providers at which a payee chooses and proves the account a verified payout pays:
+# the catalogue's `mock` (fidelity C1), the one definition of it.
+VERIFIED_PAYOUT_PROVIDERS: tuple[Provider, ...] = (_BY_ID["mock"],)
 RELEASE_CHANNELS = ("general_availability", "public_beta", "private_beta", "alpha")
 
 
 def find_provider(provider_id: str) -> Provider | None:
     """The catalogue entry with this id, offered or not (a payment names its provider)."""
     return _BY_ID.get(provider_id)
+
+
+def verified_payout_providers(powers: SandboxPowers) -> tuple[Provider, ...]:
+    """The providers a payee can prove their account at in this deployment (mock providers
+    only, so none unless the sandbox powers include them)."""
+    return VERIFIED_PAYOUT_PROVIDERS if powers.mock_providers else ()
 
 
 def offered(powers: SandboxPowers) -> tuple[Provider, ...]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from bankrail.core.powers import SandboxPowers
 from bankrail.rails.lifecycle import FailureReason
@@ -25,6 +26,14 @@ from bankrail.rails.lifecycle import FailureReason
 INTERNAL_TRANSFER = "internal_transfer"
 FASTER_PAYMENTS = "faster_payments_service"
 SEPA_INSTANT = "sepa_credit_transfer_instant"
+SEPA = "sepa_credit_transfer"
+
+# The schemes that carry payouts out of Bankrail, per currency, instant first.
+PAYOUT_SCHEMES: dict[str, tuple[str, ...]] = {
+    "GBP": (FASTER_PAYMENTS,),
+    "EUR": (SEPA_INSTANT, SEPA),
+}
+INSTANT_SCHEMES = frozenset({FASTER_PAYMENTS, SEPA_INSTANT})
 
 _FAIL = re.compile(r"fail:(scheme_error|server_error|invalid_iban)", re.IGNORECASE)
 _DELAY = re.compile(r"delay:(\d+)", re.IGNORECASE)
@@ -36,6 +45,27 @@ def scheme_for(currency: str, internal: bool) -> str:
     if internal:
         return INTERNAL_TRANSFER
     return FASTER_PAYMENTS if currency == "GBP" else SEPA_INSTANT
+
+
+class SchemeUnavailable(ValueError):
+    """A scheme selection that no scheme of the payout's currency satisfies."""
+
+
+def choose_scheme(currency: str, internal: bool, selection: dict[str, Any] | None) -> str:
+    """The scheme a payout runs on, given the merchant's `scheme_selection` (None: instant
+    preferred). A payee held at Bankrail is paid by `internal_transfer` whatever was selected
+    (the money never leaves the ledger); otherwise `instant_only` and `instant_preferred`
+    take the currency's instant scheme (every sandbox payee is reachable instantly), and
+    `preselected` takes the named scheme when the currency has it. Raises SchemeUnavailable
+    for a preselected scheme the currency lacks."""
+    schemes = PAYOUT_SCHEMES.get(currency, ())
+    if selection is not None and selection["type"] == "preselected":
+        chosen = str(selection["scheme_id"])
+        if chosen not in schemes:
+            names = ", ".join(schemes) or "none"
+            raise SchemeUnavailable(f"{currency} payouts run on {names}, not {chosen}")
+        return INTERNAL_TRANSFER if internal else chosen
+    return scheme_for(currency, internal)
 
 
 @dataclass(frozen=True)

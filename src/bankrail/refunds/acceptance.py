@@ -7,8 +7,9 @@ received them with their ledger rows locked and their balances), decides each re
 order (`models.check_refundable` on what is left after the batch's earlier refunds, then the
 hold on what is left available), and writes the refunds, their first jobs, the payments'
 refunded amounts, the answers under their keys, the holds and the balance notifications in
-one statement, in the caller's transaction. `RefundAcceptance` runs it as group commit within
-one process.
+one statement, in the caller's transaction: this module's read, rules and write (`STEPS`)
+run by the one keyed batch core (security/keyed_batch.py). `RefundAcceptance` runs it as
+group commit within one process.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from typing import Any
 
 from bankrail.core.ids import new_id
 from bankrail.core.jsonbody import dumps
-from bankrail.core.problems import NotFound, ProblemError
-from bankrail.db.group_commit import GroupCommit
+from bankrail.core.problems import IDEMPOTENCY_REUSE, Conflict, NotFound, ProblemType
 from bankrail.db.pool import Connection, Pool
 from bankrail.ledger.movements import REFUND
 from bankrail.merchants.batch_holds import BatchHolds
@@ -33,12 +33,10 @@ from bankrail.refunds.models import RefundablePayment, check_refundable
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,
-    Outcome,
     ProblemRenderer,
-    claim_in_batch,
     key_item,
-    refusal,
 )
+from bankrail.security.keyed_batch import Answer, Decided, KeyedAcceptor, decide_batch
 
 __all__ = ["ADVANCE_JOB", "RefundAcceptance", "RefundToAccept", "accept_refunds"]
 
@@ -53,16 +51,13 @@ class RefundToAccept:
 
     merchant_id: uuid.UUID
     payment_id: uuid.UUID
-    amount: int
+    amount: int | None  # None: all that is left to refund
     reference: str
     metadata: dict[str, str] | None
     now: datetime
     keyed: KeyedRequest | None = None
     store_client_errors: bool = True
-
-
-# A request's outcome (its answer, or a problem not stored) and the refund it created.
-Accepted = tuple[Outcome, uuid.UUID | None]
+    reuse_problem: ProblemType = IDEMPOTENCY_REUSE
 
 
 @dataclass
@@ -71,30 +66,48 @@ class _Write:
 
     refunds: list[dict[str, Any]] = field(default_factory=list)
     refunded: dict[uuid.UUID, int] = field(default_factory=dict)  # payment: amount added
-    answers: AnswersToStore = field(default_factory=AnswersToStore)
     holds: BatchHolds = field(default_factory=lambda: BatchHolds(REFUND))
-
-    def arguments(self) -> list[Any]:
-        return [
-            self.refunds,
-            ADVANCE_JOB,
-            list(self.refunded),
-            list(self.refunded.values()),
-            *self.answers.arguments(),
-            *self.holds.arguments(),
-            self.answers.signatures(),
-        ]
 
 
 _READ = "SELECT * FROM bankrail_read_refund_requests($1::jsonb)"
-_WRITE = "SELECT bankrail_write_refund_acceptances({})".format(
-    ", ".join(f"${i}" for i in range(1, 27))
-)
+_WRITE = "SELECT bankrail_write_refund_acceptances($1, $2, $3, $4, $5, $6, $7)"
+
+
+class _Steps:
+    """Refund acceptance's read, rules and write (security/keyed_batch.py)."""
+
+    async def read(
+        self, conn: Connection, batch: Sequence[RefundToAccept]
+    ) -> tuple[list[Any], _Write]:
+        """The keys' locks and stored answers, the payments with their rows locked, the
+        accounts that received them with their ledger rows locked and their balances."""
+        return await conn.fetch(_READ, [_read_item(item) for item in batch]), _Write()
+
+    async def decide(
+        self, item: RefundToAccept, row: Any, write: _Write
+    ) -> tuple[Answer, uuid.UUID]:
+        """`models.check_refundable` on what is left after the batch's earlier refunds, then
+        the hold on what is left available; the 201 answer and the new refund's id."""
+        refund_id, account, amount = _check(item, row, write)
+        _add_refund(write, item, refund_id, account, amount)
+        return (201, dumps({"id": str(refund_id)})), refund_id
+
+    async def write(self, conn: Connection, write: _Write, answers: AnswersToStore) -> None:
+        """The refunds, their first jobs, the payments' refunded amounts, the answers, the
+        holds and the balance notifications, in one statement."""
+        refunded = [{"payment_id": p, "amount": a} for p, a in write.refunded.items()]
+        holds, states, events = write.holds.groups()
+        await conn.execute(
+            _WRITE, write.refunds, ADVANCE_JOB, refunded, answers.rows, holds, states, events
+        )
+
+
+STEPS = _Steps()
 
 
 async def accept_refunds(
     conn: Connection, batch: Sequence[RefundToAccept], render_problem: ProblemRenderer
-) -> list[Accepted]:
+) -> list[Decided[uuid.UUID]]:
     """Accept refunds, in the caller's transaction: the one path of every refund; a batch of
     one is the general case. Returns each request's outcome in order, with the refund it
     created (None when it created none): the answer (a 201 `{"id": ...}`, or a 4xx problem:
@@ -107,14 +120,7 @@ async def accept_refunds(
     balance cannot cover the refund, the refund is still accepted and then fails with
     `insufficient_funds`, as a payout does.
     """
-    rows = await conn.fetch(_READ, [_read_item(item) for item in batch])
-    write = _Write()
-    outcomes = [
-        _decide(item, row, write, render_problem) for item, row in zip(batch, rows, strict=True)
-    ]
-    if write.refunds or write.answers:
-        await conn.execute(_WRITE, *write.arguments())
-    return outcomes
+    return await decide_batch(conn, STEPS, batch, render_problem)
 
 
 def _read_item(item: RefundToAccept) -> dict[str, Any]:
@@ -125,56 +131,37 @@ def _read_item(item: RefundToAccept) -> dict[str, Any]:
     }
 
 
-def _decide(
-    item: RefundToAccept, row: Any, write: _Write, render_problem: ProblemRenderer
-) -> Accepted:
-    keyed = item.keyed
-    if keyed is not None:
-        before = claim_in_batch(row, keyed, item.now, keyed.ttl, write.answers)
-        if before is not None:
-            return before, None
-    try:
-        refund_id, account = _check(item, row, write)
-    except ProblemError as problem:
-        refused = refusal(problem, render_problem, keyed is not None and item.store_client_errors)
-        if isinstance(refused, ProblemError):
-            return refused, None
-        assert keyed is not None
-        write.answers.add(keyed, refused, item.now)
-        return refused, None
-    _add_refund(write, item, refund_id, account)
-    answer = (201, dumps({"id": str(refund_id)}))
-    if keyed is not None:
-        write.answers.add(keyed, answer, item.now)
-    return answer, refund_id
-
-
-def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts]:
-    """The new refund's id and the account it is paid from, once the rules allow it."""
+def _check(item: RefundToAccept, row: Any, write: _Write) -> tuple[uuid.UUID, AccountFacts, int]:
+    """The new refund's id, the account it is paid from and its amount, once the rules
+    allow it."""
     if row["payment_id"] is None:
         raise NotFound(f"Payment {item.payment_id} not found.")
+    if row["account_id"] is None:
+        raise Conflict(
+            "A payment to an external account cannot be refunded: no merchant account received it."
+        )
     refunded = row["refunded_amount"] + write.refunded.get(item.payment_id, 0)
-    check_refundable(
+    amount = check_refundable(
         RefundablePayment(row["payment_status"], row["payment_amount"], refunded), item.amount
     )
     account = AccountFacts.from_row(row)
-    return new_id(), account
+    return new_id(), account, amount
 
 
 def _add_refund(
-    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts
+    write: _Write, item: RefundToAccept, refund_id: uuid.UUID, account: AccountFacts, amount: int
 ) -> None:
-    covered = write.holds.available(account) >= item.amount
+    covered = write.holds.available(account) >= amount
     if covered:
-        write.holds.hold(account, item.amount, refund_id, item.now)
-    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + item.amount
+        write.holds.hold(account, amount, refund_id, item.now)
+    write.refunded[item.payment_id] = write.refunded.get(item.payment_id, 0) + amount
     write.refunds.append(
         {
             "id": str(refund_id),
             "merchant_id": str(item.merchant_id),
             "payment_id": str(item.payment_id),
             "account_id": str(account.id),
-            "amount": item.amount,
+            "amount": amount,
             "currency": account.currency,
             "reference": item.reference,
             "metadata": item.metadata,
@@ -186,21 +173,11 @@ def _add_refund(
     )
 
 
-class RefundAcceptance:
-    """Group commit of refund requests within one process (db/group_commit.py): the way
-    `accept_refunds` is run. Every answer is sent only after the transaction that holds it
-    has committed."""
+class RefundAcceptance(KeyedAcceptor[RefundToAccept, _Write, uuid.UUID]):
+    """Group commit of refund requests within one process (security/keyed_batch.py): the way
+    `accept_refunds` is run. `accept_created` hands back the answer once committed with the
+    refund it created (None for a replayed answer), and raises the problems that are not
+    stored."""
 
     def __init__(self, pool: Pool, render_problem: ProblemRenderer, max_batch: int = 64) -> None:
-        async def run(conn: Connection, batch: Sequence[RefundToAccept]) -> list[Accepted]:
-            return await accept_refunds(conn, batch, render_problem)
-
-        self._commits: GroupCommit[RefundToAccept, Accepted] = GroupCommit(pool, run, max_batch)
-
-    async def accept(self, item: RefundToAccept) -> tuple[tuple[int, bytes], uuid.UUID | None]:
-        """The request's answer, once committed, and the refund it created (None for a
-        replayed answer); raises the problems that are not stored."""
-        outcome, refund_id = await self._commits.submit(item)
-        if isinstance(outcome, ProblemError):
-            raise outcome
-        return outcome, refund_id
+        super().__init__(pool, STEPS, render_problem, max_batch)

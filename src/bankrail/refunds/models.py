@@ -29,14 +29,20 @@ class RefundablePayment:
         return self.amount_in_minor - self.refunded_amount_in_minor
 
 
-def check_refundable(payment: RefundablePayment, amount: int) -> None:
-    """Raise Conflict (409) unless the payment has settled, and InvalidParameters (400 on
-    `amount_in_minor`) when `amount` is more than is left to refund."""
+def check_refundable(payment: RefundablePayment, amount: int | None) -> int:
+    """The amount to refund: `amount`, or when None (no `amount_in_minor`) all that is left
+    to refund. Raise Conflict (409) unless the payment has settled or when nothing is left,
+    and InvalidParameters (400 on `amount_in_minor`) when `amount` is more than is left."""
     if payment.status != REFUNDABLE_STATUS:
         raise Conflict(f"Only a settled payment can be refunded; this one is {payment.status}.")
     left = payment.refundable_amount_in_minor
+    if amount is None:
+        if left <= 0:
+            raise Conflict("Nothing is left to refund of this payment.")
+        return left
     if amount > left:
         raise invalid_field(
             "amount_in_minor",
             f"must be at most {left}, what is left to refund of this payment",
         )
+    return amount

@@ -1,41 +1,40 @@
 """Refund routes: `POST` and `GET /v3/payments/{payment_id}/refunds`, and
-`GET /v3/payments/{payment_id}/refunds/{refund_id}` (also without the `/v3` prefix)."""
+`GET /v3/payments/{payment_id}/refunds/{refund_id}` (http/pipeline.py runs each one's steps)."""
 
 from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Request, Response
+from starlette.responses import Response
 
-from bankrail.http.auth import Merchant, SignedBody
-from bankrail.http.deps import Context
-from bankrail.http.idempotent import idempotency_key, keyed_request
+from bankrail.http.idempotent import keyed_request
 from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
+from bankrail.http.pipeline import MERCHANT, SIGNED, Call, Endpoint, routes
 from bankrail.http.responses import answer_response, json_response
 from bankrail.refunds import service
 from bankrail.refunds.acceptance import RefundAcceptance, RefundToAccept
 from bankrail.refunds.schemas import RefundCreated, RefundList, RefundOut, RefundRequest
 
-router = APIRouter(tags=["refunds"])
+__all__ = ["ROUTES"]
 
-_PATHS = ("/v3/payments/{payment_id}/refunds", "/payments/{payment_id}/refunds")
+_PATH = "/v3/payments/{payment_id}/refunds"
 
 
-async def create_refund(
-    payment_id: uuid.UUID,
-    body: RefundRequest,
-    request: Request,
-    context: Context,
-    merchant: Merchant,
-    raw: SignedBody,
-) -> Response:
+async def create_refund(call: Call[RefundRequest, None]) -> Response:
     """Refund part or all of a settled payment to the account that paid it.
 
     Funds are held at once; the outcome arrives as `refund_executed` or `refund_failed`."""
-    key = idempotency_key(request)
+    payment_id, body, request, context = (
+        call.params["payment_id"],
+        call.body,
+        call.request,
+        call.context,
+    )
+    merchant, raw = call.merchant, call.raw
+    key = call.key
     assert key is not None  # the signature requires one
     now = context.clock.now()
-    (status, answer), _ = await context.services.get(RefundAcceptance).accept(
+    (status, answer), _ = await context.services.get(RefundAcceptance).accept_created(
         RefundToAccept(
             merchant_id=merchant.merchant_id,
             payment_id=payment_id,
@@ -51,46 +50,61 @@ async def create_refund(
     return answer_response(status, answer)
 
 
-async def list_refunds(payment_id: uuid.UUID, context: Context, merchant: Merchant) -> Response:
+async def list_refunds(call: Call[None, None]) -> Response:
     """Every refund of the payment, oldest first."""
+    payment_id, context, merchant = call.params["payment_id"], call.context, call.merchant
     async with context.pool.acquire() as conn:
         items = await service.list_refunds(conn, payment_id, merchant.merchant_id)
     return json_response(200, {"items": items})
 
 
-async def get_refund(
-    payment_id: uuid.UUID, refund_id: uuid.UUID, context: Context, merchant: Merchant
-) -> Response:
+async def get_refund(call: Call[None, None]) -> Response:
     """One refund of the payment, with its status."""
+    payment_id, refund_id = call.params["payment_id"], call.params["refund_id"]
+    context, merchant = call.context, call.merchant
     async with context.pool.acquire() as conn:
         refund = await service.get_refund(conn, payment_id, refund_id, merchant.merchant_id)
     return json_response(200, refund)
 
 
-for index, path in enumerate(_PATHS):
-    suffix = "" if index == 0 else f"_alias{index}"
-    router.add_api_route(
-        path,
+_IDS = {"payment_id": uuid.UUID, "refund_id": uuid.UUID}
+
+ROUTES = routes(
+    Endpoint(
+        "POST",
+        _PATH,
         create_refund,
-        methods=["POST"],
+        MERCHANT,
+        signed=SIGNED,
+        body=RefundRequest,
+        params=_IDS,
         status_code=201,
         response_model=RefundCreated,
-        responses=ERRORS_SIGNED_POST,
-        operation_id=f"create_refund{suffix}",
-    )
-    router.add_api_route(
-        path,
+        errors=ERRORS_SIGNED_POST,
+        tags=["refunds"],
+        operation_id="create_refund",
+    ),
+    Endpoint(
+        "GET",
+        _PATH,
         list_refunds,
-        methods=["GET"],
+        MERCHANT,
+        params=_IDS,
         response_model=RefundList,
-        responses=ERRORS_AUTH_NOT_FOUND,
-        operation_id=f"list_refunds{suffix}",
-    )
-    router.add_api_route(
-        path + "/{refund_id}",
+        errors=ERRORS_AUTH_NOT_FOUND,
+        tags=["refunds"],
+        operation_id="list_refunds",
+    ),
+    Endpoint(
+        "GET",
+        _PATH + "/{refund_id}",
         get_refund,
-        methods=["GET"],
+        MERCHANT,
+        params=_IDS,
         response_model=RefundOut,
-        responses=ERRORS_AUTH_NOT_FOUND,
-        operation_id=f"get_refund{suffix}",
-    )
+        errors=ERRORS_AUTH_NOT_FOUND,
+        tags=["refunds"],
+        operation_id="get_refund",
+    ),
+)
+"""The refund routes, in the order of the OpenAPI document."""

@@ -8,12 +8,18 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from bankrail.http.schema_types import Amount, Metadata, StrictModel
 
+# The longest refund reference. The SDKs set no limit and their suites send 22 characters
+# ("Payment refund request"); 140 is the remittance information a SEPA transfer carries, the
+# longest reference of the schemes a refund travels (docs/api.md "Refunds").
+MAX_REFUND_REFERENCE = 140
+
 
 class RefundRequest(StrictModel):
-    """`POST /v3/payments/{payment_id}/refunds`."""
+    """`POST /v3/payments/{payment_id}/refunds`; without `amount_in_minor`, all that is left
+    to refund of the payment."""
 
-    amount_in_minor: Amount
-    reference: Annotated[StrictStr, Field(min_length=1, max_length=18)]
+    amount_in_minor: Amount | None = None
+    reference: Annotated[StrictStr, Field(min_length=1, max_length=MAX_REFUND_REFERENCE)]
     metadata: Metadata | None = None
 
 

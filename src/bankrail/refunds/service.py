@@ -3,8 +3,10 @@ rails, and read refunds back.
 
 Acceptance held the funds in the merchant account that received the payment (available
 balance fell at the 201), counted the refund against the payment, and scheduled the refund's
-first step. Each later step runs as a durable job in the transaction that also moves the
-money and records its event, as a payout's does.
+first step. Each later step runs as a durable job, decided by the rails' lifecycle and written
+by the rails' one writer of steps (`rails.advancement.RailBatch`), as a payout's: the refund's
+state, activity, event and money in one statement, for one refund (`advance_refund`, the job
+handler) or a leased batch of many (`advance_due_refunds`).
 """
 
 from __future__ import annotations
@@ -17,18 +19,24 @@ from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
-from bankrail.events.outbox import record_event
-from bankrail.jobs.queue import enqueue
-from bankrail.ledger.movements import REFUND, end_hold
-from bankrail.merchants.activity import record_activity
-from bankrail.merchants.balances import move
-from bankrail.merchants.service import get_account
-from bankrail.rails.lifecycle import FailureReason, RailState, Stage, advance, state_of
-from bankrail.rails.schemes import sandbox_outcome
+from bankrail.events.outbox import NewEvent, new_event
+from bankrail.jobs.queue import give_back
+from bankrail.ledger.movements import REFUND, Ledgers, end_hold
+from bankrail.merchants.balances import reevaluate_notifications
+from bankrail.rails.advancement import RailBatch, planned_steps, step_item
+from bankrail.rails.lifecycle import (
+    TERMINAL,
+    Advance,
+    RailState,
+    Stage,
+    state_of,
+)
 from bankrail.refunds.acceptance import ADVANCE_JOB
 
 __all__ = [
     "ADVANCE_JOB",
+    "add_refund_steps",
+    "advance_due_refunds",
     "advance_refund",
     "get_refund",
     "list_refunds",
@@ -40,74 +48,117 @@ _COLUMNS = (
     " submitted_at, executed_at, failed_at"
 )
 
+# One refund for `advance_refund`, locked, with the ledger rows of the account it is paid from.
+_ONE = (
+    "SELECT {}, ma.held_ledger_id, ma.available_ledger_id"
+    " FROM refunds r JOIN merchant_accounts ma ON ma.id = r.merchant_account_id"
+    " WHERE r.id = $1 FOR UPDATE OF r"
+).format(", ".join(f"r.{name.strip()}" for name in _COLUMNS.split(",")))
 
-# Long on purpose: one job step's effects in the order they must happen, in one transaction.
+# Due refund jobs whose refund a batch can take, leased (`advance_due_refunds`).
+_LEASE = "SELECT {}, c.job_id, c.held_ledger_id, c.available_ledger_id FROM {} c".format(
+    ", ".join(f"(c.refund).{name.strip()}" for name in _COLUMNS.split(",")),
+    "bankrail_lease_refund_jobs($1, $2, $3, $4)",
+)
+
+# How long a batch holds the jobs it took (service time), as payouts/jobs.py LEASE.
+LEASE = timedelta(seconds=10)
+
+
+def add_refund_steps(batch: RailBatch, row: Any, powers: SandboxPowers) -> Advance:
+    """Decide the refund's steps due at the batch's time and add what they write to `batch`:
+    its new state and activity status, its next job, its terminal event (`refund_executed` or
+    `refund_failed`), the end of its hold when money moves (paid out, or given back to the
+    available balance when it fails), and, when it fails, its amount given back to what is
+    left to refund of its payment. `row` is a refunds row with its account's ledger rows."""
+    plan = planned_steps(row, batch.now, powers)
+    if not plan.steps:
+        return plan  # terminal: a duplicate job finds nothing to do
+    state = plan.state
+    failed = state.stage is Stage.FAILED
+    batch.steps.append(
+        step_item(
+            "refund",
+            row,
+            plan,
+            job=ADVANCE_JOB,
+            returned_payment=row["payment_id"] if failed else None,
+        )
+    )
+    if state.stage in TERMINAL:
+        batch.events.append(_terminal_event(row, state))
+    if plan.moves_money:
+        account = Ledgers(
+            row["merchant_account_id"],
+            row["currency"],
+            row["available_ledger_id"],
+            row["held_ledger_id"],
+        )
+        batch.moves.append(
+            end_hold(
+                account,
+                REFUND,
+                row["amount_in_minor"],
+                row["id"],
+                failed=failed,
+                rail=row["scheme_id"],
+            )
+        )
+    return plan
+
+
 async def advance_refund(
     conn: Connection, payload: dict[str, Any], now: datetime, *, powers: SandboxPowers
 ) -> None:
     """Take the refund's steps that are due at `now` (a job handler; runs in the job's
-    transaction): the money moves, and the terminal event is recorded, with the step."""
-    row = await conn.fetchrow(
-        f"SELECT {_COLUMNS} FROM refunds WHERE id = $1 FOR UPDATE",
-        uuid.UUID(payload["refund_id"]),
-    )
+    transaction): its state, activity, events and money are written together by the rails'
+    writer, then the balance notifications of its account move."""
+    row = await conn.fetchrow(_ONE, uuid.UUID(payload["refund_id"]))
     if row is None:
         return
-    outcome = sandbox_outcome(row["reference"], powers)
-    pending = row["pending_failure"]
-    plan = advance(
-        state_of(row),
-        now,
-        pending_failure=FailureReason(pending) if pending else None,
-        scheme_failure=outcome.failure,
-        execution_delay=timedelta(seconds=outcome.execution_delay_seconds),
-    )
+    batch = RailBatch(now)
+    plan = add_refund_steps(batch, row, powers)
     if not plan.steps:
-        return  # terminal: a duplicate job finds nothing to do
-    state = plan.state
-    await conn.execute(
-        "UPDATE refunds SET stage = $2, authorized_at = $3, submitted_at = $4,"
-        " executed_at = $5, failed_at = $6, failure_reason = $7 WHERE id = $1",
-        row["id"],
-        state.stage.value,
-        state.authorized_at,
-        state.submitted_at,
-        state.executed_at,
-        state.failed_at,
-        state.failure_reason.value if state.failure_reason else None,
-    )
-    await _record_activity(
-        conn,
-        row["id"],
-        row["merchant_account_id"],
-        row["amount_in_minor"],
-        row["currency"],
-        state.v3_status,
-        now,
-    )
-    if plan.next_step_at is not None:
-        await enqueue(conn, ADVANCE_JOB, {"refund_id": str(row["id"])}, plan.next_step_at)
-    if state.stage is Stage.FAILED:
-        await conn.execute(
-            "UPDATE payments SET refunded_amount_in_minor = refunded_amount_in_minor - $2"
-            " WHERE id = $1",
-            row["payment_id"],
-            row["amount_in_minor"],
-        )
-    if state.stage in (Stage.EXECUTED, Stage.FAILED):
-        await _announce(conn, row, state, now)
-    if not plan.moves_money:
-        return  # a refund refused before its hold was taken has nothing to give back
-    account = await get_account(conn, row["merchant_account_id"])
-    assert account is not None
-    failed = state.stage is Stage.FAILED
-    movement = end_hold(
-        account, REFUND, row["amount_in_minor"], row["id"], failed=failed, rail=row["scheme_id"]
-    )
-    await move(conn, movement, now)
+        return
+    await batch.write(conn)
+    for moved in batch.moves:
+        if moved.available_of is not None:
+            await reevaluate_notifications(conn, moved.available_of, now)
 
 
-async def _announce(conn: Connection, row: Any, state: RailState, now: datetime) -> None:
+async def advance_due_refunds(
+    conn: Connection, now: datetime, limit: int, *, powers: SandboxPowers
+) -> int:
+    """Take up to `limit` due refund jobs that can run together (a refund of an account
+    without a balance threshold) and every refund's due steps, with the same effects as
+    `advance_refund`; returns how many jobs it ran. Commits its own work on `conn` (see
+    `jobs.queue.BatchRunner`): the jobs are leased by one statement and the steps written by
+    another, which writes nothing (0 returned, the jobs given back) when a refund was
+    advanced by another path meanwhile. A refund with two jobs in the lease is taken once."""
+    rows = await conn.fetch(_LEASE, now, limit, ADVANCE_JOB, LEASE)
+    if not rows:
+        return 0
+    batch = RailBatch(now)
+    duplicates: list[int] = []
+    seen: set[uuid.UUID] = set()
+    for row in rows:
+        if row["id"] in seen:
+            duplicates.append(row["job_id"])
+            continue
+        seen.add(row["id"])
+        batch.job_ids.append(row["job_id"])
+        add_refund_steps(batch, row, powers)
+    leased = [row["job_id"] for row in rows]
+    try:
+        written = await batch.write_leased(conn)
+    except Exception:
+        await give_back(conn, leased)
+        raise
+    await give_back(conn, duplicates if written else leased)
+    return len(batch.job_ids) if written else 0
+
+
+def _terminal_event(row: Any, state: RailState) -> NewEvent:
     body: dict[str, Any] = {
         "refund_id": str(row["id"]),
         "payment_id": str(row["payment_id"]),
@@ -124,36 +175,8 @@ async def _announce(conn: Connection, row: Any, state: RailState, now: datetime)
         event_type = "refund_failed"
         body["failed_at"] = iso_utc(state.failed_at)
         body["failure_reason"] = state.failure_reason.value
-    await record_event(
-        conn,
-        merchant_id=row["merchant_id"],
-        family="payments",
-        event_type=event_type,
-        body=body,
-        now=now,
-    )
-
-
-async def _record_activity(
-    conn: Connection,
-    refund_id: uuid.UUID,
-    account_id: uuid.UUID,
-    amount: int,
-    currency: str,
-    status: str,
-    now: datetime,
-    details: dict[str, Any] | None = None,
-) -> None:
-    await record_activity(
-        conn,
-        item_id=refund_id,
-        merchant_account_id=account_id,
-        type_="refund",
-        amount=amount,
-        currency=currency,
-        status=status,
-        now=now,
-        details=details,
+    return new_event(
+        merchant_id=row["merchant_id"], family="payments", event_type=event_type, body=body
     )
 
 

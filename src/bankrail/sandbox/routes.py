@@ -1,25 +1,26 @@
-"""`/sandbox/...`: incoming bank transfers and the service clock (docs/operations.md)."""
+"""`/sandbox/...`: incoming bank transfers, the payer's balance behind a mandate, the
+service clock and merchant resets (docs/operations.md, docs/sandbox.md)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
+from starlette.responses import Response
 
 from bankrail.core.iban import normalise_iban
 from bankrail.core.money import ACCOUNT_CURRENCIES, MAX_AMOUNT_IN_MINOR
 from bankrail.core.problems import invalid_field
 from bankrail.core.timefmt import iso_utc
-from bankrail.http.auth import Admin
-from bankrail.http.deps import Context
 from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
+from bankrail.http.pipeline import OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import StrictModel
+from bankrail.mandates import charges as mandate_charges
+from bankrail.merchants.closing import reset_merchant as reset_merchant_data
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
-
-router = APIRouter(prefix="/sandbox", tags=["sandbox"], responses=ERRORS_ADMIN)
 
 Text = Annotated[StrictStr, Field(min_length=1, max_length=140)]
 
@@ -68,20 +69,9 @@ class ClockOut(BaseModel):
     now: str
 
 
-@router.post(
-    "/bank-transfers",
-    status_code=201,
-    response_model=BankTransferOut,
-    responses=ERRORS_ADMIN_IDEMPOTENT,
-)
-async def simulate_bank_transfer(
-    body: BankTransfer,
-    request: Request,
-    context: Context,
-    _: Admin,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> Response:
+async def simulate_bank_transfer(call: Call[BankTransfer, None]) -> Response:
     """Simulate a transfer arriving over the rail; credits the account before answering."""
+    body, request, context, idempotency_key = call.body, call.request, call.context, call.key
     if body.currency not in ACCOUNT_CURRENCIES:
         raise invalid_field("currency", "merchant accounts are held in GBP or EUR")
     transfer = IncomingTransfer(
@@ -115,15 +105,119 @@ async def simulate_bank_transfer(
     )
 
 
-@router.post("/clock/advance", response_model=ClockOut)
-async def advance_clock(body: ClockAdvance, context: Context, _: Admin) -> Response:
+class RemitterBalance(StrictModel):
+    """The payer's balance at the mock bank behind a mandate."""
+
+    remitter_balance_in_minor: Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)]
+
+
+class RemitterBalanceOut(BaseModel):
+    """The mandate and the payer's balance now."""
+
+    mandate_id: str
+    remitter_balance_in_minor: int
+
+
+async def set_remitter_balance(call: Call[RemitterBalance, None]) -> Response:
+    """Set the payer's simulated balance at the mock bank behind a mandate (the balance the
+    funds check reads and each payment on the mandate takes from); the next retry of a
+    payment waiting for funds sees it."""
+    body, context = call.body, call.context
+    mandate_id: uuid.UUID = call.params["mandate_id"]
+    async with context.pool.acquire() as conn:
+        await mandate_charges.set_remitter_balance(conn, mandate_id, body.remitter_balance_in_minor)
+    return json_response(
+        200,
+        {
+            "mandate_id": str(mandate_id),
+            "remitter_balance_in_minor": body.remitter_balance_in_minor,
+        },
+    )
+
+
+async def advance_clock(call: Call[ClockAdvance, None]) -> Response:
     """Move the service clock forward; due retries, expiries and rail steps then happen."""
+    body, context = call.body, call.context
     async with context.pool.acquire() as conn:
         now = await context.clock.advance(conn, float(body.seconds))
     return json_response(200, {"now": iso_utc(now)})
 
 
-@router.get("/clock", response_model=ClockOut)
-async def read_clock(context: Context, _: Admin) -> Response:
+async def read_clock(call: Call[None, None]) -> Response:
     """The service time."""
+    context = call.context
     return json_response(200, {"now": iso_utc(context.clock.now())})
+
+
+class MerchantResetOut(BaseModel):
+    """What a reset removed, by kind."""
+
+    merchant_id: str
+    removed: dict[str, int]
+
+
+async def reset_merchant(call: Call[None, None]) -> Response:
+    """Start a merchant clean: its payments, payouts, refunds, mandates, transactions, events
+    and webhook deliveries are removed and its balances return to zero; its accounts (ids,
+    IBANs), clients, keys and settings stay. 404 for an unknown merchant."""
+    merchant_id, context = call.params["merchant_id"], call.context
+    async with context.pool.acquire() as conn:
+        removed = await reset_merchant_data(conn, merchant_id, context.clock.now())
+    return json_response(200, {"merchant_id": str(merchant_id), "removed": removed})
+
+
+ROUTES = routes(
+    Endpoint(
+        "POST",
+        "/sandbox/bank-transfers",
+        simulate_bank_transfer,
+        OPERATOR,
+        idempotency="optional",
+        body=BankTransfer,
+        status_code=201,
+        response_model=BankTransferOut,
+        errors={**ERRORS_ADMIN, **ERRORS_ADMIN_IDEMPOTENT},
+        tags=["sandbox"],
+    ),
+    Endpoint(
+        "PUT",
+        "/sandbox/mandates/{mandate_id}/remitter-balance",
+        set_remitter_balance,
+        OPERATOR,
+        body=RemitterBalance,
+        params={"mandate_id": uuid.UUID},
+        response_model=RemitterBalanceOut,
+        errors=ERRORS_ADMIN,
+        tags=["sandbox"],
+    ),
+    Endpoint(
+        "POST",
+        "/sandbox/clock/advance",
+        advance_clock,
+        OPERATOR,
+        body=ClockAdvance,
+        response_model=ClockOut,
+        errors=ERRORS_ADMIN,
+        tags=["sandbox"],
+    ),
+    Endpoint(
+        "POST",
+        "/sandbox/merchants/{merchant_id}/reset",
+        reset_merchant,
+        OPERATOR,
+        params={"merchant_id": uuid.UUID},
+        response_model=MerchantResetOut,
+        errors=ERRORS_ADMIN,
+        tags=["sandbox"],
+    ),
+    Endpoint(
+        "GET",
+        "/sandbox/clock",
+        read_clock,
+        OPERATOR,
+        response_model=ClockOut,
+        errors=ERRORS_ADMIN,
+        tags=["sandbox"],
+    ),
+)
+"""The sandbox's operator routes (mounted with the sandbox routes' power)."""

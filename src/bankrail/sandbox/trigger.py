@@ -28,6 +28,7 @@ __all__ = [
     "known_event",
     "record_server_url",
     "recorded_admin_token",
+    "recorded_demo",
     "recorded_server_url",
     "trigger",
 ]
@@ -45,7 +46,8 @@ def record_server_url(data_dir: Path, url: str) -> None:
         (data_dir / SERVER_URL_FILE).write_text(url + "\n")
 
 
-def _demo(data_dir: Path) -> dict[str, object]:
+def recorded_demo(data_dir: Path) -> dict[str, object]:
+    """The demo merchant `bankrail init` kept in `data_dir` (its credentials file), or {}."""
     try:
         saved = json.loads((data_dir / DEMO_CREDENTIALS).read_text())
     except (OSError, ValueError):
@@ -60,7 +62,7 @@ def recorded_server_url(data_dir: Path) -> str:
         recorded = (data_dir / SERVER_URL_FILE).read_text().strip()
     except OSError:
         recorded = ""
-    return recorded or str(_demo(data_dir).get("base_url") or DEFAULT_URL)
+    return recorded or str(recorded_demo(data_dir).get("base_url") or DEFAULT_URL)
 
 
 def recorded_admin_token(data_dir: Path) -> str | None:
@@ -69,7 +71,7 @@ def recorded_admin_token(data_dir: Path) -> str | None:
         token = (data_dir / "admin-token").read_text().strip()
     except OSError:
         token = ""
-    return token or (str(_demo(data_dir).get("admin_token") or "") or None)
+    return token or (str(recorded_demo(data_dir).get("admin_token") or "") or None)
 
 
 def check_reachable(url: str) -> None:

@@ -154,31 +154,29 @@ class KeyIdentity(Protocol):
 @dataclass
 class AnswersToStore:
     """The answers a batch stores under its requests' keys, with the signatures they
-    accepted, as `bankrail_store_idempotent_answers` (db/functions/idempotency.sql) takes
-    them."""
+    accepted: the jsonb group `bankrail_store_idempotent_answers` (db/functions/idempotency.sql)
+    and the batch writers take."""
 
-    _rows: list[tuple[str, str, bytes, int, bytes, datetime, bytes | None]] = field(
-        default_factory=list
-    )
+    rows: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, keyed: KeyIdentity, answer: tuple[int, bytes], now: datetime) -> None:
         """Store `answer` under the request's key, dated `now`, and remember its signature."""
-        row = (keyed.scope, keyed.key, keyed.fingerprint, *answer, now, keyed.signature)
-        self._rows.append(row)
+        status, body = answer
+        signature = keyed.signature
+        self.rows.append(
+            {
+                "scope": keyed.scope,
+                "key": keyed.key,
+                "fingerprint": keyed.fingerprint.hex(),
+                "status": status,
+                "body": body.hex(),
+                "at": now,
+                "signature": signature.hex() if signature is not None else None,
+            }
+        )
 
     def __bool__(self) -> bool:
-        return bool(self._rows)
-
-    def arguments(self) -> list[list[Any]]:
-        """The function's first six arrays: scopes, keys, fingerprints, statuses, bodies,
-        dates."""
-        return [list(column) for column in zip(*self._rows, strict=True)][:6] or [[]] * 6
-
-    def signatures(self) -> list[bytes | None]:
-        """Its last array: the signatures, each request's (None: unsigned). The functions
-        that store answers take them last, so that a caller of the release before, which
-        does not pass them, still calls the same function."""
-        return [row[6] for row in self._rows]
+        return bool(self.rows)
 
 
 def refusal(problem: ProblemError, render_problem: ProblemRenderer | None, store: bool) -> Outcome:

@@ -15,21 +15,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from bankrail.core.problems import IDEMPOTENCY_REUSE, ProblemError, ProblemType
-from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.security.idempotency import (
     AnswersToStore,
     Handler,
     KeyedRequest,
     ProblemRenderer,
-    claim_in_batch,
     key_item,
-    refusal,
 )
+from bankrail.security.keyed_batch import KeyedAcceptor, Unstored, decide_batch
 
 __all__ = ["IdempotentCommit", "IdempotentWork", "Result", "run_batch"]
 
@@ -60,7 +59,38 @@ IN_FLIGHT = 4
 payment a job is advancing) holds up its own batch, not every idempotent write of the
 process."""
 _CLAIM = "SELECT * FROM bankrail_claim_idempotency_keys($1::jsonb)"
-_STORE = "SELECT bankrail_store_idempotent_answers($1, $2, $3, $4, $5, $6, $7)"
+_STORE = "SELECT bankrail_store_idempotent_answers($1)"
+
+
+class _Steps:
+    """The read, rules and write of idempotent requests (security/keyed_batch.py): the
+    batch's state is its connection, on which each effect runs."""
+
+    async def read(
+        self, conn: Connection, batch: Sequence[IdempotentWork]
+    ) -> tuple[list[Any], Connection]:
+        """The keys' locks and stored answers (`bankrail_claim_idempotency_keys`)."""
+        return await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch]), conn
+
+    async def decide(
+        self, work: IdempotentWork, row: Any, conn: Connection
+    ) -> tuple[tuple[int, bytes], None]:
+        """The request's effect, in a savepoint of its own: its failure undoes only its own
+        writes, and is its own (`Unstored`) unless the batch's transaction is gone."""
+        try:
+            async with conn.transaction():
+                return await work.effect(conn), None
+        except (ProblemError, *_BATCH_ERRORS):
+            raise
+        except Exception as error:
+            raise Unstored(error) from error
+
+    async def write(self, conn: Connection, state: Connection, answers: AnswersToStore) -> None:
+        """The answers, in one statement."""
+        await conn.execute(_STORE, answers.rows)
+
+
+STEPS = _Steps()
 
 
 async def run_batch(
@@ -70,39 +100,13 @@ async def run_batch(
     return each request's result in order: its answer (stored under its key: the effect's,
     or its 4xx problem rendered), a stored answer replayed, or what to raise (the key in
     flight or reused, an unstored problem, the effect's error)."""
-    rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
-    results: list[Result] = []
-    answers = AnswersToStore()
-    for work, row in zip(batch, rows, strict=True):
-        keyed = work.keyed
-        if keyed is not None:
-            before = claim_in_batch(row, keyed, work.now, keyed.ttl, answers, work.reuse_problem)
-            if before is not None:
-                results.append(before)
-                continue
-        result = await _run(conn, work, render_problem)
-        if keyed is not None and isinstance(result, tuple):
-            answers.add(keyed, result, work.now)
-        results.append(result)
-    if answers:
-        await conn.execute(_STORE, *answers.arguments(), answers.signatures())
-    return results
+    return [result for result, _ in await decide_batch(conn, STEPS, batch, render_problem)]
 
 
-async def _run(conn: Connection, work: IdempotentWork, render_problem: ProblemRenderer) -> Result:
-    try:
-        async with conn.transaction():  # a savepoint: a failure leaves no partial effect
-            return await work.effect(conn)
-    except ProblemError as problem:
-        return refusal(problem, render_problem, work.keyed is not None and work.store_client_errors)
-    except _BATCH_ERRORS:
-        raise
-    except Exception as error:  # the request's own failure: its savepoint is rolled back
-        return error
-
-
-class IdempotentCommit:
-    """Group commit of idempotent requests within one process: the way `run_batch` is run."""
+class IdempotentCommit(KeyedAcceptor[IdempotentWork, Connection, None]):
+    """Group commit of idempotent requests within one process (security/keyed_batch.py): the
+    way `run_batch` is run. `accept` hands back the answer once committed and raises what
+    the request is to raise."""
 
     def __init__(
         self,
@@ -111,16 +115,4 @@ class IdempotentCommit:
         max_batch: int = 64,
         in_flight: int = IN_FLIGHT,
     ) -> None:
-        async def run(conn: Connection, batch: Sequence[IdempotentWork]) -> list[Result]:
-            return await run_batch(conn, batch, render_problem)
-
-        self._commits: GroupCommit[IdempotentWork, Result] = GroupCommit(
-            pool, run, max_batch, in_flight
-        )
-
-    async def run(self, work: IdempotentWork) -> tuple[int, bytes]:
-        """The request's answer, once committed; raises what the request is to raise."""
-        result = await self._commits.submit(work)
-        if isinstance(result, Exception):
-            raise result
-        return result
+        super().__init__(pool, STEPS, render_problem, max_batch, in_flight)

@@ -29,10 +29,10 @@ class BankrailAuth(httpx.Auth):
       header gets `Bearer <token>`; the token comes from `POST /connect/token`
       (client credentials), is kept, renewed before it expires, and fetched again once if the
       server answers 401 (the sandbox clock may have moved past its expiry).
-    - Every POST to those APIs is signed (ES512 detached JWS, `tl_version` 2): `X-SVC-Signature`
-      on `/v1`, `Svc-Signature` elsewhere, unless the request already carries one. A v3 POST
-      without an `Idempotency-Key` gets a new one (a UUID); the key, when present, is among
-      the signed headers (`tl_headers`).
+    - Every call to those APIs but a GET (POST and DELETE alike) is signed (ES512 detached
+      JWS, `tl_version` 2): `X-SVC-Signature` on `/v1`, `Svc-Signature` elsewhere, unless the
+      request already carries one. A v3 call without an `Idempotency-Key` gets a new one (a
+      UUID); the key, when present, is among the signed headers (`tl_headers`).
 
     Requests elsewhere (`/mock-bank`, `/admin`, `/sandbox`) are sent untouched.
     """
@@ -99,7 +99,7 @@ class BankrailAuth(httpx.Auth):
             if "idempotency-key" in request.headers
             else []
         )
-        request.headers[header] = self.signature("POST", path, covered, request.content)
+        request.headers[header] = self.signature(request.method, path, covered, request.content)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         """httpx's hook: token first when needed, then the signed request."""
@@ -111,7 +111,7 @@ class BankrailAuth(httpx.Auth):
             if self._token is None or time.monotonic() >= self._token_valid_until:
                 self._keep_token((yield self._token_request(request)))
             request.headers["Authorization"] = f"Bearer {self._token}"
-        if request.method == "POST":
+        if request.method not in ("GET", "HEAD"):
             self._sign(request)
         response = yield request
         if ours and response.status_code == 401:

@@ -4,21 +4,20 @@ Promise: every batch read that claims keys (the generic claim and the acceptance
 payouts, payments, payments on mandates and refunds) claims them through the one function
 `bankrail_claimed_keys`, in the same statement: each request learns, with its key's lock and
 stored answer, whether its signature was accepted before. No read claims keys another way.
-The functions that store answers still take the argument lists of the release before.
+The answers a batch stores are one jsonb group, stored byte for byte with their signatures.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from datetime import timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
 from bankrail.db.migrations import available_functions
-from bankrail.security.idempotency import KeyedRequest, key_item
+from bankrail.security.idempotency import AnswersToStore, KeyedRequest, key_item
 
 TTL = timedelta(hours=6)
 READS = [
@@ -78,20 +77,29 @@ async def test_each_read_tells_which_signatures_were_accepted_before(
     ]
 
 
-@pytest.mark.parametrize(
-    ("function", "arguments"),
-    [
-        ("bankrail_store_idempotent_answers", [[]] * 6),
-        ("bankrail_write_payment_creations", [[], "job", *[[]] * 6]),
-        ("bankrail_write_payout_acceptances", [[], "job", *[[]] * 21]),
-        ("bankrail_write_refund_acceptances", [[], "job", *[[]] * 23]),
-    ],
-)
-async def test_the_release_before_still_stores_answers_without_signatures(
-    pool: asyncpg.Pool, function: str, arguments: list[Any]
+async def test_a_batch_that_stores_answers_stores_them_with_their_signatures(
+    pool: asyncpg.Pool,
 ) -> None:
-    # During a rolling upgrade a host of the release before calls these with the argument
-    # lists it knows: the signatures come last, with a default (docs/operations.md).
-    placeholders = ", ".join(f"${n}" for n in range(1, len(arguments) + 1))
+    # The answers group (jsonb) as every batch writer passes it: the answer byte for byte,
+    # its date, and the signature it was accepted with remembered.
+    signed = KeyedRequest(f"v3:{uuid.uuid4()}", "signed", b"\x00f\xff", TTL, USED)
+    unsigned = KeyedRequest(signed.scope, "unsigned", b"g", TTL)
+    answers = AnswersToStore()
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    answers.add(signed, (202, b'{"id": "\xc3\xa9"}'), at)
+    answers.add(unsigned, (400, b"\x00\xff"), at)
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(f"SELECT {function}({placeholders})", *arguments)
+        await conn.execute("SELECT bankrail_store_idempotent_answers($1)", answers.rows)
+        stored = await conn.fetch(
+            "SELECT key, fingerprint, status_code, body, created_at FROM idempotency_keys"
+            " WHERE scope = $1 ORDER BY key",
+            signed.scope,
+        )
+        digests = await conn.fetchval(
+            "SELECT count(*) FROM accepted_signatures WHERE digest = $1", USED
+        )
+    assert [tuple(row) for row in stored] == [
+        ("signed", b"\x00f\xff", 202, b'{"id": "\xc3\xa9"}', at),
+        ("unsigned", b"g", 400, b"\x00\xff", at),
+    ]
+    assert digests == 1

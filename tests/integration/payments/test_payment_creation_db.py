@@ -76,9 +76,9 @@ async def test_a_batch_creates_each_payment_as_alone_with_its_expiry(pool: async
     now = ServiceClock().now()
     account = await funded_account(pool, now)
     creation = PaymentCreation(pool, render_problem)
-    alone = await creation.create(_request(account, now, "alone"))
+    alone = await creation.accept(_request(account, now, "alone"))
     together = await asyncio.gather(
-        *(creation.create(_request(account, now, f"k{n}")) for n in range(5))
+        *(creation.accept(_request(account, now, f"k{n}")) for n in range(5))
     )
     assert {status for status, _ in [alone, *together]} == {201}
     rows = [await _payment(pool, orjson.loads(body)["id"]) for _, body in [alone, *together]]
@@ -94,15 +94,15 @@ async def test_a_key_is_used_once_in_a_batch_and_replayed_after(pool: asyncpg.Po
     account = await funded_account(pool, now)
     creation = PaymentCreation(pool, render_problem)
     first, second = await asyncio.gather(
-        creation.create(_request(account, now, "same")),
-        creation.create(_request(account, now, "same")),
+        creation.accept(_request(account, now, "same")),
+        creation.accept(_request(account, now, "same")),
         return_exceptions=True,
     )
     assert isinstance(first, tuple)
     assert first[0] == 201
     assert isinstance(second, ProblemError)
     assert second.problem.status == 409
-    assert await creation.create(_request(account, now, "same")) == first  # byte for byte
+    assert await creation.accept(_request(account, now, "same")) == first  # byte for byte
     async with pool.acquire() as conn:
         count = await conn.fetchval(
             "SELECT count(*) FROM payments WHERE merchant_account_id = $1", account.id
@@ -116,10 +116,10 @@ async def test_a_refused_request_stores_its_answer_and_writes_nothing_else(
     now = ServiceClock().now()
     account = await funded_account(pool, now)
     creation = PaymentCreation(pool, render_problem)
-    status, body = await creation.create(_request(account, now, "eur", currency="EUR"))
+    status, body = await creation.accept(_request(account, now, "eur", currency="EUR"))
     assert status == 400
     assert orjson.loads(body)["errors"] == {"currency": ["must be GBP, the account's currency"]}
-    assert await creation.create(_request(account, now, "eur", currency="EUR")) == (status, body)
+    assert await creation.accept(_request(account, now, "eur", currency="EUR")) == (status, body)
     async with pool.acquire() as conn:
         count = await conn.fetchval(
             "SELECT count(*) FROM payments WHERE merchant_account_id = $1", account.id
@@ -138,11 +138,11 @@ async def test_a_signed_request_takes_effect_once_even_after_its_key_expired(
     signed = dataclasses.replace(
         request, keyed=dataclasses.replace(request.keyed, signature=b"s" * 32)
     )
-    status, _ = await creation.create(signed)
+    status, _ = await creation.accept(signed)
     assert status == 201
     refused = None
     try:
-        await creation.create(dataclasses.replace(signed, now=now + TTL))
+        await creation.accept(dataclasses.replace(signed, now=now + TTL))
     except ProblemError as problem:
         refused = problem
     assert refused is not None

@@ -126,7 +126,7 @@ async def test_a_batch_whose_payout_another_path_advanced_after_its_lease_writes
     async with _other_transaction(pool) as other:
         await other.execute("SELECT 1 FROM payouts WHERE id = $1 FOR UPDATE", payout_id)
         batch = asyncio.create_task(run_payout_batch(pool, now, limit=1))  # leases the first job
-        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_payouts", batch)
+        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_transfers", batch)
         # Meanwhile the one-at-a-time path runs the second job: the payout executes.
         await advance_payout(other, {"payout_id": str(payout_id)}, now, powers=SANDBOX)
         await other.execute("DELETE FROM jobs WHERE id = $1", duplicate)
@@ -150,7 +150,7 @@ async def test_a_batch_whose_account_got_a_threshold_after_its_lease_writes_noth
             "UPDATE merchant_accounts SET balance_threshold = 5000 WHERE id = $1", account.id
         )
         batch = asyncio.create_task(run_payout_batch(pool, now))
-        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_payouts", batch)
+        await until_waiting_for_a_lock(pool, "bankrail_advance_leased_transfers", batch)
     assert await batch == 0
     assert await _stage(pool, payout_id) == "pending"
     assert await _jobs(pool, payout_id, now) == [(now, False)]

@@ -80,7 +80,7 @@ async def _accept(acceptance: RefundAcceptance, *items: RefundToAccept) -> list[
     """The answers of requests sent together (group commit decides how they are batched)."""
 
     async def one(item: RefundToAccept) -> tuple[int, bytes]:
-        answer, _ = await acceptance.accept(item)
+        answer, _ = await acceptance.accept_created(item)
         return answer
 
     return list(await asyncio.gather(*(one(item) for item in items), return_exceptions=True))

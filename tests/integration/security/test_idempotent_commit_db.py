@@ -116,7 +116,7 @@ async def test_a_failing_request_undoes_only_its_own_writes(pool: asyncpg.Pool) 
 async def test_requests_sent_together_share_a_commit(pool: asyncpg.Pool) -> None:
     await _prepare(pool)
     commit = IdempotentCommit(pool, render)
-    answers = await asyncio.gather(*(commit.run(_work(f"w{n}", f"k{n}")) for n in range(5)))
+    answers = await asyncio.gather(*(commit.accept(_work(f"w{n}", f"k{n}")) for n in range(5)))
     assert [status for status, _ in answers] == [201] * 5
     assert await _effects(pool) == [f"w{n}" for n in range(5)]
 

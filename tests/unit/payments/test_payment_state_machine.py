@@ -1,5 +1,6 @@
 """The pay-in state machine (bankrail.payments.models, spec 3.3 and docs/api.md "Payments API v3 —
-pay-ins"): the one legal path, every illegal step, failure stages and the 15-minute window."""
+pay-ins"): the one legal path, every illegal step, failure stages, the 15-minute window, and
+retries (`attempt_failed`, fidelity P8)."""
 
 from __future__ import annotations
 
@@ -54,28 +55,45 @@ def failed() -> PaymentState:
     return authorizing().fail(T2, FailureReason.AUTHORIZATION_FAILED)
 
 
+def with_retry() -> PaymentState:
+    return PaymentState(S.AUTHORIZATION_REQUIRED, T0, retry=True)
+
+
+def attempt_failed() -> PaymentState:
+    return with_retry().start_authorization().reject_authorization(T1)
+
+
 STATE_OF: dict[PaymentStatus, Callable[[], PaymentState]] = {
     S.AUTHORIZATION_REQUIRED: created,
     S.AUTHORIZING: authorizing,
     S.AUTHORIZED: authorized,
+    S.ATTEMPT_FAILED: attempt_failed,
     S.EXECUTED: executed,
     S.SETTLED: settled,
     S.FAILED: failed,
 }
 
-# Each step and the only status it may be taken from.
-STEPS: dict[str, tuple[PaymentStatus, Callable[[PaymentState], PaymentState]]] = {
-    "start_authorization": (S.AUTHORIZATION_REQUIRED, lambda s: s.start_authorization()),
-    "authorize": (S.AUTHORIZING, lambda s: s.authorize(T4)),
-    "execute": (S.AUTHORIZED, lambda s: s.execute(T4)),
-    "settle": (S.EXECUTED, lambda s: s.settle(T4)),
+# Each step and the only statuses it may be taken from.
+STEPS: dict[str, tuple[frozenset[PaymentStatus], Callable[[PaymentState], PaymentState]]] = {
+    "start_authorization": (
+        frozenset({S.AUTHORIZATION_REQUIRED, S.ATTEMPT_FAILED}),
+        lambda s: s.start_authorization(),
+    ),
+    "authorize": (frozenset({S.AUTHORIZING}), lambda s: s.authorize(T4)),
+    "reject_authorization": (frozenset({S.AUTHORIZING}), lambda s: s.reject_authorization(T4)),
+    "execute": (frozenset({S.AUTHORIZED}), lambda s: s.execute(T4)),
+    "settle": (frozenset({S.EXECUTED}), lambda s: s.settle(T4)),
+    "expire": (
+        frozenset({S.AUTHORIZATION_REQUIRED, S.AUTHORIZING, S.ATTEMPT_FAILED}),
+        lambda s: s.expire(T4),
+    ),
 }
 
 ILLEGAL = [
     pytest.param(step, status, id=f"{step}-from-{status.value}")
     for step, (allowed, _) in STEPS.items()
     for status in PaymentStatus
-    if status is not allowed
+    if status not in allowed
 ]
 NON_TERMINAL = [s for s in PaymentStatus if s not in TERMINAL]
 
@@ -85,6 +103,7 @@ def test_status_values_are_the_spec_names() -> None:
         "authorization_required",
         "authorizing",
         "authorized",
+        "attempt_failed",
         "payment_executed",
         "payment_settled",
         "payment_failed",
@@ -151,7 +170,8 @@ def test_fail_records_the_status_it_failed_at(status: PaymentStatus, reason: Fai
     before = STATE_OF[status]()
     state = before.fail(T5, reason)
     assert state.status is S.FAILED
-    assert state.failure_stage is status
+    # Between attempts a payment stopped where its last attempt did: authorizing.
+    assert state.failure_stage is (S.AUTHORIZING if status is S.ATTEMPT_FAILED else status)
     assert state.failure_reason is reason
     assert state.failed_at == T5
     # What happened before the failure is kept.
@@ -209,8 +229,63 @@ def test_status_sets_match_the_spec() -> None:
     assert frozenset({S.EXECUTED, S.SETTLED, S.FAILED}) == ANNOUNCED
     assert frozenset({S.SETTLED, S.FAILED}) == TERMINAL
     # Only an unauthorised payment can expire; the bank's later steps are not timed out.
-    assert frozenset({S.AUTHORIZATION_REQUIRED, S.AUTHORIZING}) == EXPIRABLE
+    assert frozenset({S.AUTHORIZATION_REQUIRED, S.AUTHORIZING, S.ATTEMPT_FAILED}) == EXPIRABLE
+    # attempt_failed is neither terminal nor announced (fidelity P8).
+    assert S.ATTEMPT_FAILED not in TERMINAL | ANNOUNCED
     # The merchant may cancel until the bank accepted the payment.
     assert S.EXECUTED not in CANCELLABLE
     assert not (CANCELLABLE & TERMINAL)
     assert {S.AUTHORIZATION_REQUIRED, S.AUTHORIZING} <= CANCELLABLE
+
+
+def test_a_rejected_authorisation_without_retry_fails_the_payment() -> None:
+    state = authorizing().reject_authorization(T2)
+    assert state.status is S.FAILED
+    assert (state.failure_stage, state.failure_reason) == (
+        S.AUTHORIZING,
+        FailureReason.AUTHORIZATION_FAILED,
+    )
+    assert state.failed_at == T2
+
+
+def test_a_rejected_authorisation_with_retry_is_a_failed_attempt() -> None:
+    state = with_retry().start_authorization().reject_authorization(T2)
+    assert state.status is S.ATTEMPT_FAILED
+    assert state.failed_at == T2
+    assert (state.failure_stage, state.failure_reason) == (
+        S.AUTHORIZING,
+        FailureReason.AUTHORIZATION_FAILED,
+    )
+    assert state.retry
+
+
+def test_a_new_attempt_clears_the_failure_and_may_succeed() -> None:
+    state = attempt_failed().start_authorization()
+    assert state.status is S.AUTHORIZING
+    assert (state.failed_at, state.failure_stage, state.failure_reason) == (None, None, None)
+    assert state.retry
+    # It may fail again, as often as the window allows, then succeed.
+    state = state.reject_authorization(T2).start_authorization().authorize(T3)
+    assert state.status is S.AUTHORIZED
+    assert state.authorized_at == T3
+    assert state.failed_at is None
+
+
+def test_the_end_of_the_retry_window_fails_with_the_last_attempts_failure() -> None:
+    state = attempt_failed()
+    assert state.expires_at() == T0 + AUTHORIZATION_WINDOW
+    end = state.expires_at()
+    final = state.expire(end)
+    assert final.status is S.FAILED
+    assert final.failed_at == end
+    assert (final.failure_stage, final.failure_reason) == (
+        S.AUTHORIZING,
+        FailureReason.AUTHORIZATION_FAILED,
+    )
+
+
+@pytest.mark.parametrize("status", [S.AUTHORIZATION_REQUIRED, S.AUTHORIZING], ids=str)
+def test_an_unauthorised_payment_expires(status: PaymentStatus) -> None:
+    final = STATE_OF[status]().expire(T5)
+    assert final.status is S.FAILED
+    assert (final.failure_stage, final.failure_reason) == (status, FailureReason.EXPIRED)

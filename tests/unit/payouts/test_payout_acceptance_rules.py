@@ -94,10 +94,51 @@ def test_a_payee_at_bankrail_in_the_currency_is_an_internal_transfer() -> None:
     assert _decide(facts=replace(FOUND, payee=(payee, "EUR"))).destination_account_id is None
 
 
-def test_an_account_cannot_pay_itself() -> None:
+def test_an_account_paying_itself_is_an_internal_transfer_to_itself() -> None:
+    payout = _decide(facts=replace(FOUND, payee=(ACCOUNT.id, "GBP")))
+    assert payout.destination_account_id == ACCOUNT.id
+    assert payout.scheme == "internal_transfer"
+    assert payout.holds_funds
+
+
+@pytest.mark.parametrize(
+    ("currency", "selection", "scheme"),
+    [
+        ("GBP", None, "faster_payments_service"),
+        ("GBP", {"type": "instant_only"}, "faster_payments_service"),
+        ("GBP", {"type": "instant_preferred"}, "faster_payments_service"),
+        (
+            "GBP",
+            {"type": "preselected", "scheme_id": "faster_payments_service"},
+            "faster_payments_service",
+        ),
+        ("EUR", {"type": "instant_only"}, "sepa_credit_transfer_instant"),
+        (
+            "EUR",
+            {"type": "preselected", "scheme_id": "sepa_credit_transfer"},
+            "sepa_credit_transfer",
+        ),
+    ],
+)
+def test_the_scheme_selection_decides_the_scheme(
+    currency: str, selection: dict[str, str] | None, scheme: str
+) -> None:
+    account = replace(ACCOUNT, currency=currency)
+    identifiers = (
+        PAYEE if currency == "GBP" else AccountIdentifiers("DE89370400440532013000", None, None)
+    )
+    request = replace(OPEN, currency=currency, identifiers=identifiers, scheme_selection=selection)
+    assert _decide(request, replace(FOUND, account=account)).scheme == scheme
+    # A payee held here is paid internally whatever was selected.
+    internal = replace(FOUND, account=account, payee=(uuid.uuid4(), currency))
+    assert _decide(request, internal).scheme == "internal_transfer"
+
+
+def test_a_preselected_scheme_the_currency_lacks_is_refused_naming_it() -> None:
+    selection = {"type": "preselected", "scheme_id": "sepa_credit_transfer"}
     with pytest.raises(InvalidParameters) as raised:
-        _decide(facts=replace(FOUND, payee=(ACCOUNT.id, "GBP")))
-    assert OPEN_LOOP_FIELD in (raised.value.errors or {})
+        _decide(replace(OPEN, scheme_selection=selection))
+    assert "scheme_selection.scheme_id" in (raised.value.errors or {})
 
 
 def test_an_unknown_account_is_404_in_v3_and_400_in_v1() -> None:

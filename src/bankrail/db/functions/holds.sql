@@ -1,45 +1,54 @@
 -- The holds a batch of acceptances decided (merchants/batch_holds.py `BatchHolds`), as every
--- batch writer of acceptances (payouts, refunds) writes them, in its transaction:
---   holds:  one ledger transaction of kind p_kind per held payment, from and to the ledger
---           accounts `ledger.movements.hold` named, through bankrail_post_movements (the
---           CHECK on ledger_accounts still refuses an overdraft);
---   the new notification states of accounts with a balance threshold, and the
---           `balance_notification` events, delivered in no particular order.
-CREATE OR REPLACE FUNCTION bankrail_write_holds(
-    p_kind text,
-    p_hold_ids uuid[],
-    p_hold_references uuid[],
-    p_hold_from bigint[],
-    p_hold_to bigint[],
-    p_hold_amounts bigint[],
-    p_hold_at timestamptz[],
-    p_state_accounts uuid[],
-    p_states text[],
-    p_event_ids uuid[],
-    p_delivery_ids uuid[],
-    p_event_merchants uuid[],
-    p_event_families text[],
-    p_event_types text[],
-    p_event_payloads bytea[],
-    p_event_at timestamptz[]
-) RETURNS void LANGUAGE plpgsql
+-- batch writer of acceptances (payouts, refunds) writes them, in its transaction; three
+-- groups, each a jsonb array of objects:
+--   p_holds:  one ledger transaction per held payment (id, kind, reference, source,
+--             destination, amount, at): the kind and the ledger accounts are the ones
+--             `ledger.movements.hold` decided, posted through bankrail_post_movements (the
+--             CHECK on ledger_accounts still refuses an overdraft);
+--   p_states: the new notification states of accounts with a balance threshold (account,
+--             state);
+--   p_events: the `balance_notification` events (id, delivery_id, merchant_id, family,
+--             type, payload as hex, at), delivered in no particular order.
+CREATE OR REPLACE FUNCTION bankrail_write_holds(p_holds jsonb, p_states jsonb, p_events jsonb)
+RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    v_ids uuid[];
+    v_kinds text[];
+    v_references uuid[];
+    v_at timestamptz[];
+    v_from bigint[];
+    v_to bigint[];
+    v_amounts bigint[];
 BEGIN
-    PERFORM bankrail_post_movements(
-        p_hold_ids, array_fill(p_kind, ARRAY[cardinality(p_hold_ids)]), p_hold_references,
-        p_hold_at, p_hold_from, p_hold_to, NULL, NULL, p_hold_amounts);
-    IF cardinality(p_state_accounts) > 0 THEN
-        UPDATE merchant_accounts ma SET notification_state = x.state
-            FROM unnest(p_state_accounts, p_states) AS x (id, state)
-            WHERE ma.id = x.id;
+    IF jsonb_array_length(p_holds) > 0 THEN
+        SELECT array_agg(h.id ORDER BY e.n), array_agg(h.kind ORDER BY e.n),
+               array_agg(h.reference ORDER BY e.n), array_agg(h.at ORDER BY e.n),
+               array_agg(h.source ORDER BY e.n), array_agg(h.destination ORDER BY e.n),
+               array_agg(h.amount ORDER BY e.n)
+            INTO v_ids, v_kinds, v_references, v_at, v_from, v_to, v_amounts
+            FROM jsonb_array_elements(p_holds) WITH ORDINALITY AS e (v, n)
+            CROSS JOIN LATERAL jsonb_to_record(e.v) AS h (id uuid, kind text, reference uuid,
+                source bigint, destination bigint, amount bigint, at timestamptz);
+        PERFORM bankrail_post_movements(
+            v_ids, v_kinds, v_references, v_at, v_from, v_to, NULL, NULL, v_amounts);
     END IF;
-    IF cardinality(p_event_ids) > 0 THEN
-        PERFORM bankrail_record_events(p_event_ids, p_delivery_ids, p_event_merchants,
-            p_event_families, p_event_types, p_event_payloads, p_event_at,
-            array_fill(NULL::uuid, ARRAY[cardinality(p_event_ids)]),
-            array_fill(NULL::integer, ARRAY[cardinality(p_event_ids)]));
+    IF jsonb_array_length(p_states) > 0 THEN
+        UPDATE merchant_accounts ma SET notification_state = x.state
+            FROM jsonb_to_recordset(p_states) AS x (account uuid, state text)
+            WHERE ma.id = x.account;
+    END IF;
+    IF jsonb_array_length(p_events) > 0 THEN
+        PERFORM bankrail_record_events(
+            array_agg(x.id ORDER BY e.n), array_agg(x.delivery_id ORDER BY e.n),
+            array_agg(x.merchant_id ORDER BY e.n), array_agg(x.family ORDER BY e.n),
+            array_agg(x.type ORDER BY e.n), array_agg(decode(x.payload, 'hex') ORDER BY e.n),
+            array_agg(x.at ORDER BY e.n), array_agg(NULL::uuid), array_agg(NULL::integer))
+        FROM jsonb_array_elements(p_events) WITH ORDINALITY AS e (v, n)
+        CROSS JOIN LATERAL jsonb_to_record(e.v) AS x (id uuid, delivery_id uuid,
+            merchant_id uuid, family text, type text, payload text, at timestamptz);
     END IF;
 END
 $$;

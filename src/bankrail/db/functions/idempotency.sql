@@ -15,27 +15,24 @@ RETURNS boolean[] LANGUAGE sql AS $$
 $$;
 
 -- Stores answers under their keys (a later answer under a key replaces an expired one),
--- and remembers the signatures the requests were accepted with (p_signatures: the SHA-256
--- of each one's signature, security.signing.signature_digest; null for an unsigned request)
--- until the replay window ends (jobs/pruning.py). p_signatures comes last, with a default,
--- so that the release before, which stores no signatures, calls this function too.
-CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(
-    p_scopes text[],
-    p_keys text[],
-    p_fingerprints bytea[],
-    p_statuses integer[],
-    p_bodies bytea[],
-    p_at timestamptz[],
-    p_signatures bytea[] DEFAULT NULL
-) RETURNS void LANGUAGE sql AS $$
+-- and remembers the signatures the requests were accepted with until the replay window
+-- ends (jobs/pruning.py). p_answers: a jsonb array of objects (security.idempotency
+-- `AnswersToStore`): scope, key, fingerprint (hex), status, body (hex), at, and signature,
+-- the hex SHA-256 of the request's signature (security.signing.signature_digest), null for
+-- an unsigned request.
+CREATE OR REPLACE FUNCTION bankrail_store_idempotent_answers(p_answers jsonb)
+RETURNS void LANGUAGE sql AS $$
     INSERT INTO idempotency_keys (scope, key, fingerprint, status_code, body, created_at)
-    SELECT * FROM unnest(p_scopes, p_keys, p_fingerprints, p_statuses, p_bodies, p_at)
+    SELECT a.scope, a.key, decode(a.fingerprint, 'hex'), a.status, decode(a.body, 'hex'), a.at
+    FROM jsonb_to_recordset(p_answers)
+        AS a (scope text, key text, fingerprint text, status integer, body text, at timestamptz)
     ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
         status_code = EXCLUDED.status_code, body = EXCLUDED.body,
         created_at = EXCLUDED.created_at;
     INSERT INTO accepted_signatures (digest, accepted_at)
-    SELECT x.digest, x.at FROM unnest(p_signatures, p_at) AS x (digest, at)
-    WHERE x.digest IS NOT NULL
+    SELECT decode(a.signature, 'hex'), a.at
+    FROM jsonb_to_recordset(p_answers) AS a (signature text, at timestamptz)
+    WHERE a.signature IS NOT NULL
     ON CONFLICT (digest) DO NOTHING
 $$;
 

@@ -49,21 +49,17 @@ END
 $$;
 
 -- Writes a batch's decisions: the payments (p_payments, a jsonb array of rows), each with its
--- first job, and the answers under the requests' keys. A payment awaiting its payer has an
+-- first job, and the answers under the requests' keys (p_answers, a jsonb array:
+-- bankrail_store_idempotent_answers, idempotency.sql). A payment awaiting its payer has an
 -- expiry job of kind p_job_kind at its expires_at; a payment on a mandate
 -- (payments/mandate_creation.py) is authorised already (authorized_at, mandate_id,
 -- mandate_reference, and the pending_failure decided at acceptance) and names its own job
--- (job_kind, due at its creation).
+-- (job_kind, due at its creation). `sent` is the request's echo, `return_uri` and
+-- `next_action` and `flow` those of a journey started at creation (payments/creation.py).
 CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_payments jsonb,
     p_job_kind text,
-    p_answer_scopes text[],
-    p_answer_keys text[],
-    p_answer_fingerprints bytea[],
-    p_answer_statuses integer[],
-    p_answer_bodies bytea[],
-    p_answer_at timestamptz[],
-    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
+    p_answers jsonb
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -77,17 +73,20 @@ BEGIN
                 provider_id text, scheme_id text, metadata jsonb, status text,
                 created_at timestamptz, history jsonb, expires_at timestamptz,
                 authorized_at timestamptz, mandate_id uuid, mandate_reference text,
-                pending_failure text, job_kind text)),
+                pending_failure text, job_kind text, sent jsonb, return_uri text,
+                next_action jsonb, flow jsonb)),
         p AS (
             INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor,
                 currency, user_id, user_details, selection_type, selection_filter,
                 provider_id, scheme_id, metadata, status, created_at, history, authorized_at,
-                mandate_id, mandate_reference, pending_failure)
+                mandate_id, mandate_reference, pending_failure, sent, return_uri, next_action,
+                flow)
             SELECT x.id, x.merchant_id, x.account_id, x.amount, x.currency, x.user_id,
                 x.user_details, x.selection_type, NULLIF(x.selection_filter, 'null'::jsonb),
                 x.provider_id, x.scheme_id, NULLIF(x.metadata, 'null'::jsonb), x.status,
                 x.created_at, x.history, x.authorized_at, x.mandate_id, x.mandate_reference,
-                x.pending_failure
+                x.pending_failure, NULLIF(x.sent, 'null'::jsonb), x.return_uri,
+                NULLIF(x.next_action, 'null'::jsonb), coalesce(NULLIF(x.flow, 'null'::jsonb), '{}')
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
             SELECT coalesce(x.job_kind, p_job_kind), jsonb_build_object('payment_id', x.id::text),
@@ -95,9 +94,7 @@ BEGIN
             FROM x;
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
-    PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
-        p_answer_signatures);
+    PERFORM bankrail_store_idempotent_answers(p_answers);
 END
 $$;
 

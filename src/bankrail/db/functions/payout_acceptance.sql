@@ -123,37 +123,23 @@ BEGIN
 END
 $$;
 
--- The rows of the decided requests of a batch, nothing else:
---   p_payouts:  a jsonb array, one object per accepted payout (the payouts row and its
---               activity row's details), each with its first job;
---   answers:    the answers to store under their keys (p_answer_*), replacing an expired one;
---   the holds of the payouts whose funds are held, the accounts' notification states and
---               the balance notifications (bankrail_write_holds, holds.sql).
+-- The rows of the decided requests of a batch, nothing else, each group a jsonb array:
+--   p_payouts:  one object per accepted payout (the payouts row and its activity row's
+--               details), each with its first job, of kind p_job_kind, except a verified
+--               payout (its `stage` authorization_required), whose job starts once its payee
+--               authorises; a payout without `stage` starts pending;
+--   p_answers:  the answers to store under their keys, replacing an expired one
+--               (bankrail_store_idempotent_answers, idempotency.sql);
+--   p_holds, p_states, p_events: the holds of the payouts whose funds are held (of the kind
+--               the ledger named), the accounts' notification states and the balance
+--               notifications (bankrail_write_holds, holds.sql).
 CREATE OR REPLACE FUNCTION bankrail_write_payout_acceptances(
     p_payouts jsonb,
     p_job_kind text,
-    p_answer_scopes text[],
-    p_answer_keys text[],
-    p_answer_fingerprints bytea[],
-    p_answer_statuses integer[],
-    p_answer_bodies bytea[],
-    p_answer_at timestamptz[],
-    p_hold_ids uuid[],
-    p_hold_payouts uuid[],
-    p_hold_from bigint[],
-    p_hold_to bigint[],
-    p_hold_amounts bigint[],
-    p_hold_at timestamptz[],
-    p_state_accounts uuid[],
-    p_states text[],
-    p_event_ids uuid[],
-    p_delivery_ids uuid[],
-    p_event_merchants uuid[],
-    p_event_families text[],
-    p_event_types text[],
-    p_event_payloads bytea[],
-    p_event_at timestamptz[],
-    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
+    p_answers jsonb,
+    p_holds jsonb,
+    p_states jsonb,
+    p_events jsonb
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -165,18 +151,22 @@ BEGIN
                 merchant_id uuid, account_id uuid, transaction_id uuid, amount bigint,
                 currency text, beneficiary jsonb, name text, iban text, sort_code text,
                 account_number text, reference text, context_code text, metadata jsonb,
+                scheme_selection jsonb, sub_merchants jsonb,
                 scheme text, destination_account_id uuid, pending_failure text,
-                details jsonb, now timestamptz)),
+                stage text, details jsonb, now timestamptz)),
         p AS (
             INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,
                 amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,
                 beneficiary_sort_code, beneficiary_account_number, reference, context_code,
-                metadata, scheme_id, destination_account_id, stage, pending_failure,
-                created_at)
+                metadata, scheme_selection, sub_merchants, scheme_id, destination_account_id,
+                stage, pending_failure, created_at)
             SELECT x.id, x.api, x.merchant_id, x.account_id, x.transaction_id, x.amount,
                 x.currency, x.beneficiary, x.name, x.iban, x.sort_code, x.account_number,
-                x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb), x.scheme,
-                x.destination_account_id, 'pending', x.pending_failure, x.now
+                x.reference, x.context_code, NULLIF(x.metadata, 'null'::jsonb),
+                NULLIF(x.scheme_selection, 'null'::jsonb),
+                NULLIF(x.sub_merchants, 'null'::jsonb), x.scheme,
+                x.destination_account_id, coalesce(x.stage, 'pending'), x.pending_failure,
+                x.now
             FROM x),
         a AS (
             INSERT INTO account_activity (id, merchant_account_id, type, amount_in_minor,
@@ -185,15 +175,11 @@ BEGIN
                 x.now, x.details
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
-            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x;
+            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x
+            WHERE coalesce(x.stage, 'pending') = 'pending';
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
-    PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
-        p_answer_signatures);
-    PERFORM bankrail_write_holds('payout_hold', p_hold_ids, p_hold_payouts, p_hold_from,
-        p_hold_to, p_hold_amounts, p_hold_at, p_state_accounts, p_states, p_event_ids,
-        p_delivery_ids, p_event_merchants, p_event_families, p_event_types, p_event_payloads,
-        p_event_at);
+    PERFORM bankrail_store_idempotent_answers(p_answers);
+    PERFORM bankrail_write_holds(p_holds, p_states, p_events);
 END
 $$;

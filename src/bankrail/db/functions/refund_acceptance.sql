@@ -86,37 +86,20 @@ BEGIN
 END
 $$;
 
--- Writes a batch's decisions: the refunds (p_refunds, a jsonb array of rows: the refunds row
--- and its activity row's details), each with its first job of kind p_job_kind; what each
--- payment has now refunded; the answers under the requests' keys; and the holds of the
--- refunds, with the notifications they cause (bankrail_write_holds, holds.sql).
+-- Writes a batch's decisions, each group a jsonb array: the refunds (p_refunds: the refunds
+-- row and its activity row's details), each with its first job of kind p_job_kind; what each
+-- payment has now refunded (p_refunded: payment_id, amount added); the answers under the
+-- requests' keys (p_answers, bankrail_store_idempotent_answers); and the holds of the
+-- refunds, of the kind the ledger named, with the notification states and events they cause
+-- (p_holds, p_states, p_events: bankrail_write_holds, holds.sql).
 CREATE OR REPLACE FUNCTION bankrail_write_refund_acceptances(
     p_refunds jsonb,
     p_job_kind text,
-    p_refunded_payments uuid[],
-    p_refunded_amounts bigint[],
-    p_answer_scopes text[],
-    p_answer_keys text[],
-    p_answer_fingerprints bytea[],
-    p_answer_statuses integer[],
-    p_answer_bodies bytea[],
-    p_answer_at timestamptz[],
-    p_hold_ids uuid[],
-    p_hold_refunds uuid[],
-    p_hold_from bigint[],
-    p_hold_to bigint[],
-    p_hold_amounts bigint[],
-    p_hold_at timestamptz[],
-    p_state_accounts uuid[],
-    p_states text[],
-    p_event_ids uuid[],
-    p_delivery_ids uuid[],
-    p_event_merchants uuid[],
-    p_event_families text[],
-    p_event_types text[],
-    p_event_payloads bytea[],
-    p_event_at timestamptz[],
-    p_answer_signatures bytea[] DEFAULT NULL  -- last, as bankrail_store_idempotent_answers
+    p_refunded jsonb,
+    p_answers jsonb,
+    p_holds jsonb,
+    p_states jsonb,
+    p_events jsonb
 ) RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -146,15 +129,10 @@ BEGIN
             SELECT p_job_kind, jsonb_build_object('refund_id', x.id::text), x.now FROM x;
         PERFORM pg_notify('bankrail_jobs', '');
         UPDATE payments p SET refunded_amount_in_minor = p.refunded_amount_in_minor + x.amount
-            FROM unnest(p_refunded_payments, p_refunded_amounts) AS x (id, amount)
-            WHERE p.id = x.id;
+            FROM jsonb_to_recordset(p_refunded) AS x (payment_id uuid, amount bigint)
+            WHERE p.id = x.payment_id;
     END IF;
-    PERFORM bankrail_store_idempotent_answers(p_answer_scopes, p_answer_keys,
-        p_answer_fingerprints, p_answer_statuses, p_answer_bodies, p_answer_at,
-        p_answer_signatures);
-    PERFORM bankrail_write_holds('refund_hold', p_hold_ids, p_hold_refunds, p_hold_from,
-        p_hold_to, p_hold_amounts, p_hold_at, p_state_accounts, p_states, p_event_ids,
-        p_delivery_ids, p_event_merchants, p_event_families, p_event_types, p_event_payloads,
-        p_event_at);
+    PERFORM bankrail_store_idempotent_answers(p_answers);
+    PERFORM bankrail_write_holds(p_holds, p_states, p_events);
 END
 $$;

@@ -22,11 +22,11 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from starlette.datastructures import FormData, UploadFile
 
-from bankrail.context import AppContext
 from bankrail.core.money import decimal_text, format_amount
 from bankrail.core.problems import Forbidden, ProblemError
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
+from bankrail.http.context import AppContext
 from bankrail.merchants.console_users import user_scopes
 from bankrail.pages.console.chart import format_time
 from bankrail.pages.console.data import get_merchant, list_merchants

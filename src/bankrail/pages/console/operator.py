@@ -263,7 +263,7 @@ async def sandbox_bank_transfer(request: Request) -> Response:
 
     keyed = _transfer_key(request, text(form, "idempotency_key"), account, transfer)
     try:
-        status, answer = await context.idempotent_commit.run(
+        status, answer = await context.idempotent_commit.accept(
             IdempotentWork(keyed, handler, context.clock.now())
         )
     except asyncpg.exceptions.NumericValueOutOfRangeError:

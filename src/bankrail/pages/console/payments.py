@@ -45,12 +45,12 @@ from bankrail.pages.console.forms import parse_amount, parse_choice, parse_day_o
 from bankrail.payments.models import PaymentStatus
 from bankrail.refunds import service as refunds_service
 from bankrail.refunds.acceptance import RefundAcceptance, RefundToAccept
+from bankrail.refunds.schemas import MAX_REFUND_REFERENCE  # as the API allows it
 
 router = APIRouter(route_class=ConsoleRoute)
 
 PAYMENT_STATUSES = tuple(s.value for s in PaymentStatus)
 PAYOUT_STATUSES = tuple(PAYOUT_STATUS_STAGES)
-MAX_REFUND_REFERENCE = 18  # a refund's reference, as the API allows it
 
 
 def _list_filter(
@@ -208,7 +208,7 @@ async def refund_payment(request: Request, payment_id: str) -> Response:
     body = dumps({"payment": str(payment_uuid), "amount": amount, "reference": reference})
     now = context.clock.now()
     try:
-        _, refund_id = await context.services.get(RefundAcceptance).accept(
+        _, refund_id = await context.services.get(RefundAcceptance).accept_created(
             RefundToAccept(
                 merchant_id=merchant_id,
                 payment_id=payment_uuid,

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from bankrail.http.auth import require_payments_audience
 from bankrail.merchants import service as merchants_service
+from bankrail.merchants.sweeping import sweeping_view
 from bankrail.pages.console.chart import build_chart
 from bankrail.pages.console.core import ConsoleRoute, PageError, app_context, render, resolve_viewer
 from bankrail.pages.console.data import balance_history
@@ -52,6 +53,9 @@ async def overview(request: Request) -> Response:
                 {
                     "account": account,
                     "chart": build_chart(history, account.currency, context.clock.now()),
+                    "sweeping": await sweeping_view(
+                        conn, account, context.settings.powers.sandbox_routes
+                    ),
                 }
             )
     return render(request, "overview.html", title="Overview", section="overview", cards=cards)

@@ -1,5 +1,5 @@
 """The console's settings page: the merchant's webhook URIs, allowed return URIs (operator
-only) and request-signing keys."""
+only), request-signing keys and API clients, and (sandbox mode) starting the merchant clean."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bankrail.events.destinations import webhook_destination_problem
 from bankrail.http.auth import require_payments_audience
 from bankrail.merchants import return_uris
 from bankrail.merchants import service as merchants_service
+from bankrail.merchants.closing import reset_merchant as reset_merchant_data
 from bankrail.pages.console.core import (
     ConsoleRoute,
     Errors,
@@ -226,4 +227,26 @@ async def revoke_client(request: Request) -> Response:
         raise Redirect("/console/login")
     return await redirect_with_flash(
         request, viewer, viewer.url("/console/settings"), f"Client {client_id} revoked."
+    )
+
+
+@router.post("/settings/reset")
+async def reset_merchant(request: Request) -> Response:
+    """Sandbox mode only: start the merchant clean (`POST /sandbox/merchants/{id}/reset`), once
+    the confirmation box is ticked. Its payments, payouts, refunds, mandates, transactions and
+    webhook deliveries go and its balances return to zero; accounts, clients and keys stay."""
+    viewer = await resolve_viewer(request, needs=require_payments_audience)
+    form = await check_csrf(request, viewer)
+    merchant_id = _require_merchant(viewer)
+    context = app_context(request)
+    if not context.settings.sandbox:
+        raise PageError(409, "Starting a merchant clean is for sandbox mode only.")
+    if text(form, "confirm") != "yes":
+        errors: Errors = {"confirm": ["Tick the box to confirm that everything goes."]}
+        return await _settings_page(request, viewer, 400, errors=errors)
+    async with context.pool.acquire() as conn:
+        removed = await reset_merchant_data(conn, merchant_id, context.clock.now())
+    summary = ", ".join(f"{count} {kind}" for kind, count in removed.items())
+    return await redirect_with_flash(
+        request, viewer, viewer.url("/console/settings"), f"Started clean: removed {summary}."
     )

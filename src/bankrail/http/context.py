@@ -1,4 +1,10 @@
-"""The objects every request and worker shares within one process."""
+"""The objects every request shares within one process: the context the HTTP layer, the areas'
+routes and the pages read (`request.app.state.context`, `http.deps.get_context`).
+
+It names no area and no assembly module: the settings it carries are seen through
+`ServiceSettings`, the few values a request needs (config.Settings, which app.py passes, has
+them all), and the areas' services are found by their class (`Services`), wired by app.py.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import asyncpg
 
-from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
+from bankrail.core.powers import SandboxPowers
 from bankrail.security.keys import ActiveClients, PublicKeyCache
 from bankrail.security.ratelimit import CredentialLimiter, RateLimiter
 from bankrail.security.tokens import TokenIssuer
@@ -23,11 +29,45 @@ if TYPE_CHECKING:
 
 Service = TypeVar("Service")
 
+__all__ = ["AppContext", "Revocation", "ServiceSettings", "Services"]
+
+
+class ServiceSettings(Protocol):
+    """What a request reads of the process's settings (config.Settings has these and more)."""
+
+    @property
+    def public_url(self) -> str:
+        """The base URL of every link the service hands out."""
+
+    @property
+    def sandbox(self) -> bool:
+        """True in sandbox mode."""
+
+    @property
+    def powers(self) -> SandboxPowers:
+        """The sandbox powers of this deployment."""
+
+    @property
+    def api_docs(self) -> bool:
+        """True when the API reference pages are served."""
+
+    @property
+    def host_id(self) -> str:
+        """The name of this host in metrics."""
+
+    @property
+    def access_token_ttl_seconds(self) -> int:
+        """How long an access token lives."""
+
+    @property
+    def idempotency_ttl_seconds(self) -> int:
+        """How long an idempotency key is kept."""
+
 
 class Services:
     """The areas' services of one process (their group commits), one per class: each area
-    names its own (`context.services.get(PayoutAcceptance)`), app.py wires them, and this
-    context names none."""
+    names its own (`context.services.get(PayoutAcceptance)`), app.py assembles and wires
+    them, and this context names none."""
 
     def __init__(self, *services: object) -> None:
         self._by_class: dict[type, object] = {type(service): service for service in services}
@@ -49,7 +89,7 @@ Revocation = Callable[["Connection", uuid.UUID, str, datetime], Awaitable[None]]
 class AppContext:
     """Settings, database pool, service clock and key material of a running service."""
 
-    settings: Settings
+    settings: ServiceSettings
     pool: asyncpg.Pool
     clock: ServiceClock
     tokens: TokenIssuer

@@ -1,0 +1,467 @@
+"""The request pipeline of every API route (docs/architecture.md, "The request pipeline").
+
+A route is one `Endpoint` declaration: method, path, who may call it, whether it is signed,
+whether it takes an Idempotency-Key, its body and query models, its answer and errors. It is
+served by a plain Starlette route whose endpoint runs, in this order:
+
+1. authenticate: the declaration's `Authenticator` turns the bearer token into the caller
+   (merchant claims and scopes, the operator, a resource token...);
+2. rate limit: a caller with an access token is charged to its client's rate limit
+   (security/ratelimit.py), and a client revoked since is refused;
+3. verify the signature, where the route is signed (`Signed`): the raw body is read here;
+4. read the Idempotency-Key (400 when repeated, or missing/too long where required);
+5. parse and validate the path parameters, the query and the body once, with pydantic
+   `TypeAdapter`s built when the declaration is made (400 naming each failing field);
+6. call the handler with one `Call` (context, caller, body, raw bytes, key, params, query),
+   which calls the area's service and renders the answer.
+
+Every path under `/v3` also answers without the prefix (fidelity.md A): the same route, one
+handler, matched by one pattern. The OpenAPI document is built from these declarations
+(`openapi_routes`), not from a second list.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+import orjson
+from fastapi import Header, Query
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
+
+from bankrail.http.auth import (
+    access_claims,
+    charge_client,
+    require_mandates_audience,
+    require_operator,
+    require_payments_audience,
+    verify_signature,
+)
+from bankrail.http.deps import AppContext
+from bankrail.http.openapi import Needs, Responses, documents
+from bankrail.security.headers import request_headers
+from bankrail.security.tokens import AccessClaims
+
+__all__ = [
+    "CLIENT",
+    "MANDATES",
+    "MERCHANT",
+    "NOBODY",
+    "OPERATOR",
+    "Authenticator",
+    "Call",
+    "Endpoint",
+    "PipelineRoute",
+    "Signed",
+    "openapi_routes",
+    "routes",
+]
+
+BodyT = TypeVar("BodyT")
+QueryT = TypeVar("QueryT")
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+VERSION_PREFIX = "/v3"
+
+
+@dataclass(frozen=True)
+class Authenticator:
+    """Step 1: who the caller is. `run(request, context)` returns the caller (what handlers
+    read as `call.caller`: AccessClaims for a token, which step 2 charges), or raises the
+    401/403/429 problem; `needs` is what the OpenAPI
+    document says the route requires."""
+
+    run: Callable[[Request, AppContext], Awaitable[Any]]
+    needs: Needs = field(default_factory=Needs)
+
+
+async def _nobody(request: Request, context: AppContext) -> None:
+    return None
+
+
+async def _client(request: Request, context: AppContext) -> AccessClaims:
+    return access_claims(request, context)
+
+
+async def _merchant(request: Request, context: AppContext) -> AccessClaims:
+    return require_payments_audience(access_claims(request, context))
+
+
+async def _mandates(request: Request, context: AppContext) -> AccessClaims:
+    return require_mandates_audience(access_claims(request, context))
+
+
+_MERCHANT_TOKEN = Needs(schemes=("merchantToken",))
+NOBODY = Authenticator(_nobody)
+"""Open to anyone."""
+CLIENT = Authenticator(_client, _MERCHANT_TOKEN)
+"""Any valid access token (whatever its scopes), charged to its client's rate limit."""
+MERCHANT = Authenticator(_merchant, _MERCHANT_TOKEN)
+"""An access token with the `payments` scope (payments, payouts, merchant accounts)."""
+MANDATES = Authenticator(_mandates, _MERCHANT_TOKEN)
+"""An access token with a `recurring_payments:*` scope or `payments`."""
+OPERATOR = Authenticator(require_operator, Needs(schemes=("operatorToken",)))
+"""The operator token."""
+
+
+@dataclass(frozen=True)
+class Signed:
+    """Step 3: the route's request signature. `header` is read first (the other of
+    `Svc-Signature`/`X-SVC-Signature` too); `only_with_access_token`: verified only when the
+    caller authenticated with an access token (payment actions the hosted page also calls
+    with a resource token)."""
+
+    header: str = "Svc-Signature"
+    require_idempotency_key: bool = True
+    allow_body_only: bool = False
+    only_with_access_token: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The signature headers read, in order."""
+        other = "X-SVC-Signature" if self.header == "Svc-Signature" else "Svc-Signature"
+        return (self.header, other)
+
+
+SIGNED = Signed()
+
+
+@dataclass(frozen=True)
+class Call(Generic[BodyT, QueryT]):
+    """What a handler is given: everything the pipeline read, validated, in one object."""
+
+    request: Request
+    context: AppContext
+    caller: Any
+    body: BodyT
+    raw: bytes
+    key: str | None
+    params: Mapping[str, Any]
+    query: QueryT
+
+    @property
+    def merchant(self) -> AccessClaims:
+        """The caller's access-token claims (routes authenticated by CLIENT, MERCHANT or
+        MANDATES)."""
+        assert isinstance(self.caller, AccessClaims)
+        return self.caller
+
+
+Handler = Callable[[Call[Any, Any]], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One API route, declared: what it routes, what runs before its handler, and what the
+    OpenAPI document says of it. `params` types the path parameters (default `str`);
+    `idempotency` is "required", "optional" or None; `errors` are its documented problems."""
+
+    method: str
+    path: str
+    handler: Handler
+    auth: Authenticator
+    signed: Signed | None = None
+    idempotency: Literal["required", "optional"] | None = None
+    body: Any = None
+    body_required: bool = True
+    query: type[BaseModel] | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    status_code: int = 200
+    response_model: Any = None
+    errors: Responses = field(default_factory=dict)
+    tags: Sequence[str] = ()
+    summary: str | None = None
+    operation_id: str | None = None
+    response_class: Any = None
+    responses: Responses = field(default_factory=dict)
+    deprecated: bool = False
+    openapi_extra: dict[str, Any] | None = None
+
+
+def _claims_of(caller: Any) -> AccessClaims | None:
+    """The access-token claims the caller authenticated with, if any (the caller itself, or
+    its `claims`, as a payment's caller carries them)."""
+    if isinstance(caller, AccessClaims):
+        return caller
+    claims = getattr(caller, "claims", None)
+    return claims if isinstance(claims, AccessClaims) else None
+
+
+def _read_key(request: Request, mode: str | None) -> str | None:
+    """Step 4: the Idempotency-Key, as the signature check read it; the errors of a required
+    key as a validation problem names them."""
+    if mode is None:
+        return None
+    key = request_headers(request.scope).get("idempotency-key")
+    error: dict[str, Any] | None = None
+    if key is None:
+        if mode == "required":
+            error = {"type": "missing", "msg": "Field required", "input": None}
+    elif not key and mode == "required":
+        error = {"type": "string_too_short", "msg": "String should have at least 1 character"}
+    elif len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        error = {
+            "type": "string_too_long",
+            "msg": f"String should have at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+        }
+    if error is not None:
+        raise RequestValidationError([{**error, "loc": ("header", "idempotency-key")}])
+    return key
+
+
+def _json_media(content_type: str | None) -> bool:
+    """True for `application/json` and `application/*+json`; a body sent with no
+    Content-Type is not read as JSON (the problem then says which header to send)."""
+    if not content_type:
+        return False
+    media = content_type.partition(";")[0].strip().lower()
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def _errors(exc: ValidationError, *where: str) -> list[dict[str, Any]]:
+    return [{**e, "loc": (*where, *e["loc"])} for e in exc.errors(include_url=False)]
+
+
+class PipelineRoute(Route):
+    """A plain Starlette route running the pipeline for one `Endpoint`; a path under `/v3`
+    matches with or without the prefix."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.declared = endpoint
+        self.body_model = endpoint.body
+        super().__init__(endpoint.path, self._serve, methods=[endpoint.method])
+        if endpoint.path.startswith(VERSION_PREFIX + "/"):
+            pattern = self.path_regex.pattern
+            assert pattern.startswith("^" + VERSION_PREFIX + "/"), pattern
+            self.path_regex = re.compile("^(?:/v3)?" + pattern[1 + len(VERSION_PREFIX) :])
+        self._params = {
+            name: TypeAdapter(endpoint.params.get(name, str)) for name in self.param_convertors
+        }
+        self._body = TypeAdapter(endpoint.body) if endpoint.body is not None else None
+        # A signature that covers the Idempotency-Key makes the key required (optional when
+        # only an access token's caller signs).
+        self._idempotency = _needs(endpoint).idempotency_key
+        # Query parameters that may be repeated: every value is kept (the last one otherwise).
+        self._list_params = frozenset(
+            info.alias or name
+            for name, info in (endpoint.query.model_fields if endpoint.query else {}).items()
+            if "list[" in str(info.annotation)
+        )
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        """Starlette's match, naming this route in the scope (metrics label by its path)."""
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
+
+    async def _serve(self, request: Request) -> Response:
+        """The pipeline: authenticate, rate limit, verify the signature, read the key,
+        parse, handle (the handler renders)."""
+        declared = self.declared
+        context: AppContext = request.app.state.context
+        caller = await declared.auth.run(request, context)
+        claims = _claims_of(caller)
+        if claims is not None:
+            await charge_client(context, claims)
+        signed = declared.signed
+        if signed is not None and (not signed.only_with_access_token or claims is not None):
+            assert claims is not None, "a signed route authenticates an access token"
+            raw = await verify_signature(
+                request,
+                context,
+                claims,
+                names=signed.names,
+                require_idempotency_key=signed.require_idempotency_key,
+                allow_body_only=signed.allow_body_only,
+            )
+        elif self._body is not None:
+            raw = await request.body()
+        else:
+            raw = b""
+        key = _read_key(request, self._idempotency)
+        params, query, body = self._parse(request, raw)
+        return await declared.handler(Call(request, context, caller, body, raw, key, params, query))
+
+    def _parse(self, request: Request, raw: bytes) -> tuple[dict[str, Any], Any, Any]:
+        """Step 5: path parameters, query and body, validated once; every failing field
+        of the three in one 400."""
+        errors: list[dict[str, Any]] = []
+        params: dict[str, Any] = {}
+        for name, adapter in self._params.items():
+            try:
+                params[name] = adapter.validate_python(request.path_params[name])
+            except ValidationError as exc:
+                errors += _errors(exc, "path", name)
+        query = None
+        if self.declared.query is not None:
+            sent = request.query_params
+            values = {
+                name: sent.getlist(name) if name in self._list_params else sent[name]
+                for name in sent
+            }
+            try:
+                query = self.declared.query.model_validate(values)
+            except ValidationError as exc:
+                errors += _errors(exc, "query")
+        body, sent = self._parse_body(request, raw, errors)
+        if errors:
+            raise RequestValidationError(errors, body=sent)
+        return params, query, body
+
+    def _parse_body(self, request: Request, raw: bytes, errors: list[dict[str, Any]]) -> Any:
+        """(the validated body, the body as sent) as FastAPI read it: JSON when the
+        Content-Type says so, the bytes otherwise, None when empty."""
+        if self._body is None:
+            return None, None
+        sent: Any = None
+        if raw:
+            if _json_media(request.headers.get("content-type")):
+                try:
+                    sent = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    errors.append(
+                        {
+                            "type": "json_invalid",
+                            "loc": ("body", exc.pos),
+                            "msg": "JSON decode error",
+                            "input": {},
+                            "ctx": {"error": exc.msg},
+                        }
+                    )
+                    return None, None
+            else:
+                sent = raw
+        if sent is None and self.declared.body_required:
+            errors.append({"type": "missing", "loc": ("body",), "msg": "Field required"})
+            return None, None
+        if sent is None:
+            return None, None
+        try:
+            return self._body.validate_python(sent), sent
+        except ValidationError as exc:
+            errors += _errors(exc, "body")
+            return None, sent
+
+
+def routes(*endpoints: Endpoint | PipelineRoute) -> list[PipelineRoute]:
+    """The Starlette routes serving `endpoints`, in order (routes made already, such as
+    another module's, are kept as they are)."""
+    return [e if isinstance(e, PipelineRoute) else PipelineRoute(e) for e in endpoints]
+
+
+# --- The OpenAPI document, from the same declarations -------------------------------------
+
+
+def _needs(endpoint: Endpoint) -> Needs:
+    """What the document says a request must carry: the authenticator's bearer schemes, the
+    signature, the Idempotency-Key."""
+    signed = endpoint.signed
+    auth = endpoint.auth.needs
+    idempotency = endpoint.idempotency
+    if signed is not None and signed.require_idempotency_key and idempotency is None:
+        idempotency = "optional" if signed.only_with_access_token else "required"
+    return Needs(
+        schemes=auth.schemes,
+        anonymous=auth.anonymous,
+        signature=signed.header if signed else None,
+        signature_required=not (signed and signed.only_with_access_token),
+        idempotency_key=idempotency,
+    )
+
+
+def _stub(endpoint: Endpoint, path: str) -> Callable[..., Any]:
+    """A never-called function whose signature tells FastAPI's schema generator the route's
+    inputs, named and documented as the handler is."""
+    parameters = []
+    for name in re.findall(r"{(\w+)(?::\w+)?}", path):
+        annotation = endpoint.params.get(name, str)
+        parameters.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+        )
+    if endpoint.idempotency == "required":
+        header = Header(
+            alias="idempotency-key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH
+        )
+        parameters.append(
+            inspect.Parameter(
+                "idempotency_key", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[str, header]
+            )
+        )
+    if endpoint.query is not None:
+        parameters.append(
+            inspect.Parameter(
+                "query_",
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[endpoint.query, Query()],
+            )
+        )
+    if endpoint.body is not None:
+        parameters.append(
+            inspect.Parameter(
+                "body",
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=endpoint.body if endpoint.body_required else endpoint.body | None,
+                default=inspect.Parameter.empty if endpoint.body_required else None,
+            )
+        )
+
+    async def stub(**kwargs: Any) -> None:
+        raise AssertionError("documentation only")
+
+    stub.__name__ = endpoint.handler.__name__
+    stub.__doc__ = endpoint.handler.__doc__
+    stub.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    documents(_needs(endpoint))(stub)
+    return stub
+
+
+def _documented(endpoint: Endpoint) -> Iterator[APIRoute]:
+    """The routes FastAPI's generator documents for `endpoint`: its path and, under `/v3`,
+    the same path without the prefix (one handler answers both)."""
+    paths = [endpoint.path]
+    if endpoint.path.startswith(VERSION_PREFIX + "/"):
+        paths.append(endpoint.path[len(VERSION_PREFIX) :])
+    for index, path in enumerate(paths):
+        operation_id = endpoint.operation_id
+        if operation_id and index:
+            operation_id = f"{operation_id}_alias{index}"
+        options: dict[str, Any] = {}
+        if endpoint.response_class is not None:
+            options["response_class"] = endpoint.response_class
+        yield APIRoute(
+            path,
+            _stub(endpoint, path),
+            methods=[endpoint.method],
+            status_code=endpoint.status_code,
+            response_model=endpoint.response_model,
+            responses={**endpoint.errors, **endpoint.responses},
+            tags=list(endpoint.tags),
+            summary=endpoint.summary,
+            operation_id=operation_id,
+            deprecated=endpoint.deprecated or None,
+            openapi_extra=endpoint.openapi_extra,
+            **options,
+        )
+
+
+def openapi_routes(app_routes: Sequence[Any]) -> list[Any]:
+    """The app's routes as the OpenAPI generator reads them: each pipeline route replaced,
+    in place, by the documentation of its declaration."""
+    found: list[Any] = []
+    for route in app_routes:
+        if isinstance(route, PipelineRoute):
+            found.extend(_documented(route.declared))
+        else:
+            found.append(route)
+    return found

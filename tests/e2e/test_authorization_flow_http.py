@@ -112,6 +112,28 @@ def test_consent_declared_for_a_preselected_provider_comes_right_after_the_start
     _login_token(step["uri"], other)
 
 
+def test_a_journey_started_at_creation_takes_the_same_steps_and_get_shows_the_last(
+    merchant: MerchantClient,
+) -> None:
+    """Creation with `authorization_flow` (fidelity P3) asks the declared consent first, then
+    the provider's form, then the login uri; GET shows what the last step answered (P6)."""
+    start = {"redirect": {"return_uri": "https://shop.example/back"}, "consent": {}}
+    body = payment_body(merchant, "EUR", provider_id=DE_INPUTS, authorization_flow=start)
+    created = merchant.signed_post(PAYMENTS, body)
+    assert created.status_code == 201, created.text
+    payment_id = created.json()["id"]
+    assert next_action(created.json()) == {"type": "consent", "subsequent_action_hint": "form"}
+    path = f"{PAYMENTS}/{payment_id}"
+    assert next_action(merchant.get(path).json())["type"] == "consent"
+    step = _flow_step(merchant, f"{path}/authorization-flow/actions/consent", {})
+    assert step["type"] == "form"
+    assert next_action(merchant.get(path).json()) == step
+    inputs = {"psu-branch-code": "123", "psu-account-number": "1234567", "psu-sub-account": "01"}
+    step = _flow_step(merchant, f"{path}/authorization-flow/actions/form", {"inputs": inputs})
+    _login_token(step["uri"], payment_id)
+    assert next_action(merchant.get(path).json()) == step
+
+
 def test_start_request_refuses_unknown_input_types(merchant: MerchantClient) -> None:
     payment_id = _payment(merchant)
     answer = merchant.signed_post(

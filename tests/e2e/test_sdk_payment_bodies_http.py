@@ -2,8 +2,8 @@
 round-3 contract's `spec/sdk-bodies`; fidelity P1 to P5 and section 0), sent over signed HTTP as
 the SDK sends it (Java and Rust without the `/v3` prefix): each is accepted (201) and a later GET
 reads back what was sent; the payments at the providers that ask a form first (PLN, NOK, the
-EUR additional-input one) run their journey to `payment_settled`. Payments on a mandate (`*-payment-mandate*`) belong to the mandates'
-tests."""
+EUR additional-input one) run their journey to `payment_settled`. Payments on a mandate
+(`*-payment-mandate*`) belong to the mandates' tests."""
 
 from __future__ import annotations
 

@@ -298,7 +298,7 @@ def authorised_mandate(server: Server, merchant: Merchant) -> str:
         {"redirect": {"return_uri": "https://bench.example/back"}},
     )
     uri = flow["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
+    token = parse_qs(urlsplit(uri).fragment)["token"][0]
     server.call(
         "POST",
         f"/mock-bank/api/vrp-consents/{mandate_id}/action",

@@ -53,7 +53,7 @@ def _settled_payment(server: RunningServer, merchant: MerchantClient, amount: in
     )
     assert flow.status_code == 200, flow.text
     uri = flow.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
+    token = parse_qs(urlsplit(uri).fragment)["token"][0]
     action = httpx.post(
         f"{server.base_url}/mock-bank/api/single-immediate-payments/{payment_id}/action",
         headers={"Authorization": f"Bearer {token}"},

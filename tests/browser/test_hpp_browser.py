@@ -33,8 +33,8 @@ def test_payer_pays_through_the_hosted_page_and_returns_to_the_merchant(
     expect(page.get_by_test_id("merchant")).to_have_text("Acme Books")
     check_page(page, "hpp-provider-list")
 
-    page.get_by_role("button", name=re.compile("Mock UK Bank")).click()
-    page.wait_for_url(re.compile(r"/mock-bank/authorize\?"))
+    page.get_by_role("button", name=re.compile("Mock UK Payments")).click()
+    page.wait_for_url(re.compile(r"/mock-bank/login/"))
     expect(page.get_by_test_id("amount")).to_have_text("1,234.56 GBP")
     expect(page.get_by_test_id("merchant")).to_have_text("Acme Books")
     check_page(page, "mock-bank-consent")
@@ -60,8 +60,8 @@ def test_payer_pays_through_the_hosted_page_and_returns_to_the_merchant(
 def test_payer_cancels_at_the_bank(page: Page, payments: Payments, check_page: CheckPage) -> None:
     payment = payments.create()
     page.goto(payments.hpp_url(payment))
-    page.get_by_role("button", name=re.compile("Mock UK Bank")).click()
-    page.wait_for_url(re.compile(r"/mock-bank/authorize\?"))
+    page.get_by_role("button", name=re.compile("Mock UK Payments")).click()
+    page.wait_for_url(re.compile(r"/mock-bank/login/"))
 
     page.get_by_role("button", name="Cancel").click()
     page.wait_for_url(re.compile(rf"/hpp/payments/{payment['id']}/result\?"))
@@ -69,12 +69,12 @@ def test_payer_cancels_at_the_bank(page: Page, payments: Payments, check_page: C
     expect(page.get_by_test_id("failure-message")).to_have_text(
         "You cancelled the payment at your bank."
     )
-    expect(page.get_by_test_id("failure-reason")).to_have_text("user_canceled_at_provider")
+    expect(page.get_by_test_id("failure-reason")).to_have_text("not_authorized")
     check_page(page, "hpp-result-cancelled")
 
     failed = payments.read(payment["id"])
     assert failed["status"] == "payment_failed"
-    assert failed["failure_reason"] == "user_canceled_at_provider"
+    assert failed["failure_reason"] == "not_authorized"
     assert failed["failure_stage"] == "authorizing"
 
     # No automatic redirect after a failure; the button takes the payer back.
@@ -97,14 +97,14 @@ def test_hosted_page_on_a_phone(
     phone_page.goto(payments.hpp_url(payment))
     expect(phone_page.get_by_test_id("amount")).to_have_text("50.00 EUR")
     banks = phone_page.locator("#providers button")
-    expect(banks).to_have_count(3)
+    expect(banks).to_have_count(4)
     check_page(phone_page, "hpp-provider-list-phone")
 
     # Typing filters the list at once (progressive enhancement of the search form).
     phone_page.get_by_label("Search for your bank").fill("french")
     expect(phone_page.locator("#providers li:visible")).to_have_count(1)
     expect(phone_page.locator("#providers li:visible")).to_contain_text("Mock French Bank")
-    expect(phone_page.locator("#match-count")).to_have_text("1 of 3 banks shown")
+    expect(phone_page.locator("#match-count")).to_have_text("1 of 4 banks shown")
     check_page(phone_page, "hpp-provider-search-phone")
 
     phone_page.get_by_label("Search for your bank").fill("no such bank")
@@ -113,14 +113,14 @@ def test_hosted_page_on_a_phone(
     # Without the script the search form filters on the server.
     phone_page.goto(payments.hpp_url(payment, q="german"))
     visible = phone_page.locator("#providers li:visible")
-    expect(visible).to_have_count(2)
+    expect(visible).to_have_count(3)
     expect(visible.first).to_contain_text("Mock German Bank")
 
     expect(phone_page.get_by_label("Search for your bank")).to_have_value("german")
     phone_page.get_by_label("Search for your bank").fill("")
-    expect(phone_page.locator("#providers li:visible")).to_have_count(3)
+    expect(phone_page.locator("#providers li:visible")).to_have_count(4)
     phone_page.get_by_role("button", name=re.compile("Mock French Bank")).click()
-    phone_page.wait_for_url(re.compile(r"/mock-bank/authorize\?"))
+    phone_page.wait_for_url(re.compile(r"/mock-bank/login/"))
     check_page(phone_page, "mock-bank-consent-phone")
 
 
@@ -146,7 +146,7 @@ def test_keyboard_only_payer_picks_a_bank_and_authorises(
     check_page(page, "hpp-keyboard-focus")
 
     page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(r"/mock-bank/authorize\?"))
+    page.wait_for_url(re.compile(r"/mock-bank/login/"))
     check_page(page, "mock-bank-consent-keyboard")
 
     for _ in range(10):

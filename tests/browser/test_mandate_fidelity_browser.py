@@ -65,8 +65,10 @@ def test_an_external_account_mandate_on_the_hosted_page_and_the_console(
         "Andrea Java SDK (sort code 14-06-62, account 10003957)"
     )
     expect(page.get_by_test_id("maximum-individual")).to_have_text("10.00 GBP")
-    # The filter (GB, private beta and steadier) leaves the mock UK bank on offer.
-    expect(page.get_by_role("button", name=re.compile("Mock UK"))).to_be_visible()
+    # The filter (GB, private beta and steadier) leaves the mock UK banks on offer: the
+    # redirect one and the open-banking one (private beta, fidelity C1).
+    expect(page.get_by_role("button", name="Mock UK Payments - Redirect")).to_be_visible()
+    expect(page.get_by_role("button", name="Mock UK Bank (open banking)")).to_be_visible()
     check_page(page, "hpp-mandate-external-account")
 
     page.goto(f"{payments.server.base_url}/console/mandates")

@@ -64,9 +64,9 @@ def test_the_payer_consents_through_the_hosted_page_and_the_mock_bank(
     expect(page.get_by_role("heading", level=1)).to_have_text("Set up payments to Acme Books")
     expect(page.get_by_test_id("maximum-individual")).to_have_text("50.00 GBP")
     check_page(page, "hpp-mandate")
-    page.get_by_role("button", name=re.compile("Mock UK Bank")).click()
+    page.get_by_role("button", name=re.compile("Mock UK Payments")).click()
 
-    page.wait_for_url(re.compile(r"/mock-bank/vrp-consent\?"))
+    page.wait_for_url(re.compile(rf"/mock-bank/login/{mandate['id']}"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Set up a payment mandate")
     expect(page.get_by_test_id("beneficiary")).to_have_text("Acme Books")
     expect(page.get_by_test_id("reference")).to_have_text("gym-membership")

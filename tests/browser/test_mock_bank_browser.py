@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from playwright.sync_api import Page, expect
 
@@ -22,14 +22,16 @@ def _to_the_bank(page: Page, payments: Payments, bank: str, **create: object) ->
     payment = payments.create(**create)  # type: ignore[arg-type]
     page.goto(payments.hpp_url(payment))
     page.get_by_role("button", name=re.compile(re.escape(bank))).click()
-    page.wait_for_url(re.compile(r"/mock-bank/(authorize|embedded)\?"))
+    # The login uri's page posts the fragment's token to itself: the bank's page answers.
+    page.wait_for_url(re.compile(rf"/mock-bank/login/{payment['id']}$"))
+    expect(page.get_by_test_id("amount")).to_be_visible()
     return payment
 
 
 def test_consent_page_validates_input_then_applies_the_username_outcome(
     page: Page, payments: Payments, check_page: CheckPage
 ) -> None:
-    payment = _to_the_bank(page, payments, "Mock UK Bank")
+    payment = _to_the_bank(page, payments, "Mock UK Payments")
 
     page.get_by_label("Execution delay").fill("-5")
     page.get_by_role("button", name="Authorise").click()
@@ -58,7 +60,7 @@ def test_consent_page_validates_input_then_applies_the_username_outcome(
 def test_delays_run_on_the_service_clock(
     page: Page, payments: Payments, operator: Operator, check_page: CheckPage
 ) -> None:
-    payment = _to_the_bank(page, payments, "Mock UK Bank")
+    payment = _to_the_bank(page, payments, "Mock UK Payments")
     page.get_by_label("Username").fill("test_executed")
     page.get_by_label("Execution delay").fill("600")
     page.get_by_label("Settlement delay").fill("0")
@@ -81,7 +83,7 @@ def test_embedded_provider_asks_for_username_then_password(
     page: Page, payments: Payments, check_page: CheckPage
 ) -> None:
     payment = _to_the_bank(page, payments, "Mock German Bank (embedded)", currency="EUR", amount=99)
-    assert "/mock-bank/embedded?" in page.url
+    assert f"/mock-bank/login/{payment['id']}" in page.url
     expect(page.get_by_role("heading", level=1)).to_have_text("Sign in to approve")
     expect(page.get_by_test_id("amount")).to_have_text("0.99 EUR")
     check_page(page, "mock-bank-embedded-username")
@@ -103,19 +105,60 @@ def test_embedded_provider_asks_for_username_then_password(
 
 
 def test_mock_bank_error_pages(page: Page, payments: Payments, check_page: CheckPage) -> None:
-    payment = _to_the_bank(page, payments, "Mock UK Bank")
-    consent_url = page.url
+    opened: list[str] = []
+    page.on("framenavigated", lambda frame: opened.append(frame.url))
+    payment = _to_the_bank(page, payments, "Mock UK Payments")
+    login_uri = next(url for url in opened if "#token=" in url)
     page.get_by_role("button", name="Cancel").click()
     page.wait_for_url(re.compile(r"/result\?"))
 
-    answer = page.goto(consent_url)
-    assert answer is not None
-    assert answer.status == 409
+    # The login page posts the token: the bank's answer is the 409 page.
+    page.goto(login_uri)
     expect(page.get_by_role("heading", level=1)).to_have_text("This payment has already failed")
+    expect(page.locator(".status-code")).to_have_text("Error 409")
     check_page(page, "mock-bank-error-409")
 
-    forged = urlencode({"payment_id": payment["id"], "token": payment["resource_token"]})
-    answer = page.goto(f"{payments.server.base_url}/mock-bank/authorize?{forged}")
-    assert answer is not None
-    assert answer.status == 401  # the payment's resource token is not the bank's token
+    forged = f"/mock-bank/login/{payment['id']}#token={payment['resource_token']}"
+    page.goto("about:blank")  # from the same path, a new fragment would not load the page
+    page.goto(f"{payments.server.base_url}{forged}")
+    # The payment's resource token is not the bank's token.
+    expect(page.locator(".status-code")).to_have_text("Error 401")
     check_page(page, "mock-bank-error-401")
+
+
+def test_login_uri_of_the_flow_opens_the_bank_from_its_fragment(
+    page: Page, payments: Payments, check_page: CheckPage
+) -> None:
+    """The redirect action's uri, as a merchant's integration opens it in the browser."""
+    payment = payments.create()
+    flow = f"/v3/payments/{payment['id']}/authorization-flow"
+    started = payments.merchant.signed_post(
+        flow, {"provider_selection": {}, "redirect": {"return_uri": payments.return_uri()}}
+    )
+    assert started.status_code == 200, started.text
+    chosen = payments.merchant.signed_post(
+        f"{flow}/actions/provider-selection", {"provider_id": "mock-payments-gb-redirect"}
+    )
+    uri = chosen.json()["authorization_flow"]["actions"]["next"]["uri"]
+    assert urlsplit(uri).path == f"/mock-bank/login/{payment['id']}"
+    answer = page.goto(uri)
+    assert answer is not None
+    assert answer.status == 200  # HTML at once, no redirect
+    expect(page.get_by_role("heading", level=1)).to_have_text("Authorise payment")
+    check_page(page, "mock-bank-login-from-fragment")
+    page.get_by_label("Username").fill("test_executed")
+    page.get_by_role("button", name="Authorise").click()
+    page.wait_for_url(re.compile(re.escape(payments.site) + r"/shop/return\?"))
+    assert parse_qs(urlsplit(page.url).query)["payment_id"] == [payment["id"]]
+    payments.wait_for(payment["id"], "payment_settled")
+
+
+def test_login_page_without_a_token_says_there_is_nothing_to_do(
+    page: Page, payments: Payments, check_page: CheckPage
+) -> None:
+    payment = payments.create()
+    answer = page.goto(f"{payments.server.base_url}/mock-bank/login/{payment['id']}")
+    assert answer is not None
+    assert answer.status == 200
+    expect(page.get_by_test_id("no-token")).to_be_visible()
+    check_page(page, "mock-bank-login-without-token")

@@ -36,7 +36,7 @@ BANK_ACTIONS = {
     "Execute": ("payment_settled", None),
     "RejectAuthorisation": ("payment_failed", "authorization_failed"),
     "RejectExecution": ("payment_failed", "provider_rejected"),
-    "Cancel": ("payment_failed", "user_canceled_at_provider"),
+    "Cancel": ("payment_failed", "not_authorized"),
 }
 # Answers that mean "not decided, send it again": the server is down, starting, or the first
 # copy of the request still holds its key.

@@ -22,7 +22,7 @@ from mandate_helpers import (
     mandate_body,
     redirected_mandate,
 )
-from pay_in_helpers import bank_token, next_action, payment_body
+from pay_in_helpers import EMBEDDED_FIRST_FORM, bank_token, next_action, payment_body
 
 from bankrail.security import signing
 from support.api import MerchantClient, Operator
@@ -54,12 +54,14 @@ class Stage(StrEnum):
     PICKING = "picking"  # authorizing, waiting for the payer's provider selection
     FORM = "form"  # authorizing at the embedded provider, waiting for its form
     REDIRECT = "redirect"  # authorizing at a redirect provider, at the mock bank
+    CONSENT = "consent"  # authorizing at a redirect provider, waiting for the payer's consent
     SETTLED = "settled"  # payment_settled: refundable
     # The states a fresh mandate is brought to before a mandate action is fuzzed on it.
     MANDATE_CREATED = "mandate_created"  # authorization_required
     MANDATE_PICKING = "mandate_picking"  # authorizing, waiting for the payer's provider
     MANDATE_REDIRECT = "mandate_redirect"  # authorizing, at the mock bank's consent page
     MANDATE_AUTHORIZED = "mandate_authorized"  # authorized
+    MANDATE_CONSENT = "mandate_consent"  # authorizing, waiting for the payer's consent
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,13 @@ class World:
         if stage is Stage.MANDATE_AUTHORIZED:
             mandate_id, token = authorised_mandate(merchant)
             return FreshPayment(mandate_id, "", token, param="mandate_id")
+        if stage is Stage.MANDATE_CONSENT:
+            mandate_id = str(create_mandate(merchant)["id"])
+            flow = merchant.signed_post(
+                f"/v3/mandates/{mandate_id}/authorization-flow", {"consent": {}}
+            )
+            assert next_action(flow.json())["type"] == "consent", flow.text
+            return FreshPayment(mandate_id, "", param="mandate_id")
         body = mandate_body(merchant, provider_id=None)
         created = create_mandate(merchant, body)
         mandate = FreshPayment(created["id"], created["resource_token"], param="mandate_id")
@@ -261,6 +270,7 @@ class World:
             Stage.PICKING: ("GBP", None),
             Stage.FORM: ("EUR", DE_EMBEDDED),
             Stage.REDIRECT: ("GBP", GB_REDIRECT),
+            Stage.CONSENT: ("GBP", GB_REDIRECT),
             Stage.SETTLED: ("GBP", GB_REDIRECT),
         }[stage]
         created = self.merchant.signed_post(
@@ -272,11 +282,22 @@ class World:
             return payment
         flow = self.merchant.signed_post(
             f"/v3/payments/{payment.id}/authorization-flow",
-            {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
+            {
+                "provider_selection": {},
+                "redirect": {"return_uri": RETURN_URI},
+                **({"consent": {}} if stage is Stage.CONSENT else {}),
+            },
         )
         assert flow.status_code == 200, flow.text
         action = next_action(flow.json())
-        expected = {Stage.PICKING: "provider_selection", Stage.FORM: "form"}.get(stage, "redirect")
+        expected = {
+            Stage.PICKING: "provider_selection",
+            Stage.FORM: "form",
+            Stage.CONSENT: "consent",
+        }.get(stage, "redirect")
+        if stage is Stage.CONSENT:
+            assert action["type"] == expected, action
+            return payment
         assert action["type"] == expected, action
         if stage is Stage.REDIRECT:
             return FreshPayment(payment.id, payment.resource_token, bank_token(action["uri"]))
@@ -367,7 +388,7 @@ class World:
         bodies["/payments-provider-return"] = {"fragment": f"payment_id={paid}"}
         actions = "/v3/payments/{payment_id}/authorization-flow/actions"
         bodies[f"{actions}/provider-selection"] = {"provider_id": GB_REDIRECT}
-        bodies[f"{actions}/form"] = {"inputs": {"psu-username": "fuzz", "psu-password": "fuzz"}}
+        bodies[f"{actions}/form"] = EMBEDDED_FIRST_FORM
         bodies["/mock-bank/api/single-immediate-payments/{payment_id}/action"] = {
             "action": "Execute"
         }

@@ -61,6 +61,38 @@ def payment_body(
     }
 
 
+# The answers to the embedded provider's first form (mock-payments-de-embedded), as the Java
+# SDK's acceptance test sends them.
+EMBEDDED_FIRST_FORM = {
+    "inputs": {
+        "remitter-name": "Andrea Di Lisio",
+        "remitter-iban": "DE09500105171333647892",
+        "psu-id": "test_username",
+        "psu-password": "test_password",
+    }
+}
+
+
+def embedded_forms(code: str) -> list[dict[str, Any]]:
+    """The answers to the embedded provider's three forms; the SMS `code` picks the outcome
+    as the mock bank's usernames do."""
+    return [
+        EMBEDDED_FIRST_FORM,
+        {"inputs": {"embedded-auth-flow-sca-select": "Sms"}},
+        {"inputs": {"embedded-auth-flow-sms-input": code}},
+    ]
+
+
+def fill_in_embedded_forms(merchant: MerchantClient, payment_id: str, code: str) -> httpx.Response:
+    """Submit the embedded provider's three forms (signed); the last form's answer."""
+    path = f"{PAYMENTS}/{payment_id}/authorization-flow/actions/form"
+    *first, last = embedded_forms(code)
+    for body in first:
+        answer = merchant.signed_post(path, body)
+        assert answer.status_code == 200, answer.text
+    return merchant.signed_post(path, last)
+
+
 def next_action(flow: dict[str, Any]) -> dict[str, Any]:
     """The next action of an authorization-flow answer."""
     action: dict[str, Any] = flow["authorization_flow"]["actions"]["next"]
@@ -69,7 +101,7 @@ def next_action(flow: dict[str, Any]) -> dict[str, Any]:
 
 def bank_token(uri: str) -> str:
     """The mock bank's token carried by a redirect uri."""
-    return parse_qs(urlsplit(uri).query)["token"][0]
+    return parse_qs(urlsplit(uri).fragment)["token"][0]
 
 
 def bank_action(
@@ -166,7 +198,7 @@ def authorised_pay_in(
     )
     assert answer.status_code == 200, answer.text
     uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
+    token = parse_qs(urlsplit(uri).fragment)["token"][0]
     answer = merchant.http.post(
         f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
         json={"action": "Execute"},

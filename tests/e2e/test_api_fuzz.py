@@ -146,6 +146,7 @@ ROUTES = [
         "POST", f"{L}/authorization-flow/actions/provider-selection", Caller.SIGNED, Stage.PICKING
     ),
     Route("POST", f"{L}/submit-provider-selection", Caller.RESOURCE, Stage.PICKING),
+    Route("POST", f"{P}/authorization-flow/actions/consent", Caller.SIGNED, Stage.CONSENT),
     Route("POST", f"{P}/authorization-flow/actions/form", Caller.SIGNED, Stage.FORM),
     Route("POST", f"{P}/authorization-flow/actions/form", Caller.RESOURCE, Stage.FORM),
     Route("POST", f"{P}/actions/cancel", Caller.SIGNED, Stage.CREATED),
@@ -208,6 +209,7 @@ ROUTES = [
         Caller.SIGNED,
         Stage.MANDATE_PICKING,
     ),
+    Route("POST", f"{M}/authorization-flow/actions/consent", Caller.SIGNED, Stage.MANDATE_CONSENT),
     Route("POST", f"{M}/revoke", Caller.SIGNED, Stage.MANDATE_AUTHORIZED),
     Route(
         "POST",

@@ -280,7 +280,7 @@ def test_a_failed_payment_gives_no_source(operator: Operator) -> None:
         {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}},
     )
     uri = answer.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).query)["token"][0]
+    token = parse_qs(urlsplit(uri).fragment)["token"][0]
     with httpx.Client(base_url=str(merchant.http.base_url), timeout=30) as http:
         answer = http.post(
             f"/mock-bank/api/single-immediate-payments/{payment_id}/action",

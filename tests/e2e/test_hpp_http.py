@@ -107,11 +107,22 @@ def _choose(
     return http.post(f"{HPP}/{payment['id']}/provider", data=form)
 
 
+def _open_bank(http: httpx.Client, location: str) -> httpx.Response:
+    """What a browser does with the mock bank's login uri (`/mock-bank/login/{id}#token=..`):
+    the page answers at once, and its script posts the fragment's token to the same path."""
+    parts = urlsplit(location)
+    assert parts.path.startswith("/mock-bank/login/"), location
+    login = http.get(parts.path)
+    _assert_page(login, 200, "Signing you in to the bank")
+    token = parse_qs(parts.fragment)["token"][0]
+    return http.post(parts.path, data={"token": token})
+
+
 def _at_bank(http: httpx.Client, payment: dict[str, Any]) -> httpx.Response:
     """Pick the GB bank; the mock bank's consent page."""
     chosen = _choose(http, payment, "mock-payments-gb-redirect")
     assert chosen.status_code == 303, chosen.text
-    consent = http.get(chosen.headers["location"])
+    consent = _open_bank(http, chosen.headers["location"])
     assert consent.status_code == 200, consent.text
     return consent
 
@@ -129,7 +140,7 @@ def test_hosted_page_shows_the_payment_and_its_banks(
 ) -> None:
     payment = _create(merchant)
     page = http.get(HPP, params=_params(payment))
-    _assert_page(page, 200, "Pay Hpp Test Shop", "2,500.75 GBP", "Mock UK Bank")
+    _assert_page(page, 200, "Pay Hpp Test Shop", "2,500.75 GBP", "Mock UK Payments")
     assert "Mock German Bank" not in page.text  # EUR banks are not offered for GBP
     assert re.search(r"script-src 'nonce-[\w-]+'", page.headers["content-security-policy"])
     assert 'name="provider_id" value="mock-payments-gb-redirect"' in page.text
@@ -142,12 +153,13 @@ def test_search_filters_the_banks_on_the_server(
 ) -> None:
     payment = _create(merchant, "EUR")
     page = http.get(HPP, params=_params(payment, q="FRENCH"))
-    _assert_page(page, 200, "1 of 3 banks shown", "2,500.75 EUR")
+    _assert_page(page, 200, "1 of 4 banks shown", "2,500.75 EUR")
     items = re.findall(r'<li data-name="([^"]+)"( hidden)?>', page.text)
     assert {name: bool(hidden) for name, hidden in items} == {
         "mock german bank": True,
         "mock french bank": False,
         "mock german bank (embedded)": True,
+        "mock german bank (additional inputs)": True,
     }
     assert "mock dutch bank" not in page.text  # private beta: not offered by default
 
@@ -162,7 +174,7 @@ def test_preselected_payment_offers_only_its_bank(
     _assert_page(refused, 403, "This bank cannot be chosen")
     chosen = _choose(http, payment, "mock-payments-fr-redirect")
     assert chosen.status_code == 303, chosen.text
-    assert "/mock-bank/authorize?" in chosen.headers["location"]
+    assert f"/mock-bank/login/{payment['id']}#token=" in chosen.headers["location"]
 
 
 def test_second_window_cannot_switch_banks(http: httpx.Client, merchant: MerchantClient) -> None:
@@ -171,7 +183,7 @@ def test_second_window_cannot_switch_banks(http: httpx.Client, merchant: Merchan
     assert first.status_code == 303, first.text
     again = _choose(http, payment, "mock-payments-de-redirect")  # same bank: to it again
     assert again.status_code == 303, again.text
-    assert urlsplit(again.headers["location"]).path == "/mock-bank/authorize"
+    assert urlsplit(again.headers["location"]).path == f"/mock-bank/login/{payment['id']}"
     other = _choose(http, payment, "mock-payments-fr-redirect")
     _assert_page(other, 409, "A bank has already been chosen")
     state = _status(merchant, payment["id"])
@@ -184,14 +196,14 @@ def test_payer_pays_through_the_forms(http: httpx.Client, merchant: MerchantClie
     assert chosen.status_code == 303, chosen.text
     assert chosen.headers["referrer-policy"] == "no-referrer"
     bank_uri = chosen.headers["location"]
-    assert urlsplit(bank_uri).path == "/mock-bank/authorize"
+    assert urlsplit(bank_uri).path == f"/mock-bank/login/{payment['id']}"
     started = _status(merchant, payment["id"])
     assert (started["status"], started["provider_id"]) == (
         "authorizing",
         "mock-payments-gb-redirect",
     )
 
-    consent = http.get(bank_uri)
+    consent = _open_bank(http, bank_uri)
     _assert_page(consent, 200, "Authorise payment", "2,500.75 GBP", "Hpp Test Shop")
     decided = http.post(
         "/mock-bank/authorize",
@@ -246,8 +258,7 @@ def test_embedded_bank_takes_username_then_password(
     payment = _create(merchant, "EUR")
     chosen = _choose(http, payment, "mock-payments-de-embedded")
     assert chosen.status_code == 303, chosen.text
-    assert urlsplit(chosen.headers["location"]).path == "/mock-bank/embedded"
-    step1 = http.get(chosen.headers["location"])
+    step1 = _open_bank(http, chosen.headers["location"])
     _assert_page(step1, 200, "Sign in to approve", "Step 1 of 2")
     step2 = http.post(
         "/mock-bank/embedded",
@@ -288,9 +299,11 @@ def test_repeating_the_same_decision_answers_the_same(
 # --- bad input: the right page and status, and nothing changes --------------------------------
 
 
-def test_link_without_parameters_is_400_and_reads_the_fragment(http: httpx.Client) -> None:
+def test_link_without_parameters_answers_a_page_that_reads_the_fragment(
+    http: httpx.Client,
+) -> None:
     page = http.get(HPP)
-    _assert_page(page, 400, "This payment link is incomplete")
+    _assert_page(page, 200, "Opening your payment", "This payment link is incomplete")
     assert "window.location.hash" in page.text  # moves fragment parameters to the query
     nonce = re.search(r"'nonce-([\w-]+)'", page.headers["content-security-policy"])
     assert nonce
@@ -320,7 +333,7 @@ def test_bad_resource_token_is_401_and_changes_nothing(
     if kind == "bank-token":
         # The mock bank's token of this very payment is not a resource token.
         bank_uri = _choose(http, payment, "mock-payments-gb-redirect").headers["location"]
-        token = parse_qs(urlsplit(bank_uri).query)["token"][0]
+        token = parse_qs(urlsplit(bank_uri).fragment)["token"][0]
     else:
         token = {
             "garbage": "not-a-jwt",
@@ -469,21 +482,15 @@ def test_mock_bank_rejects_bad_tokens_and_tampered_forms(
     consent = _at_bank(http, payment)
     token = _field(consent, "token")
 
-    def consent_page(**params: str) -> httpx.Response:
-        return http.get("/mock-bank/authorize", params={"payment_id": payment["id"], **params})
+    def consent_page(payment_id: str = payment["id"], **form: str) -> httpx.Response:
+        return http.post(f"/mock-bank/login/{payment_id}", data=form)
 
     _assert_page(consent_page(token=payment["resource_token"]), 401)  # wrong kind of token
     _assert_page(consent_page(token=_forged(token)), 401)
     _assert_page(consent_page(), 401)
-    _assert_page(http.get("/mock-bank/embedded", params={"payment_id": payment["id"]}), 401)
-    _assert_page(
-        http.get("/mock-bank/authorize", params={"payment_id": str(uuid.uuid4()), "token": token}),
-        404,
-    )
+    _assert_page(consent_page(str(uuid.uuid4()), token=token), 404)
     other = _create(merchant)
-    _assert_page(
-        http.get("/mock-bank/authorize", params={"payment_id": other["id"], "token": token}), 401
-    )
+    _assert_page(consent_page(other["id"], token=token), 401)
 
     good = {"username": "test_executed", "decision": "authorise"}
     for tampered, status in [
@@ -548,10 +555,7 @@ def test_expired_tokens_are_401(
     assert advanced.status_code == 200, advanced.text
 
     _assert_page(http.get(HPP, params=_params(payment)), 401, "Token has expired")
-    bank = http.get(
-        "/mock-bank/authorize",
-        params={"payment_id": at_bank["id"], "token": _field(consent, "token")},
-    )
+    bank = http.post(f"/mock-bank/login/{at_bank['id']}", data={"token": _field(consent, "token")})
     _assert_page(bank, 401, "Token has expired")
     decided = http.post(
         "/mock-bank/authorize",

@@ -43,7 +43,14 @@ from mandate_helpers import (
     mandate_payment,
     redirected_mandate,
 )
-from pay_in_helpers import balances, bank_action, bank_token, next_action, payment_body
+from pay_in_helpers import (
+    EMBEDDED_FIRST_FORM,
+    balances,
+    bank_action,
+    bank_token,
+    next_action,
+    payment_body,
+)
 
 from bankrail.security import signing
 from support.api import MerchantClient, Operator
@@ -58,8 +65,6 @@ SORT_CODE = {
     "sort_code": "040004",
     "account_number": "12345678",
 }
-# Failing the payer's authorisation moves no money, so owner controls leave balances alone.
-NO_MONEY_USERNAME = "test_authorisation_failed"
 
 # Routes that need no merchant credentials, or name no merchant's object: each is here on
 # purpose, so that a new route cannot slip past the table unnoticed.
@@ -345,6 +350,13 @@ def _flow_started(w: World) -> str:
     return pid
 
 
+def _consent_awaited(w: World) -> str:
+    pid = str(_create_payment(w.a, GB_REDIRECT)["id"])
+    answer = w.a.signed_post(f"/v3/payments/{pid}/authorization-flow", {**FLOW, "consent": {}})
+    assert next_action(answer.json())["type"] == "consent", answer.text
+    return pid
+
+
 def _form_shown(w: World) -> str:
     pid = str(_create_payment(w.a, DE_EMBEDDED, "EUR")["id"])
     assert _start_flow(w.a, pid)["type"] == "form"
@@ -393,6 +405,13 @@ def _mandate_picking(w: World) -> str:
     return mid
 
 
+def _mandate_consent_awaited(w: World) -> str:
+    mid = str(create_mandate(w.a)["id"])
+    answer = w.a.signed_post(f"/v3/mandates/{mid}/authorization-flow", {**FLOW, "consent": {}})
+    assert next_action(answer.json())["type"] == "consent", answer.text
+    return mid
+
+
 def _consent_bank(w: World) -> Target:
     mid, token = redirected_mandate(w.a)
     _, intruder = redirected_mandate(w.b)
@@ -408,7 +427,7 @@ def _consent_bank(w: World) -> Target:
 
 SELECTION = {"provider_id": GB_REDIRECT}
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
-FORM = {"inputs": {"psu-username": NO_MONEY_USERNAME, "psu-password": "secret"}}
+FORM = EMBEDDED_FIRST_FORM  # the first of three forms: it decides nothing
 PAYMENT_SEARCH: dict[str, Any] = {"currencies": ["GBP"]}
 REFUND = {"amount_in_minor": 1, "reference": "isolation"}
 
@@ -504,6 +523,9 @@ ROUTES: dict[str, Route] = {
     "POST /payments/{payment_id}/submit-provider-selection": _on_payment(
         "/payments/{}/submit-provider-selection", SELECTION, 200, _flow_started
     ),
+    "POST /v3/payments/{payment_id}/authorization-flow/actions/consent": _on_payment(
+        "/v3/payments/{}/authorization-flow/actions/consent", {}, 200, _consent_awaited
+    ),
     "POST /v3/payments/{payment_id}/authorization-flow/actions/form": _on_payment(
         "/v3/payments/{}/authorization-flow/actions/form", FORM, 200, _form_shown
     ),
@@ -545,6 +567,9 @@ ROUTES: dict[str, Route] = {
         SELECTION,
         200,
         _mandate_picking,
+    ),
+    "POST /v3/mandates/{mandate_id}/authorization-flow/actions/consent": _on_mandate(
+        "/v3/mandates/{}/authorization-flow/actions/consent", None, 200, _mandate_consent_awaited
     ),
     "POST /v3/mandates/{mandate_id}/revoke": _on_mandate("/v3/mandates/{}/revoke", None, 204),
     "POST /mock-bank/api/vrp-consents/{mandate_id}/action": Route(_consent_bank, 202),

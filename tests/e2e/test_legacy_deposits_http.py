@@ -73,8 +73,8 @@ def test_a_deposit_becomes_an_authorizing_payment(operator: Operator) -> None:
     uuid.UUID(result["payment_id"])
     assert result["auth_flow"]["type"] == "redirect"
     uri = urlsplit(result["auth_flow"]["uri"])
-    assert uri.path == "/mock-bank/authorize"
-    assert parse_qs(uri.query)["payment_id"] == [result["payment_id"]]
+    assert uri.path == f"/mock-bank/login/{result['payment_id']}"
+    assert parse_qs(uri.fragment)["token"]
 
     payment = _get_payment(merchant, result["payment_id"])
     assert payment["status"] == "authorizing"
@@ -91,14 +91,14 @@ def test_the_deposit_settles_through_the_mock_bank(operator: Operator) -> None:
     answer = _post(merchant, _deposit("d-settle", amount=2_500))
     assert answer.status_code == 201, answer.text
     result = answer.json()["result"]
-    token = parse_qs(urlsplit(result["auth_flow"]["uri"]).query)["token"][0]
+    token = parse_qs(urlsplit(result["auth_flow"]["uri"]).fragment)["token"][0]
     answer = merchant.http.post(
         f"/mock-bank/api/single-immediate-payments/{result['payment_id']}/action",
         json={"action": "Execute"},
         headers=bearer(token),
     )
     assert answer.status_code == 202, answer.text
-    back = urlsplit(answer.json()["redirect_uri"])
+    back = urlsplit(answer.text)
     assert f"{back.scheme}://{back.netloc}{back.path}" == RETURN_URI
     assert parse_qs(back.query)["payment_id"] == [result["payment_id"]]
 

@@ -87,7 +87,11 @@ def _choose(http: httpx.Client, mandate: dict[str, Any], bank: str, **overrides:
 def _at_bank(http: httpx.Client, mandate: dict[str, Any]) -> httpx.Response:
     chosen = _choose(http, mandate, GB_REDIRECT)
     assert chosen.status_code == 303, chosen.text
-    consent = http.get(chosen.headers["location"])
+    location = urlsplit(chosen.headers["location"])
+    assert location.path == f"/mock-bank/login/{mandate['id']}", location
+    # What the login page's script does: post the fragment's token to the same path.
+    token = parse_qs(location.fragment)["token"][0]
+    consent = http.post(location.path, data={"token": token})
     _assert_page(consent, 200, "Set up a payment mandate")
     return consent
 
@@ -102,7 +106,7 @@ def test_the_payer_authorises_through_the_forms(
 ) -> None:
     mandate = _created(merchant)
     page = http.get(HPP, params=_params(mandate))
-    _assert_page(page, 200, "Mandate Pages Shop", "Mock UK Bank", "50.00 GBP", "Each month")
+    _assert_page(page, 200, "Mandate Pages Shop", "Mock UK Payments", "50.00 GBP", "Each month")
     assert "Mock German Bank" not in page.text  # only banks that take mandates
     consent = _at_bank(http, mandate)
     assert _status(merchant, mandate["id"]) == "authorizing"

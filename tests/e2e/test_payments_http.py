@@ -34,6 +34,9 @@ from pay_in_helpers import (
     bank_token as _bank_token,
 )
 from pay_in_helpers import (
+    fill_in_embedded_forms,
+)
+from pay_in_helpers import (
     merchant_with_webhooks as _merchant,
 )
 from pay_in_helpers import (
@@ -294,10 +297,9 @@ def test_user_selected_journey_to_settlement_with_webhooks(
     assert action["type"] == "redirect"
     uri = urlsplit(action["uri"])
     assert f"{uri.scheme}://{uri.netloc}" == str(merchant.http.base_url).rstrip("/")
-    assert uri.path == "/mock-bank/authorize"
-    query = parse_qs(uri.query)
-    assert query["payment_id"] == [payment_id]
-    assert query["token"]
+    assert uri.path == f"/mock-bank/login/{payment_id}"
+    assert not uri.query
+    assert parse_qs(uri.fragment)["token"]
     still = _get(merchant, payment_id)
     assert still["status"] == "authorizing"
     assert still["provider_id"] == GB_REDIRECT
@@ -305,7 +307,8 @@ def test_user_selected_journey_to_settlement_with_webhooks(
 
     answer = _bank(merchant.http, payment_id, action["uri"], "Execute")
     assert answer.status_code == 202, answer.text
-    back = urlsplit(answer.json()["redirect_uri"])
+    assert answer.headers["content-type"].startswith("text/plain")
+    back = urlsplit(answer.text)
     assert (back.scheme, back.netloc, back.path) == ("https", "shop.example", "/back")
     assert parse_qs(back.query) == {"payment_id": [payment_id]}
 
@@ -400,8 +403,7 @@ def test_preselected_provider_goes_straight_to_the_bank(operator: Operator) -> N
     created = _create(merchant, _body(merchant, provider_id=GB_REDIRECT))
     action = _next(_start(merchant, created["id"]))
     assert action["type"] == "redirect"
-    assert urlsplit(action["uri"]).path == "/mock-bank/authorize"
-    assert parse_qs(urlsplit(action["uri"]).query)["payment_id"] == [created["id"]]
+    assert urlsplit(action["uri"]).path == f"/mock-bank/login/{created['id']}"
     payment = _get(merchant, created["id"])
     assert payment["payment_method"]["provider_selection"]["type"] == "preselected"
     assert payment["payment_method"]["provider_selection"]["provider_id"] == GB_REDIRECT
@@ -433,7 +435,12 @@ def test_eur_payment_through_a_user_selected_provider(
     action = _next(_start(merchant, created["id"]))
     offered = {p["id"] for p in action["providers"]}
     # Every GA provider of EUR; the private-beta one only with a filter.
-    assert offered == {DE_REDIRECT, "mock-payments-fr-redirect", DE_EMBEDDED}
+    assert offered == {
+        DE_REDIRECT,
+        "mock-payments-fr-redirect",
+        DE_EMBEDDED,
+        "mock-payments-de-redirect-additional-input-text",
+    }
     for provider in action["providers"]:
         assert provider["capabilities"]["payments"]["bank_transfer"]["schemes"]
     action = _next(_select(merchant, created["id"], DE_REDIRECT))
@@ -504,15 +511,13 @@ def test_embedded_provider_uses_a_form(operator: Operator) -> None:
     created = _create(merchant, _body(merchant, "EUR", 900, provider_id=DE_EMBEDDED))
     action = _next(_start(merchant, created["id"]))
     assert action["type"] == "form"
-    ids = {i["id"] for i in action["inputs"]}
-    assert ids == {"psu-username", "psu-password"}
+    ids = [i["id"] for i in action["inputs"]]
+    assert ids == ["remitter-name", "remitter-iban", "psu-id", "psu-password"]
 
-    answer = merchant.signed_post(
-        f"{PAYMENTS}/{created['id']}/authorization-flow/actions/form",
-        {"inputs": {"psu-username": "test_executed", "psu-password": "x"}},
-    )
+    answer = fill_in_embedded_forms(merchant, created["id"], "test_executed")
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] in {"authorized", "payment_executed", "payment_settled"}
+    assert _next(answer.json()) == {"type": "wait"}
     payment = _wait_status(merchant, created["id"], "payment_settled")
     assert payment["provider_id"] == DE_EMBEDDED
     assert payment["scheme_id"] == "sepa_credit_transfer"
@@ -612,7 +617,7 @@ def test_provider_return_needs_no_token(operator: Operator) -> None:
     created = _create(merchant, _body(merchant))
     payment_id = created["id"]
     uri = _redirect_uri(merchant, payment_id)
-    back = _bank(merchant.http, payment_id, uri, "Execute").json()["redirect_uri"]
+    back = _bank(merchant.http, payment_id, uri, "Execute").text
     anonymous = httpx.Client(base_url=str(merchant.http.base_url), timeout=30)
     expected = {"resource": {"type": "payment", "payment_id": payment_id}}
     try:

@@ -140,8 +140,8 @@ def test_a_strong_operator_token_is_accepted_and_required(production: RunningSer
             "/sandbox/bank-transfers",
             {"iban": "GB29NWBK60161331926819", "amount_in_minor": 100, "currency": "GBP"},
         ),
-        ("GET", "/mock-bank/authorize", None),
-        ("GET", "/mock-bank/embedded", None),
+        ("GET", f"/mock-bank/login/{uuid.uuid4()}", None),
+        ("POST", f"/mock-bank/login/{uuid.uuid4()}", None),
         ("POST", "/mock-bank/authorize", None),
         (
             "POST",

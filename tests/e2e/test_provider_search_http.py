@@ -15,11 +15,15 @@ from support.server import RunningServer
 SEARCH = "/v3/payments-providers/search"
 ALIAS = "/v3/payment-providers/search"
 LEGACY = "/v2/single-immediate-payments-providers"
+DE_INPUTS = "mock-payments-de-redirect-additional-input-text"
 GA_IDS = [
     "mock-payments-gb-redirect",
     "mock-payments-de-redirect",
     "mock-payments-fr-redirect",
     "mock-payments-de-embedded",
+    "mock-payments-pl-redirect",
+    "mock-payments-no-redirect",
+    DE_INPUTS,
 ]
 
 
@@ -108,7 +112,7 @@ def test_search_eur_germany_redirect(merchant: MerchantClient) -> None:
         "customer_segments": ["retail"],
         "authorization_flow": {"configuration": {"redirect": {}}},
     }
-    assert _ids(_search(merchant, body)) == ["mock-payments-de-redirect"]
+    assert _ids(_search(merchant, body)) == ["mock-payments-de-redirect", DE_INPUTS]
 
 
 def test_search_redirect_accepts_a_return_uri(merchant: MerchantClient) -> None:
@@ -118,7 +122,7 @@ def test_search_redirect_accepts_a_return_uri(merchant: MerchantClient) -> None:
             "configuration": {"redirect": {"return_uri": "https://shop.example/back"}}
         },
     }
-    assert _ids(_search(merchant, body)) == ["mock-payments-de-redirect"]
+    assert _ids(_search(merchant, body)) == ["mock-payments-de-redirect", DE_INPUTS]
 
 
 def test_search_form_selects_embedded_providers(merchant: MerchantClient) -> None:
@@ -139,6 +143,7 @@ def test_search_with_both_flows_selects_either(merchant: MerchantClient) -> None
     assert _ids(_search(merchant, body)) == [
         "mock-payments-de-redirect",
         "mock-payments-de-embedded",
+        DE_INPUTS,
     ]
 
 
@@ -146,6 +151,8 @@ def test_search_by_customer_segment(merchant: MerchantClient) -> None:
     assert _ids(_search(merchant, {"customer_segments": ["business"]})) == [
         "mock-payments-gb-redirect",
         "mock-payments-de-redirect",
+        "mock-payments-pl-redirect",
+        "mock-payments-no-redirect",
     ]
     assert _ids(_search(merchant, {"customer_segments": ["corporate"]})) == []
 
@@ -302,7 +309,11 @@ def test_legacy_search_needs_no_bearer_token(
         f"{server.base_url}{LEGACY}", params={"client_id": merchant.client_id, "country": "DE"}
     )
     assert "authorization" not in answer.request.headers
-    assert _legacy_ids(answer) == ["mock-payments-de-redirect", "mock-payments-de-embedded"]
+    assert _legacy_ids(answer) == [
+        "mock-payments-de-redirect",
+        "mock-payments-de-embedded",
+        DE_INPUTS,
+    ]
 
 
 def test_legacy_search_with_an_unknown_client_id_is_400(server: RunningServer) -> None:
@@ -344,6 +355,7 @@ def test_legacy_search_comma_separated_lists(merchant: MerchantClient) -> None:
     assert _legacy_ids(_legacy(merchant, country="DE", auth_flow_type="redirect,embedded")) == [
         "mock-payments-de-redirect",
         "mock-payments-de-embedded",
+        DE_INPUTS,
     ]
 
 
@@ -355,6 +367,7 @@ def test_legacy_account_type_selects_by_currency(merchant: MerchantClient) -> No
         "mock-payments-de-redirect",
         "mock-payments-fr-redirect",
         "mock-payments-de-embedded",
+        DE_INPUTS,
     ]
     assert _legacy_ids(_legacy(merchant, account_type="iban", currency="GBP")) == []
 

@@ -39,6 +39,7 @@ from pay_in_helpers import (
     PAYMENTS,
     authorised_pay_in,
     balances,
+    embedded_forms,
     next_action,
     payment_body,
     settled_payment,
@@ -239,6 +240,17 @@ def _payment_at(merchant: MerchantClient, action: str, **body: Any) -> str:
     return payment_id
 
 
+def _payment_at_last_form(merchant: MerchantClient) -> str:
+    """A new payment at the embedded provider whose first two forms are answered."""
+    payment_id = _payment_at(merchant, "form", currency="EUR", provider_id=DE_EMBEDDED)
+    for body in embedded_forms("test_executed")[:-1]:
+        answer = merchant.signed_post(
+            f"{PAYMENTS}/{payment_id}/authorization-flow/actions/form", body
+        )
+        assert answer.status_code == 200, answer.text
+    return payment_id
+
+
 def _mandate_at_provider_selection(merchant: MerchantClient) -> str:
     """A new user-selected mandate whose consent journey waits for the payer's bank."""
     mandate_id = str(create_mandate(merchant, mandate_body(merchant, provider_id=None))["id"])
@@ -272,7 +284,8 @@ def _settled_payment_id(merchant: MerchantClient) -> str:
 FLOW = {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}}
 MANDATE_FLOW = {"provider_selection": {}, "redirect": {"return_uri": RETURN_URI}}
 DE_EMBEDDED = "mock-payments-de-embedded"
-FORM = {"inputs": {"psu-username": "test_executed", "psu-password": "secret"}}
+# The embedded provider's last form: its code decides, so the payment visibly changes.
+FORM = embedded_forms("test_executed")[-1]
 DEPOSIT = {
     "user_id": "u1",
     "deposit": {"deposit_id": "d-repeat", "amount_in_minor": 1_000, "currency": "GBP"},
@@ -292,7 +305,7 @@ ROUTES: dict[str, Callable[[MerchantClient], SignedPost]] = {
     "POST actions/form": lambda m: _payment_post(
         "authorization-flow/actions/form",
         FORM,
-        _payment_at(m, "form", currency="EUR", provider_id=DE_EMBEDDED),
+        _payment_at_last_form(m),
     ),
     "POST actions/cancel": lambda m: _payment_post("actions/cancel", None, _new_payment_id(m)),
     "POST /v1/users/deposits": lambda m: SignedPost("/v1/users/deposits", DEPOSIT, keyed=False),

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from e2e_helpers import account_by_currency, assert_problem, bearer, wait_for, wait_record_status
 from mandate_helpers import MANDATES, create_mandate, mandate_body
-from pay_in_helpers import payment_body
+from pay_in_helpers import EMBEDDED_FIRST_FORM, embedded_forms, payment_body
 from payout_helpers import DE_IBAN, create_payout, external_beneficiary, payout_body
 from test_console_http import Console
 
@@ -65,18 +65,30 @@ def _start(merchant: MerchantClient, payment_id: str) -> httpx.Response:
 
 
 def _fill_in_form(http: httpx.Client, payment_id: str, token: str) -> httpx.Response:
-    """The embedded form with the payment's resource token (unsigned, as the hosted page)."""
+    """The embedded provider's first form with the payment's resource token (unsigned, as
+    the hosted page)."""
     return http.post(
         f"/v3/payments/{payment_id}/authorization-flow/actions/form",
-        json={"inputs": {"psu-username": "anyone", "psu-password": "x"}},
+        json=EMBEDDED_FIRST_FORM,
         headers=bearer(token),
     )
+
+
+def _fill_in_every_form(http: httpx.Client, payment_id: str, token: str) -> None:
+    """The embedded provider's three forms, the SMS code choosing success."""
+    for body in embedded_forms("test_executed"):
+        answer = http.post(
+            f"/v3/payments/{payment_id}/authorization-flow/actions/form",
+            json=body,
+            headers=bearer(token),
+        )
+        assert answer.status_code == 200, answer.text
 
 
 def _form_as_merchant(merchant: MerchantClient, payment_id: str) -> httpx.Response:
     return merchant.signed_post(
         f"/v3/payments/{payment_id}/authorization-flow/actions/form",
-        {"inputs": {"psu-username": "anyone", "psu-password": "x"}},
+        EMBEDDED_FIRST_FORM,
     )
 
 
@@ -232,8 +244,7 @@ def _settle_through_the_form(merchant: MerchantClient, amount: int) -> None:
     started = _start(merchant, created["id"])
     assert started.status_code == 200, started.text
     assert started.json()["authorization_flow"]["actions"]["next"]["type"] == "form"
-    filled = _fill_in_form(merchant.http, created["id"], created["resource_token"])
-    assert filled.status_code == 200, filled.text
+    _fill_in_every_form(merchant.http, created["id"], created["resource_token"])
     wait_record_status(merchant, f"/v3/payments/{created['id']}", {"payment_settled"})
 
 

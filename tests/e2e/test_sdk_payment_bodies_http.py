@@ -1,8 +1,9 @@
 """Every payment request body the official SDKs send (tests/fixtures/sdk-bodies, copied from the
 round-3 contract's `spec/sdk-bodies`; fidelity P1 to P5 and section 0), sent over signed HTTP as
 the SDK sends it (Java and Rust without the `/v3` prefix): each is accepted (201) and a later GET
-reads back what was sent. Payments on a mandate (`*-payment-mandate*`) belong to the mandates'
-tests."""
+reads back what was sent; the payments at the providers that ask a form first (PLN, NOK, the
+EUR additional-input one) run their journey to `payment_settled`. Payments on a mandate
+(`*-payment-mandate*`) belong to the mandates' tests."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import get_record
+from e2e_helpers import bearer, get_record, wait_record_status
+from pay_in_helpers import next_action
 
 from support.api import MerchantClient, Operator
 
@@ -24,6 +26,19 @@ PAYMENT_FILES = sorted(
     if p.name.split("-")[1] == "payment" and "-payment-mandate" not in p.name
 )
 # Placeholders of the bodies (sdk-bodies/README.md).
+# The payer's answers to the form of each provider that asks one before the bank (fidelity C1).
+PAYER_FORMS = {
+    "mock-payments-pl-redirect": {
+        "remitter-name": "John Doe",
+        "remitter-nrb": "12345678901234567890123456",
+    },
+    "mock-payments-no-redirect": {"remitter-name": "John Doe", "remitter-bban": "12345678901"},
+    "mock-payments-de-redirect-additional-input-text": {
+        "psu-branch-code": "123",
+        "psu-account-number": "1234567",
+        "psu-sub-account": "01",
+    },
+}
 GBP_ACCOUNT = "00000000-0000-4000-8000-000000000001"
 EUR_ACCOUNT = "00000000-0000-4000-8000-000000000002"
 PAYMENT = "00000000-0000-4000-8000-000000000003"
@@ -49,15 +64,6 @@ def filled(merchant: MerchantClient, text: str) -> Any:
 def sdk_path(name: str, path: str) -> str:
     """The path as the SDK calls it: Java and Rust leave out `/v3` (fidelity A)."""
     return path.removeprefix("/v3") if name.startswith(("java-", "rust-")) else path
-
-
-def require_catalogue_has(merchant: MerchantClient, body: dict[str, Any]) -> None:
-    """Skip a body whose preselected provider this deployment does not list yet (the PLN, NOK
-    and additional-input providers come with the provider catalogue of issue 40.8)."""
-    selection = body["payment_method"]["provider_selection"]
-    provider_id = selection.get("provider_id")
-    if provider_id and merchant.get(f"/v3/payments-providers/{provider_id}").status_code == 404:
-        pytest.skip(f"{provider_id} is not in this catalogue yet (issue 40.8)")
 
 
 def assert_reads_back(
@@ -128,7 +134,6 @@ def test_the_sdks_payment_bodies_are_accepted_and_read_back(
         assert (payment["status"], payment["failure_reason"]) == ("payment_failed", "canceled")
         return
     body = request["body"]
-    require_catalogue_has(merchant, body)
     answer = merchant.signed_post(sdk_path(source.name, request["path"]), body)
     assert answer.status_code == 201, answer.text
     created = answer.json()
@@ -138,3 +143,46 @@ def test_the_sdks_payment_bodies_are_accepted_and_read_back(
     if created["status"] == "authorizing":
         # The current next action reads back while authorizing (P6).
         assert payment["authorization_flow"] == created["authorization_flow"]
+
+
+def _journey_step(merchant: MerchantClient, path: str, body: Any) -> dict[str, Any]:
+    """One signed step of the payer's journey; its next action."""
+    answer = merchant.signed_post(path, body)
+    assert answer.status_code == 200, answer.text
+    return next_action(answer.json())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dotnet-payment-external-account-pln",
+        "dotnet-payment-external-account-nok",
+        "rust-payment-preselected-open-loop-eur",
+    ],
+)
+def test_payments_at_the_form_providers_complete(operator: Operator, name: str) -> None:
+    """The PLN and NOK external-account payments and the EUR one at the additional-input
+    provider run the whole journey: the provider's form, the mock bank, then settled."""
+    merchant = operator.new_merchant("SDK bodies")
+    request = filled(merchant, (BODIES / f"{name}.json").read_text())
+    provider_id = request["body"]["payment_method"]["provider_selection"]["provider_id"]
+    answer = merchant.signed_post(request["path"], request["body"])
+    assert answer.status_code == 201, answer.text
+    payment_id = answer.json()["id"]
+    flow = f"/v3/payments/{payment_id}/authorization-flow"
+    start = {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}}
+    step = _journey_step(merchant, flow, start)
+    assert step["type"] == "form", step
+    assert {i["id"] for i in step["inputs"]} == set(PAYER_FORMS[provider_id])
+    step = _journey_step(merchant, f"{flow}/actions/form", {"inputs": PAYER_FORMS[provider_id]})
+    assert step["type"] == "redirect", step
+    token = step["uri"].split("#token=", 1)[1]
+    acted = merchant.http.post(
+        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+        json={"action": "Execute", "redirect": False},
+        headers=bearer(token),
+    )
+    assert acted.status_code == 202, acted.text
+    assert acted.text == f"https://shop.example/back?payment_id={payment_id}"
+    done = wait_record_status(merchant, f"/v3/payments/{payment_id}", {"payment_settled"})
+    assert (done["status"], done["provider_id"]) == ("payment_settled", provider_id)

@@ -569,7 +569,7 @@ class DomainMachine(RuleBasedStateMachine):
         if p.due is not None and p.due <= self.units:  # the window had closed
             self._fail_payment(payment_id, "expired")
         elif action == "Cancel":
-            self._fail_payment(payment_id, "user_canceled_at_provider")
+            self._fail_payment(payment_id, "not_authorized")
         elif action == "RejectAuthorisation":
             self._fail_payment(payment_id, "authorization_failed")
         else:

@@ -12,7 +12,7 @@ from shop import Shop, ShopError
 
 def pay_at_the_bank(client: httpx.Client, payment_id: str, bank_page: str) -> None:
     """The customer approves the payment at the mock bank (its headless API)."""
-    token = parse_qs(urlsplit(bank_page).query)["token"][0]
+    token = parse_qs(urlsplit(bank_page).fragment)["token"][0]
     answer = client.post(
         f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
         json={"action": "Execute"},

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 
 __all__ = [
+    "PROVIDER_RETURN_URL",
     "Address",
     "Amount",
     "AuthorizationFlowAnswer",
@@ -20,7 +21,6 @@ __all__ = [
     "MerchantAccountBeneficiary",
     "Metadata",
     "Redirect",
-    "RedirectAnswer",
     "ShortText",
     "StrictModel",
     "Uuid",
@@ -82,7 +82,8 @@ class AuthorizationFlowAnswer(BaseModel):
     authorization_flow: dict[str, Any] | None = None
 
 
-class RedirectAnswer(BaseModel):
-    """Where the mock bank sends the payer next."""
-
-    redirect_uri: str
+# The 202 answer of the mock bank's headless actions: the provider return URL, plain text.
+PROVIDER_RETURN_URL: dict[str, Any] = {
+    "description": "The provider return URL: where the bank sends the payer next.",
+    "content": {"text/plain": {"schema": {"type": "string", "format": "uri"}}},
+}

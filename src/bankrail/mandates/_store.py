@@ -41,7 +41,7 @@ MANDATE_COLUMNS = (
     " selection_type, provider_id, reference, constraints, metadata, return_uri, status,"
     " failure_stage, failure_reason, revocation_source, bank_action, remitter_balance_in_minor,"
     " remitter, created_at, authorized_at, failed_at, revoked_at, beneficiary, provider_filter,"
-    " use_case, related_products"
+    " use_case, related_products, flow"
 )
 
 

@@ -41,6 +41,7 @@ class FailureReason(StrEnum):
 
     AUTHORIZATION_FAILED = "authorization_failed"
     EXPIRED = "expired"
+    NOT_AUTHORIZED = "not_authorized"  # the payer cancelled at the bank (Cancel)
 
 
 class RevocationSource(StrEnum):

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 from bankrail.core.problems import Unauthenticated
@@ -27,7 +27,7 @@ from bankrail.http.listing import WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST, Needs
 from bankrail.http.pipeline import MANDATES, NOBODY, SIGNED, Call, Endpoint, routes
 from bankrail.http.responses import json_response
-from bankrail.http.schema_types import AuthorizationFlowAnswer, RedirectAnswer
+from bankrail.http.schema_types import PROVIDER_RETURN_URL, AuthorizationFlowAnswer
 from bankrail.mandates import service
 from bankrail.mandates.schemas import (
     ConsentAction,
@@ -40,6 +40,7 @@ from bankrail.mandates.schemas import (
     MandateProviderSubmit,
     MandateRequest,
 )
+from bankrail.rails.mock_bank import provider_return_url
 from bankrail.security.tokens import AccessClaims, TokenError
 
 
@@ -151,6 +152,7 @@ async def start_mandate_authorization(call: Call[MandateFlowRequest, None]) -> R
             now=now,
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
+            consent=body.consent is not None,
         )
         return 200, service.flow_answer(
             updated, context.settings.public_url, context.tokens, now, context.settings.powers
@@ -168,6 +170,23 @@ async def submit_mandate_provider(call: Call[MandateProviderSubmit, None]) -> Re
         now = context.clock.now()
         powers = context.settings.powers
         updated = await service.select_provider(conn, row, body.provider_id, now, powers)
+        return 200, service.flow_answer(
+            updated, context.settings.public_url, context.tokens, now, powers
+        )
+
+    return await _on_mandate(request, context, claims, mandate_id, action)
+
+
+async def submit_mandate_consent(call: Call[None, None]) -> Response:
+    """The payer consents (the start request declared `consent`); the next action takes them
+    to the bank's consent page. No body."""
+    mandate_id, context, claims = call.params["mandate_id"], call.context, call.merchant
+    request = call.request
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        now = context.clock.now()
+        powers = context.settings.powers
+        updated = await service.give_consent(conn, row, powers)
         return 200, service.flow_answer(
             updated, context.settings.public_url, context.tokens, now, powers
         )
@@ -208,7 +227,8 @@ async def mandate_constraints(call: Call[None, None]) -> Response:
 
 async def mock_bank_consent_action(call: Call[ConsentAction, None]) -> Response:
     """The payer's decision on a mandate at the mock bank, headless (for tests and CI):
-    `Authorise` (optionally with the remitter's balance), `Reject`, or later `Revoke`."""
+    `Authorise` (optionally with the remitter's balance), `RejectAuthorisation` (or
+    `Reject`), `Cancel`, or later `Revoke`; answers the provider return URL as plain text."""
     mandate_id, body, request, context = (
         call.params["mandate_id"],
         call.body,
@@ -235,7 +255,8 @@ async def mock_bank_consent_action(call: Call[ConsentAction, None]) -> Response:
             powers=context.settings.powers,
             remitter_balance=body.remitter_balance_in_minor,
         )
-    return json_response(202, {"redirect_uri": redirect})
+    url = provider_return_url(redirect, context.settings.public_url, "mandate", mandate_id)
+    return PlainTextResponse(url, status_code=202)
 
 
 _MANDATE = {"mandate_id": uuid.UUID}
@@ -288,6 +309,12 @@ ROUTES = routes(
         AuthorizationFlowAnswer,
     ),
     _signed_post(
+        "/v3/mandates/{mandate_id}/authorization-flow/actions/consent",
+        submit_mandate_consent,
+        None,
+        AuthorizationFlowAnswer,
+    ),
+    _signed_post(
         "/v3/mandates/{mandate_id}/revoke",
         revoke_mandate,
         None,
@@ -320,8 +347,9 @@ MOCK_BANK_CONSENT_ROUTES = routes(
         body=ConsentAction,
         params=_MANDATE,
         status_code=202,
-        response_model=RedirectAnswer,
+        response_class=PlainTextResponse,
         errors=ERRORS_READ_CONFLICT,
+        responses={202: PROVIDER_RETURN_URL},
         tags=["mock bank"],
     ),
 )

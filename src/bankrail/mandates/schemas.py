@@ -163,10 +163,14 @@ class MandateCreated(BaseModel):
 
 
 class MandateFlowRequest(StrictModel):
-    """`POST /v3/mandates/{id}/authorization-flow`."""
+    """`POST /v3/mandates/{id}/authorization-flow`: `provider_selection` (`{}` or null),
+    `redirect`, `consent` (declared: the payer consents after choosing a provider) and `form`
+    (accepted; no mandate provider asks a form)."""
 
     provider_selection: dict[str, Any] | None = None
     redirect: Redirect | None = None
+    consent: dict[str, Any] | None = None
+    form: dict[str, Any] | None = None
 
 
 class MandateProviderSubmit(StrictModel):
@@ -224,7 +228,9 @@ class ConstraintsOut(BaseModel):
 class ConsentAction(StrictModel):
     """The payer's decision at the mock bank on a mandate, headless."""
 
-    action: Literal["Authorise", "Reject", "Revoke"]
+    action: Literal["Authorise", "RejectAuthorisation", "Reject", "Revoke", "Cancel"]
+    redirect: bool | None = None
+    settlement_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
     remitter_balance_in_minor: Annotated[StrictInt, Field(ge=0, le=MAX_AMOUNT_IN_MINOR)] | None = (
         None
     )

@@ -64,7 +64,7 @@ from bankrail.mandates.schemas import (
 )
 from bankrail.merchants.return_uris import check_return_uri
 from bankrail.merchants.service import require_account
-from bankrail.rails.mock_bank import remitter_for
+from bankrail.rails.mock_bank import login_uri, remitter_for
 from bankrail.rails.providers import (
     Provider,
     find_provider,
@@ -94,6 +94,7 @@ __all__ = [
     "expire_mandate",
     "flow_answer",
     "get_mandate_row",
+    "give_consent",
     "list_mandates",
     "mandate_providers",
     "overview",
@@ -114,6 +115,10 @@ CURRENCY = "GBP"
 CONSENT_TOKEN_TTL = timedelta(days=366)  # the payer may revoke at their bank for as long
 PROVIDER_TOKEN_KIND = "mandate-provider"  # noqa: S105 (a token kind, not a secret)
 RESOURCE_TOKEN_KIND = "mandate"  # noqa: S105
+CONSENT_REQUESTED = "requested"
+CONSENT_GIVEN = "given"
+# The mock bank's names of the payer's decisions, and the one each records.
+ACTION_NAMES = {"RejectAuthorisation": "Reject"}
 
 
 def mandate_providers(
@@ -268,12 +273,10 @@ def flow_answer(
                 for p in mandate_providers(row["type"], powers, row["provider_filter"])
             ],
         }
+    elif (row["flow"] or {}).get("consent") == CONSENT_REQUESTED:
+        action = {"type": "consent", "subsequent_action_hint": "redirect"}
     else:
-        uri = with_query(
-            f"{public_url}/mock-bank/vrp-consent",
-            mandate_id=str(row["id"]),
-            token=provider_token(tokens, row["id"], now),
-        )
+        uri = login_uri(public_url, row["id"], provider_token(tokens, row["id"], now))
         action = {"type": "redirect", "uri": uri}
     answer["authorization_flow"] = {"actions": {"next": action}}
     return answer
@@ -296,10 +299,12 @@ async def start_authorization(
     allow_listed_only: bool,
     powers: SandboxPowers,
     field: str = "redirect.return_uri",
+    consent: bool = False,
 ) -> Any:
     """The payer starts the journey: the mandate becomes `authorizing`. `return_uri` must be
     an absolute http(s) URI (and, with `allow_listed_only`, one the merchant allowed); then
-    409 when this deployment offers no provider."""
+    409 when this deployment offers no provider. With `consent` (declared in the start
+    request) the payer consents once a provider is chosen."""
     if return_uri is not None:
         await check_return_uri(
             conn, row["merchant_id"], return_uri, field, allow_listed_only=allow_listed_only
@@ -311,7 +316,24 @@ async def start_authorization(
         state = state_of(row).start_authorization()
     except InvalidTransition as exc:
         raise transition_conflict(exc) from exc
-    return await save(conn, row, state, return_uri=return_uri or row["return_uri"])
+    flow = {"consent": CONSENT_REQUESTED} if consent else {}
+    return await save(conn, row, state, return_uri=return_uri or row["return_uri"], flow=flow)
+
+
+async def give_consent(conn: Connection, row: Any, powers: SandboxPowers) -> Any:
+    """The payer consents (the start request declared `consent`) after choosing a provider;
+    409 when no consent is awaited."""
+    require_offered(powers)
+    flow: dict[str, Any] = dict(row["flow"] or {})
+    awaited = (
+        row["status"] == MandateStatus.AUTHORIZING
+        and row["bank_action"] is None
+        and row["provider_id"] is not None
+        and flow.get("consent") == CONSENT_REQUESTED
+    )
+    if not awaited:
+        raise Conflict("No consent is awaited for this mandate now.")
+    return await save(conn, row, state_of(row), flow={**flow, "consent": CONSENT_GIVEN})
 
 
 async def select_provider(
@@ -344,11 +366,12 @@ async def bank_action(
     powers: SandboxPowers,
     remitter_balance: int | None = None,
 ) -> str:
-    """Apply the payer's decision at the mock bank (`Authorise`, `Reject` or `Revoke`);
-    returns where the payer goes next. Repeating the last action answers the same again.
-    Every such decision comes here: 409 when this deployment does not offer the mock
-    providers."""
+    """Apply the payer's decision at the mock bank (`Authorise`, `Reject` (also named
+    `RejectAuthorisation`), `Cancel` or `Revoke`); returns where the payer goes next.
+    Repeating the last action answers the same again. Every such decision comes here: 409
+    when this deployment does not offer the mock providers."""
     require_offered(powers)
+    action = ACTION_NAMES.get(action, action)
     if row["bank_action"] == action:
         return redirect_back(row)
     expired = await _expire_if_due(conn, row, now)
@@ -356,7 +379,7 @@ async def bank_action(
         return redirect_back(expired)
     state = state_of(row)
     ready = state.status is MandateStatus.AUTHORIZING and row["provider_id"] is not None
-    if action in ("Authorise", "Reject") and not ready:
+    if action in ("Authorise", "Reject", "Cancel") and not ready:
         raise Conflict(f"The mandate is {state.status}; the bank cannot {action.lower()} it now.")
     try:
         if action == "Authorise":
@@ -375,9 +398,13 @@ async def bank_action(
                     DEFAULT_REMITTER_BALANCE if remitter_balance is None else remitter_balance
                 ),
             )
-        elif action == "Reject":
-            failed = state.fail(now, FailureReason.AUTHORIZATION_FAILED)
-            updated = await save(conn, row, failed, bank_action=action)
+        elif action in ("Reject", "Cancel"):
+            reason = (
+                FailureReason.AUTHORIZATION_FAILED
+                if action == "Reject"
+                else FailureReason.NOT_AUTHORIZED
+            )
+            updated = await save(conn, row, state.fail(now, reason), bank_action=action)
         else:
             revoked = state.revoke(now, RevocationSource.USER)
             updated = await save(conn, row, revoked, bank_action=action)

@@ -65,6 +65,7 @@ COUNTRY_NAMES = {
     "NL": "Netherlands",
 }
 FAILURE_MESSAGES = {
+    "not_authorized": "You cancelled the payment at your bank.",
     "user_canceled_at_provider": "You cancelled the payment at your bank.",
     "authorization_failed": "Your bank did not authorise the payment.",
     "provider_rejected": "Your bank rejected the payment after it was authorised.",
@@ -114,7 +115,6 @@ class PageError(Exception):
     detail: str | None = None
     back_uri: str | None = None
     back_label: str | None = None
-    fragment_script: bool = False
 
     def render(self) -> HTMLResponse:
         """The error page."""
@@ -127,7 +127,6 @@ class PageError(Exception):
             detail=self.detail,
             back_uri=self.back_uri,
             back_label=self.back_label,
-            fragment_script=self.fragment_script,
         )
 
 

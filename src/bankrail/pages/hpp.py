@@ -47,6 +47,7 @@ from bankrail.pages._hosted import (
 )
 from bankrail.payments import service
 from bankrail.payments.models import PaymentStatus
+from bankrail.rails.mock_bank import login_uri
 
 router = APIRouter(include_in_schema=False)
 
@@ -57,13 +58,12 @@ COMPLETED = frozenset(
 SUCCEEDED = frozenset({PaymentStatus.EXECUTED.value, PaymentStatus.SETTLED.value})
 
 
-def _incomplete_link(fragment_script: bool = False) -> PageError:
+def _incomplete_link() -> PageError:
     return PageError(
         400,
         "This payment link is incomplete",
         "The link must carry payment_id, resource_token and return_uri. Please go back to the "
         "merchant and start the payment again.",
-        fragment_script=fragment_script,
     )
 
 
@@ -89,8 +89,9 @@ async def hosted_payment_page(request: Request, context: Context) -> Response:
     token = params.get("resource_token")
     return_uri = params.get("return_uri")
     if not raw_id and not token and not return_uri:
-        # The link may carry them in the fragment, which only the browser sees.
-        raise _incomplete_link(fragment_script=True)
+        # The link carries them in the fragment (the SDKs' links do), which only the browser
+        # sees: a page whose script reads them (or says the link is incomplete).
+        return render_page("hpp/link.html")
     if not raw_id or not token or return_uri is None:
         raise _incomplete_link()
     query = (params.get("q") or "").strip()[:MAX_QUERY]
@@ -171,13 +172,9 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
             if row["provider_id"] is None:
                 row = await service.select_provider(conn, row, provider_id, None, now, powers)
             bank_token = service.provider_token(context.tokens, row["id"], context.clock.now())
-            action = service.next_action(row, public_url, bank_token, powers)
-    if action["type"] == "redirect":
-        return redirect(str(action["uri"]))
-    if action["type"] == "form":
-        query = urlencode({"payment_id": str(row["id"]), "token": bank_token})
-        return redirect(f"{public_url}/mock-bank/embedded?{query}")
-    raise PageError(409, "Choose a bank", "No bank has been chosen for this payment yet.")
+    # Whatever the provider asks (a redirect, forms, a consent the merchant declared), the
+    # payer gives it at the mock bank, whose login page opens the right form.
+    return redirect(login_uri(public_url, row["id"], bank_token))
 
 
 @router.get("/hpp/payments/{payment_id}/result", response_class=HTMLResponse)

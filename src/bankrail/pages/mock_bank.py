@@ -1,17 +1,21 @@
 """The mock bank's pages (sandbox mode only): where the payer consents at a mock provider.
 
-`GET /mock-bank/authorize?payment_id=..&token=..` (the redirect providers' page) and
-`GET /mock-bank/embedded?payment_id=..&token=..` (the embedded provider's two-step form) take
-the provider token of the bank redirect. The username picks the outcome as in the headless
-API (`test_executed`, `test_authorisation_failed`, `test_execution_rejected`; any other name
-succeeds); Cancel fails the payment with `user_canceled_at_provider`. The decision is applied
-to the locked payment in one transaction and the payer is sent (303) to the payment's
-`return_uri` with `payment_id` added.
+`GET /mock-bank/login/{id}` is the page the redirect action's uri opens
+(`{public_url}/mock-bank/login/{id}#token={token}`, the real sandbox's shape): it answers
+HTML at once, and its script posts the token of the fragment to `POST /mock-bank/login/{id}`,
+which opens, by the token's kind and the provider, the payment's consent page (redirect
+providers), the embedded provider's two-step form, or the mandate's consent page. Without a
+token in the fragment the page says there is nothing left to do (the mock bank's own return
+page when a resource has no `return_uri`).
 
-`GET /mock-bank/vrp-consent?mandate_id=..&token=..` is a mandate's consent page: the payer sees
-the beneficiary, the limits and their periods, and authorises or rejects, as the headless
-`Authorise` and `Reject` actions do; then goes (303) to the mandate's `return_uri` with
-`mandate_id` added.
+On a payment the username picks the outcome as in the headless API (`test_executed`,
+`test_authorisation_failed`, `test_execution_rejected`; any other name succeeds); Cancel
+fails the payment with `not_authorized`. The decision (`POST /mock-bank/authorize`,
+`POST /mock-bank/embedded`) is applied to the locked payment in one transaction and the payer
+is sent (303) to the payment's `return_uri` with `payment_id` added. On a mandate the payer
+sees the beneficiary, the limits and their periods, and authorises or rejects
+(`POST /mock-bank/vrp-consent`), as the headless `Authorise` and `RejectAuthorisation`
+actions do; then goes (303) to the mandate's `return_uri` with `mandate_id` added.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from bankrail.pages.hpp_mandates import authenticate_mandate, ensure_mandate_ope
 from bankrail.payments import service
 from bankrail.rails.mock_bank import action_for_username
 from bankrail.rails.providers import find_provider
+from bankrail.security.tokens import TokenError, TokenExpired
 
 router = APIRouter(include_in_schema=False)
 
@@ -86,17 +91,6 @@ def _ensure_bank_can_act(row: Any) -> None:
             "No bank has been chosen yet",
             "Choose a bank on the payment page first; nothing has been changed.",
         )
-
-
-async def _open(
-    conn: Any, context: AppContext, request: Request
-) -> tuple[Any, str, dict[str, Any]]:
-    params = request.query_params
-    token = params.get("token")
-    row = await authenticate(conn, context, params.get("payment_id"), token, kind="provider")
-    assert token is not None
-    _ensure_bank_can_act(row)
-    return row, token, await _bank_page_context(conn, row, token)
 
 
 async def _apply(
@@ -156,16 +150,6 @@ def _delay(form: FormData, name: str, label: str, errors: list[dict[str, str]]) 
 # --- redirect providers: the consent page ------------------------------------------------------
 
 
-@router.get("/mock-bank/authorize", response_class=HTMLResponse)
-@page_route
-async def consent_page(request: Request, context: Context) -> Response:
-    """The mock bank's consent page: the payer authorises or cancels."""
-    async with context.pool.acquire() as conn:
-        row, token, page = await _open(conn, context, request)
-    del row, token
-    return render_page("mock_bank/authorize.html", **page, errors=[], values={})
-
-
 @router.post("/mock-bank/authorize", response_class=HTMLResponse)
 @page_route
 async def consent_decision(request: Request, context: Context) -> Response:
@@ -206,15 +190,6 @@ async def consent_decision(request: Request, context: Context) -> Response:
 
 
 # --- the embedded provider: username, then password --------------------------------------------
-
-
-@router.get("/mock-bank/embedded", response_class=HTMLResponse)
-@page_route
-async def embedded_page(request: Request, context: Context) -> Response:
-    """Step 1 of the embedded provider's form: the username."""
-    async with context.pool.acquire() as conn:
-        _, _, page = await _open(conn, context, request)
-    return render_page("mock_bank/embedded.html", **page, step="username", errors=[], username="")
 
 
 @router.post("/mock-bank/embedded", response_class=HTMLResponse)
@@ -280,22 +255,6 @@ def _ensure_at_bank(row: Any) -> None:
         )
 
 
-@router.get("/mock-bank/vrp-consent", response_class=HTMLResponse)
-@page_route
-async def vrp_consent_page(request: Request, context: Context) -> Response:
-    """The mock bank's consent page for a mandate: the payer authorises or rejects."""
-    params = request.query_params
-    token = params.get("token")
-    async with context.pool.acquire() as conn:
-        row = await authenticate_mandate(
-            conn, context, params.get("mandate_id"), token, kind=mandates.PROVIDER_TOKEN_KIND
-        )
-        assert token is not None
-        _ensure_at_bank(row)
-        page = await _consent_context(conn, row, token)
-    return render_page("mock_bank/vrp_consent.html", **page)
-
-
 @router.post("/mock-bank/vrp-consent", response_class=HTMLResponse)
 @page_route
 async def vrp_consent_decision(request: Request, context: Context) -> Response:
@@ -326,6 +285,63 @@ async def vrp_consent_decision(request: Request, context: Context) -> Response:
     if target:
         return redirect(target)
     return render_page("mock_bank/vrp_done.html", mandate=mandate_view(updated, merchant))
+
+
+# --- the login page: the redirect uri's target ---------------------------------------------------
+
+
+@router.get("/mock-bank/login/{resource_id}", response_class=HTMLResponse)
+@page_route
+async def login_page(resource_id: str) -> Response:
+    """The page the redirect uri opens: its script sends the fragment's token to the bank."""
+    return render_page("mock_bank/login.html", resource_id=resource_id)
+
+
+@router.post("/mock-bank/login/{resource_id}", response_class=HTMLResponse)
+@page_route
+async def login(resource_id: str, request: Request, context: Context) -> Response:
+    """The bank's page for the payment or mandate the token grants: the consent page, the
+    embedded provider's first step, or the mandate's consent page."""
+    async with request.form() as form:
+        token = form_value(form, "token")
+    async with context.pool.acquire() as conn:
+        if _is_mandate_token(context, token):
+            return await _mandate_login(conn, context, resource_id, token)
+        row = await authenticate(conn, context, resource_id, token, kind="provider")
+        assert token is not None
+        _ensure_bank_can_act(row)
+        page = await _bank_page_context(conn, row, token)
+    provider = find_provider(row["provider_id"])
+    if provider is not None and provider.flow == "embedded":
+        return render_page(
+            "mock_bank/embedded.html", **page, step="username", errors=[], username=""
+        )
+    return render_page("mock_bank/authorize.html", **page, errors=[], values={})
+
+
+def _is_mandate_token(context: AppContext, token: str | None) -> bool:
+    """True if `token` is the bank's token of a mandate (valid or expired), not a payment's."""
+    try:
+        context.tokens.read_resource_token(
+            token or "", context.clock.now(), kind=mandates.PROVIDER_TOKEN_KIND
+        )
+    except TokenExpired:
+        return True
+    except TokenError:
+        return False
+    return True
+
+
+async def _mandate_login(
+    conn: Any, context: AppContext, resource_id: str, token: str | None
+) -> Response:
+    row = await authenticate_mandate(
+        conn, context, resource_id, token, kind=mandates.PROVIDER_TOKEN_KIND
+    )
+    assert token is not None
+    _ensure_at_bank(row)
+    page = await _consent_context(conn, row, token)
+    return render_page("mock_bank/vrp_consent.html", **page)
 
 
 __all__ = ["router"]

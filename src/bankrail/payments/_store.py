@@ -38,7 +38,8 @@ PAYMENT_COLUMNS = (
     " selection_type, selection_filter, provider_id, scheme_id, metadata, return_uri, status,"
     " failure_stage, failure_reason, payment_source_id, bank_action, created_at, authorized_at,"
     " executed_at, settled_at, failed_at, history, refunded_amount_in_minor, mandate_id,"
-    " mandate_reference, pending_failure, sent, next_action, mandate_retry, user_interaction"
+    " mandate_reference, pending_failure, sent, next_action, mandate_retry, user_interaction,"
+    " flow"
 )
 
 

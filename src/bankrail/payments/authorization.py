@@ -1,6 +1,12 @@
 """The payer's authorisation journey of a payment: the return URI checks, the providers on
-offer and the next action, starting the journey, choosing a provider, the mock bank's
-decision, and which payment a payer's browser came back for.
+offer and the next action, starting the journey, choosing a provider, the consent and the
+provider's forms, the mock bank's decision, and which payment or mandate a payer's browser
+came back for.
+
+The next action follows one rule (docs/api.md, "Authorization flow"): `provider_selection`
+while no provider is chosen; then `consent` when the start request declared it; then the
+provider's forms one by one (`form`); then `redirect` to the mock bank's login page, or for
+the embedded provider, whose last form decides, `wait`.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.merchants.return_uris import check_return_uri
-from bankrail.payments._store import save, state_of, transition_conflict
+from bankrail.payments._store import get_payment_row, save, state_of, transition_conflict
 from bankrail.payments.jobs import ADVANCE_JOB
 from bankrail.payments.models import (
     AUTHORIZATION_WINDOW,
@@ -25,6 +31,8 @@ from bankrail.payments.models import (
     InvalidTransition,
     PaymentStatus,
 )
+from bankrail.rails.mock_bank import action_for_username, login_uri
+from bankrail.rails.provider_forms import SCA_CODE_INPUT, form_errors, forms_of
 from bankrail.rails.providers import (
     Provider,
     find_provider,
@@ -37,14 +45,19 @@ from bankrail.security.tokens import TokenIssuer
 __all__ = [
     "bank_action",
     "check_provider",
+    "give_consent",
     "next_action",
     "offered_providers",
-    "payment_id_from_return",
     "provider_token",
     "redirect_back",
+    "resource_from_return",
     "select_provider",
     "start_authorization",
+    "submit_form",
 ]
+
+CONSENT_REQUESTED = "requested"
+CONSENT_GIVEN = "given"
 
 
 def check_provider(
@@ -91,7 +104,8 @@ def provider_token(tokens: TokenIssuer, payment_id: uuid.UUID, now: datetime) ->
 def next_action(
     row: Any, public_url: str, provider_token: str, powers: SandboxPowers
 ) -> dict[str, Any]:
-    """What the payer must do next: pick a provider, go to the bank, or fill in a form."""
+    """What the payer must do next: pick a provider, consent, fill in the provider's next
+    form, go to the bank, or (the embedded provider's forms all done) wait."""
     if row["provider_id"] is None:
         return {
             "type": "provider_selection",
@@ -99,30 +113,17 @@ def next_action(
         }
     provider = find_provider(row["provider_id"])
     assert provider is not None
+    flow = row["flow"] or {}
+    if flow.get("consent") == CONSENT_REQUESTED:
+        hint = "form" if provider.asks_forms else "redirect"
+        return {"type": "consent", "subsequent_action_hint": hint}
+    forms = forms_of(provider.id)
+    done = int(flow.get("forms_done", 0))
+    if done < len(forms):
+        return {"type": "form", "inputs": list(forms[done])}
     if provider.flow == "embedded":
-        return {
-            "type": "form",
-            "inputs": [
-                {
-                    "type": "text",
-                    "id": "psu-username",
-                    "mandatory": True,
-                    "display_text": "Username at the bank (test_executed, "
-                    "test_authorisation_failed or test_execution_rejected)",
-                },
-                {
-                    "type": "text",
-                    "id": "psu-password",
-                    "mandatory": True,
-                    "sensitive": True,
-                    "display_text": "Password (any)",
-                },
-            ],
-        }
-    uri = with_query(
-        f"{public_url}/mock-bank/authorize", payment_id=str(row["id"]), token=provider_token
-    )
-    return {"type": "redirect", "uri": uri}
+        return {"type": "wait"}
+    return {"type": "redirect", "uri": login_uri(public_url, row["id"], provider_token)}
 
 
 async def start_authorization(
@@ -134,8 +135,10 @@ async def start_authorization(
     allow_listed_only: bool,
     powers: SandboxPowers,
     field: str = "redirect.return_uri",
+    consent: bool = False,
 ) -> Any:
-    """The payer starts the journey: the payment becomes `authorizing`.
+    """The payer starts the journey: the payment becomes `authorizing`; with `consent` (the
+    start request declared it) the payer consents once a provider is chosen.
 
     `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
     `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
@@ -152,10 +155,64 @@ async def start_authorization(
         state = state.start_authorization()
     except InvalidTransition as exc:
         raise transition_conflict(exc) from exc
-    # A new attempt after a failed one (fidelity P8) leaves the bank's last decision behind.
+    flow = {"consent": CONSENT_REQUESTED} if consent else {}
+    # A new attempt after a failed one (fidelity P8) leaves the bank's last decision and the
+    # last attempt's journey behind.
     return await save(
-        conn, row, state, now, return_uri=return_uri or row["return_uri"], bank_action=None
+        conn,
+        row,
+        state,
+        now,
+        return_uri=return_uri or row["return_uri"],
+        bank_action=None,
+        flow=flow,
     )
+
+
+def _require_step(row: Any, step: str) -> dict[str, Any]:
+    """The journey's progress, 409 unless the payer's next step is `step`."""
+    if state_of(row).status is not PaymentStatus.AUTHORIZING or row["bank_action"] is not None:
+        raise Conflict(f"The payment is {row['status']}; there is no {step} to give now.")
+    if row["provider_id"] is None:
+        raise Conflict(f"Choose a provider first; there is no {step} to give yet.")
+    flow: dict[str, Any] = dict(row["flow"] or {})
+    pending_consent = flow.get("consent") == CONSENT_REQUESTED
+    if (step == "consent") != pending_consent:
+        raise Conflict(
+            "The payer's consent is awaited first." if pending_consent else "No consent is awaited."
+        )
+    return flow
+
+
+async def give_consent(conn: Connection, row: Any, now: datetime, powers: SandboxPowers) -> Any:
+    """The payer consents (the start request declared `consent`); 409 when no consent is
+    awaited: before a provider is chosen, once given, or when none was declared."""
+    require_offered(powers)
+    flow = _require_step(row, "consent")
+    return await save(conn, row, state_of(row), now, flow={**flow, "consent": CONSENT_GIVEN})
+
+
+async def submit_form(
+    conn: Connection, row: Any, inputs: dict[str, str], now: datetime, powers: SandboxPowers
+) -> Any:
+    """The payer's answers to the provider's current form: 400 naming each wrong input,
+    409 when no form is awaited. The embedded provider's last form (the SCA code) decides
+    as the mock bank's usernames do."""
+    require_offered(powers)
+    flow = _require_step(row, "form")
+    forms = forms_of(row["provider_id"])
+    done = int(flow.get("forms_done", 0))
+    if done >= len(forms):
+        raise Conflict("This payment's provider asks for no form now.")
+    errors = form_errors(forms[done], inputs)
+    if errors:
+        raise InvalidParameters("The form's inputs are not valid.", errors)
+    row = await save(conn, row, state_of(row), now, flow={**flow, "forms_done": done + 1})
+    code = inputs.get(SCA_CODE_INPUT)
+    if code is not None and done + 1 == len(forms):
+        await bank_action(conn, row, action_for_username(code), now, powers=powers)
+        return await get_payment_row(conn, row["id"], None)
+    return row
 
 
 async def select_provider(
@@ -226,7 +283,7 @@ async def bank_action(
     if state.status is not PaymentStatus.AUTHORIZING or row["provider_id"] is None:
         raise Conflict(f"The payment is {state.status}; the bank cannot act on it now.")
     if action == "Cancel":
-        state = state.fail(now, FailureReason.USER_CANCELED_AT_PROVIDER)
+        state = state.fail(now, FailureReason.NOT_AUTHORIZED)
     elif action == "RejectAuthorisation":
         state = state.reject_authorization(now)
     else:
@@ -241,17 +298,22 @@ async def bank_action(
     return redirect_back(updated)
 
 
-def payment_id_from_return(query: str | None, fragment: str | None) -> uuid.UUID:
-    """The payment id in what the payer's browser came back with; 400 if none."""
+def resource_from_return(query: str | None, fragment: str | None) -> tuple[str, uuid.UUID]:
+    """The resource (`payment` or `mandate`) and its id in what the payer's browser came back
+    with: `payment_id` or `mandate_id` in the query or the fragment, each absent, empty, or
+    starting with `?` / `#`; 400 if neither is there."""
     for part in (query, fragment):
         if not part:
             continue
-        values = parse_qs(part.lstrip("?#")).get("payment_id")
-        if values:
-            try:
-                return uuid.UUID(values[0])
-            except ValueError:
-                break
+        values = parse_qs(part.lstrip("?#"))
+        for kind in ("payment", "mandate"):
+            found = values.get(f"{kind}_id")
+            if found:
+                try:
+                    return kind, uuid.UUID(found[0])
+                except ValueError:
+                    raise invalid_field("query", f"{kind}_id is not a UUID") from None
     raise InvalidParameters(
-        "No payment_id in the query or fragment.", {"query": ["must contain payment_id"]}
+        "No payment_id or mandate_id in the query or fragment.",
+        {"query": ["must contain payment_id or mandate_id"]},
     )

@@ -29,7 +29,7 @@ from bankrail.core.problems import (
 from bankrail.core.timefmt import iso_utc
 from bankrail.core.urls import is_absolute_http_uri
 from bankrail.db.pool import Connection, Pool
-from bankrail.payments.authorization import check_provider
+from bankrail.payments.authorization import CONSENT_REQUESTED, check_provider
 from bankrail.payments.jobs import EXPIRE_JOB
 from bankrail.payments.models import PaymentState, PaymentStatus
 from bankrail.payments.schemas import EXTERNAL_ACCOUNT_CURRENCIES, PaymentRequest
@@ -75,6 +75,8 @@ class NewPayment:
     return_uri: str | None = None
     # The payer's next action, when the journey started at creation (`authorization_flow`).
     next_action: dict[str, Any] | None = None
+    # The journey's progress (`flow`): the consent the start request declared.
+    flow: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         """The columns the payer's journey reads (`authorization.next_action`)."""
@@ -84,6 +86,7 @@ class NewPayment:
             "provider_id": self.provider_id,
             "scheme_id": self.scheme_id,
             "selection_filter": self.selection_filter,
+            "flow": self.flow,
         }
 
 
@@ -178,8 +181,11 @@ def plan_payment(
         PaymentStatus.AUTHORIZATION_REQUIRED, now, retry=request.payment_method.retry is not None
     )
     return_uri = _return_uri(request)
+    flow: dict[str, Any] = {}
     if request.authorization_flow is not None:
         state = state.start_authorization()
+        if request.authorization_flow.consent is not None:
+            flow = {"consent": CONSENT_REQUESTED}
     return NewPayment(
         id=new_id(),
         merchant_id=merchant_id,
@@ -200,6 +206,7 @@ def plan_payment(
         state=state,
         sent=request.echo(),
         return_uri=return_uri,
+        flow=flow,
     )
 
 
@@ -347,6 +354,7 @@ def _payment_row(payment: NewPayment) -> dict[str, Any]:
         "sent": payment.sent,
         "return_uri": payment.return_uri,
         "next_action": payment.next_action,
+        "flow": payment.flow,
     }
 
 

@@ -1,7 +1,7 @@
 """The payer's journey of a payment and the actions on it: starting the authorisation flow,
-submitting the chosen provider or the embedded provider's form, cancelling, and the provider
-return. The merchant's calls are signed and idempotent; the payer's (with the resource token
-of the hosted page) are plain."""
+submitting the chosen provider, the consent or the provider's form, cancelling, and the
+provider return (of a payment or a mandate). The merchant's calls are signed and
+idempotent; the payer's (with the resource token of the hosted page) are plain."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bankrail.core.problems import invalid_field
 from bankrail.db.pool import Connection
 from bankrail.http.context import AppContext
 from bankrail.http.idempotent import idempotency_key, respond_once
@@ -20,6 +19,7 @@ from bankrail.http.openapi import ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST
 from bankrail.http.pipeline import NOBODY, Call, Endpoint, Signed, routes
 from bankrail.http.responses import json_response
 from bankrail.http.schema_types import AuthorizationFlowAnswer
+from bankrail.mandates import service as mandates
 from bankrail.payments import service
 from bankrail.payments._route_support import PAYMENT_CALLER, PaymentCaller, flow_answer
 from bankrail.payments.schemas import (
@@ -29,7 +29,6 @@ from bankrail.payments.schemas import (
     ProviderReturnAnswer,
     ProviderSelectionSubmit,
 )
-from bankrail.rails.mock_bank import action_for_username
 
 __all__ = ["ROUTES"]
 
@@ -73,6 +72,7 @@ async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -
             now=context.clock.now(),
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
+            consent=body.consent is not None,
         )
         answer = flow_answer(context, updated)
         await service.remember_next_action(conn, updated["id"], answer)
@@ -101,26 +101,35 @@ async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -
     return await _act(request, context, caller, action)
 
 
+async def submit_consent(call: Call[None, None]) -> Response:
+    """The payer consents (the start request declared `consent`); the next action is the
+    provider's form or the redirect. The body, if any, is `{}`."""
+    request, context, caller = call.request, call.context, call.caller
+
+    async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        now = context.clock.now()
+        updated = await service.give_consent(conn, row, now, context.settings.powers)
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
+
+    return await _act(request, context, caller, action)
+
+
 async def submit_form(call: Call[FormSubmit, None]) -> Response:
-    """The embedded provider's form: the username picks the outcome as at the mock bank."""
+    """The answers to the provider's current form; the next action is its next form, the
+    redirect, or (the embedded provider's last form decided) `wait`."""
     body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
-        provider = row["provider_id"] or ""
-        if not provider.endswith("-embedded"):
-            raise invalid_field("inputs", "this payment's provider does not use a form")
-        username = body.inputs.get("psu-username")
-        if not username:
-            raise invalid_field("inputs.psu-username", "required")
-        await service.bank_action(
-            conn,
-            row,
-            action_for_username(username),
-            context.clock.now(),
-            powers=context.settings.powers,
-        )
-        updated = await service.get_payment_row(conn, row["id"], None)
-        return 200, {"status": updated["status"]}
+        now = context.clock.now()
+        updated = await service.submit_form(conn, row, body.inputs, now, context.settings.powers)
+        if updated["bank_action"] is not None:  # the last form decided: the bank acts now
+            wait = {"actions": {"next": {"type": "wait"}}}
+            return 200, {"status": updated["status"], "authorization_flow": wait}
+        answer = flow_answer(context, updated)
+        await service.remember_next_action(conn, updated["id"], answer)
+        return 200, answer
 
     return await _act(request, context, caller, action)
 
@@ -137,12 +146,16 @@ async def cancel_payment(call: Call[None, None]) -> Response:
 
 
 async def provider_return(call: Call[ProviderReturn, None]) -> Response:
-    """Which payment the payer's browser came back from the bank for (no token needed)."""
+    """Which payment or mandate the payer's browser came back from the bank for (no token
+    needed)."""
     body, context = call.body, call.context
-    payment_id = service.payment_id_from_return(body.query, body.fragment)
+    kind, found = service.resource_from_return(body.query, body.fragment)
     async with context.pool.acquire() as conn:
-        await service.get_payment_row(conn, payment_id, None)
-    return json_response(200, {"resource": {"type": "payment", "payment_id": str(payment_id)}})
+        if kind == "payment":
+            await service.get_payment_row(conn, found, None)
+        else:
+            await mandates.get_mandate_row(conn, found, None)
+    return json_response(200, {"resource": {"type": kind, f"{kind}_id": str(found)}})
 
 
 # Signed, with an Idempotency-Key, when the merchant calls; plain from the hosted page.
@@ -185,6 +198,12 @@ ROUTES = routes(
         "/v3/payments/{payment_id}/submit-provider-selection",
         submit_provider_selection,
         ProviderSelectionSubmit,
+        AuthorizationFlowAnswer,
+    ),
+    _action(
+        "/v3/payments/{payment_id}/authorization-flow/actions/consent",
+        submit_consent,
+        None,
         AuthorizationFlowAnswer,
     ),
     _action(

@@ -64,6 +64,9 @@ class FailureReason(StrEnum):
     AUTHORIZATION_FAILED = "authorization_failed"
     PROVIDER_REJECTED = "provider_rejected"
     CANCELED = "canceled"
+    # The payer cancelled at the bank (the mock bank's Cancel), as the real sandbox reports it.
+    NOT_AUTHORIZED = "not_authorized"
+    # What Cancel recorded before round 3; payments failed then still carry it.
     USER_CANCELED_AT_PROVIDER = "user_canceled_at_provider"
     EXPIRED = "expired"
     # A payment on a mandate: outside the mandate's constraints, or over the payer's balance.

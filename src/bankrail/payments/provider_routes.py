@@ -59,6 +59,30 @@ class AuthorizationFlow(StrictModel):
     configuration: AuthorizationFlowConfiguration | None = None
 
 
+class Capability(StrictModel):
+    """A capability asked for; it takes no options."""
+
+
+class PaymentsCapabilityFilter(StrictModel):
+    """Payment capabilities a provider must have."""
+
+    bank_transfer: Capability | None = None
+
+
+class MandatesCapabilityFilter(StrictModel):
+    """Mandate capabilities a provider must have."""
+
+    vrp_sweeping: Capability | None = None
+    vrp_commercial: Capability | None = None
+
+
+class CapabilitiesFilter(StrictModel):
+    """`capabilities` of the search body: a provider must have every capability named."""
+
+    payments: PaymentsCapabilityFilter | None = None
+    mandates: MandatesCapabilityFilter | None = None
+
+
 class ProviderSearchRequest(StrictModel):
     """`POST /v3/payments-providers/search` (spec 2.9). Every filter is optional; a list
     matches any of its values; without `release_channel` only general-availability providers
@@ -71,6 +95,7 @@ class ProviderSearchRequest(StrictModel):
     ) = None
     release_channel: ReleaseChannel | None = None
     authorization_flow: AuthorizationFlow | None = None
+    capabilities: CapabilitiesFilter | None = None
 
     def flows(self) -> list[Flow] | None:
         """The flows asked for: redirect and/or embedded; None when any flow will do."""
@@ -188,6 +213,9 @@ async def search_providers(call: Call[ProviderSearchRequest | None, None]) -> Re
         customer_segments=request.customer_segments,
         release_channel=request.release_channel,
         flows=request.flows(),
+        capabilities=(
+            request.capabilities.model_dump(exclude_none=True) if request.capabilities else None
+        ),
     )
     public_url = context.settings.public_url
     return json_response(200, {"items": [p.to_api(public_url) for p in found]})

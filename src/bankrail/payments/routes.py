@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, Field
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from bankrail.core.problems import Unauthenticated
 from bankrail.http.auth import bearer_token
@@ -22,7 +22,7 @@ from bankrail.http.listing import WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH, ERRORS_AUTH_NOT_FOUND, ERRORS_SIGNED_POST, Needs
 from bankrail.http.pipeline import MERCHANT, NOBODY, SIGNED, Call, Endpoint, routes
 from bankrail.http.responses import answer_response, json_response
-from bankrail.http.schema_types import RedirectAnswer
+from bankrail.http.schema_types import PROVIDER_RETURN_URL
 from bankrail.merchants.service import require_account
 from bankrail.payments import queries, service
 from bankrail.payments._route_support import PAYMENT_CALLER
@@ -46,6 +46,7 @@ from bankrail.payments.schemas import (
     PaymentSourceList,
 )
 from bankrail.payments.sources import list_payment_sources
+from bankrail.rails.mock_bank import provider_return_url
 from bankrail.rails.providers import require_offered
 from bankrail.security.tokens import TokenError
 
@@ -155,7 +156,8 @@ async def payment_sources(call: Call[None, PaymentSourcesQuery]) -> Response:
 
 
 async def mock_bank_action(call: Call[BankAction, None]) -> Response:
-    """The payer's decision at the mock bank, headless (for tests and CI)."""
+    """The payer's decision at the mock bank, headless (for tests and CI);
+    answers the provider return URL as plain text."""
     payment_id, body, request, context = (
         call.params["payment_id"],
         call.body,
@@ -182,7 +184,8 @@ async def mock_bank_action(call: Call[BankAction, None]) -> Response:
             execution_delay=body.execution_delay_in_seconds or 0,
             settlement_delay=body.settlement_delay_in_seconds or 0,
         )
-    return json_response(202, {"redirect_uri": redirect})
+    url = provider_return_url(redirect, context.settings.public_url, "payment", payment_id)
+    return PlainTextResponse(url, status_code=202)
 
 
 _PAYMENT = {"payment_id": uuid.UUID}
@@ -248,8 +251,9 @@ MOCK_BANK_ROUTES = routes(
         body=BankAction,
         params=_PAYMENT,
         status_code=202,
-        response_model=RedirectAnswer,
+        response_class=PlainTextResponse,
         errors={**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]},
+        responses={202: PROVIDER_RETURN_URL},
         tags=["mock bank"],
     ),
 )

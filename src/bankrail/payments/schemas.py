@@ -284,16 +284,23 @@ class HostedPage(StrictModel):
     max_wait_for_result: Annotated[StrictInt, Field(ge=0, le=3600)] | None = None
 
 
+class FormCapability(StrictModel):
+    """The input types the caller can show (`form` of the start request)."""
+
+    input_types: list[Literal["text", "select", "text_with_image"]] | None = None
+
+
 class AuthorizationFlowRequest(StrictModel):
     """`POST /v3/payments/{id}/authorization-flow`, and `authorization_flow` at creation
     (which starts the journey at once, fidelity P3). `provider_selection` (any object, the
-    creation's own included), `scheme_selection`, `consent` and `retry` are accepted; the
-    payment's own selection and retry are the ones that count."""
+    creation's own included), `scheme_selection`, `redirect`, `consent` (declared: the payer
+    consents after choosing a provider), `form` and `retry` are accepted; the payment's own
+    selection and retry are the ones that count."""
 
     provider_selection: dict[str, Any] | None = None
     scheme_selection: SchemeSelection | None = None
     redirect: Redirect | None = None
-    form: dict[str, Any] | None = None
+    form: FormCapability | None = None
     consent: dict[str, Any] | None = None
     retry: dict[str, Any] | None = None
 
@@ -403,6 +410,7 @@ class BankAction(StrictModel):
     """The mock bank's headless action."""
 
     action: Literal["Execute", "RejectAuthorisation", "RejectExecution", "Cancel"]
+    redirect: bool | None = None  # the real sandbox's: false answers the URL (always so here)
     execution_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
     settlement_delay_in_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86400)] | None = None
 

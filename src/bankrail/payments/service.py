@@ -30,13 +30,15 @@ from bankrail.payments._store import (
 )
 from bankrail.payments.authorization import (
     bank_action,
+    give_consent,
     next_action,
     offered_providers,
-    payment_id_from_return,
     provider_token,
     redirect_back,
+    resource_from_return,
     select_provider,
     start_authorization,
+    submit_form,
 )
 from bankrail.payments.creation import PaymentToCreate, create_payments, return_uris
 from bankrail.payments.jobs import ADVANCE_JOB, EXPIRE_JOB, advance_payment, expire_payment
@@ -54,19 +56,21 @@ __all__ = [
     "create_payment",
     "expire_payment",
     "get_payment_row",
+    "give_consent",
     "lock_payment",
     "next_action",
     "offered_providers",
-    "payment_id_from_return",
     "provider_token",
     "redirect_back",
     "remember_next_action",
     "render",
     "render_row",
     "require_allowed_creation_return_uris",
+    "resource_from_return",
     "select_provider",
     "start_authorization",
     "state_of",
+    "submit_form",
 ]
 
 

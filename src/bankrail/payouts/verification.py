@@ -57,13 +57,14 @@ def selectable_providers(
     selection: dict[str, Any], currency: str, among: Iterable[Provider]
 ) -> list[Provider]:
     """The providers the payee may choose for a payout in `currency`: the preselected one,
-    or those the filter (countries or provider ids) allows."""
+    or those the filter (countries or provider ids) allows, whatever their release channel
+    (the payout's own provider list is the whole choice)."""
     candidates = [p for p in among if p.serves(currency)]
     if selection["type"] == "preselected":
         return [p for p in candidates if p.id == selection["provider_id"]]
     chosen = selection.get("filter") or {}
     ids = chosen.get("provider_ids")
-    found = search(candidates, countries=chosen.get("countries"))
+    found = search(candidates, countries=chosen.get("countries"), release_channel="alpha")
     return [p for p in found if ids is None or p.id in ids]
 
 

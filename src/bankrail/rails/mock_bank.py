@@ -1,8 +1,10 @@
-"""The mock bank: what a payer's choice at the bank does, and who the payer's account is."""
+"""The mock bank: where the payer logs in, what a payer's choice at the bank does, and who the
+payer's account is."""
 
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
 
 from schwifty import IBAN
@@ -15,6 +17,19 @@ USERNAME_ACTIONS = {
     "test_authorisation_failed": "RejectAuthorisation",
     "test_execution_rejected": "RejectExecution",
 }
+
+
+def login_uri(public_url: str, resource_id: uuid.UUID, token: str) -> str:
+    """The mock bank's login page of one payment or mandate, as the real sandbox shapes it:
+    `{public_url}/mock-bank/login/{id}#token={token}` (the token stays in the browser)."""
+    return f"{public_url}/mock-bank/login/{resource_id}#token={token}"
+
+
+def provider_return_url(target: str, public_url: str, kind: str, resource_id: uuid.UUID) -> str:
+    """The absolute URL the mock bank sends the payer to after a decision: the resource's
+    return URI with `{kind}_id` in its query, or (none given) the mock bank's own page of the
+    resource, which carries the same query (`POST /v3/payments-provider-return` reads it)."""
+    return target or f"{public_url}/mock-bank/login/{resource_id}?{kind}_id={resource_id}"
 
 
 def action_for_username(username: str) -> str:

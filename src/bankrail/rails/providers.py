@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from bankrail.core.powers import NO_PROVIDER_AVAILABLE, SandboxPowers
 from bankrail.core.problems import Conflict
+from bankrail.rails.provider_forms import forms_of
 
 Flow = Literal["redirect", "embedded"]
 
@@ -31,6 +32,22 @@ class Provider:
     def serves(self, currency: str) -> bool:
         """True if payments in `currency` can be made through this provider."""
         return currency in self.currencies
+
+    @property
+    def asks_forms(self) -> bool:
+        """True if the payer fills in forms of this provider (the embedded provider, and the
+        redirect providers that ask for additional inputs before the redirect)."""
+        return bool(forms_of(self.id))
+
+    def has_capabilities(self, wanted: dict[str, Any]) -> bool:
+        """True if the provider has every capability `wanted` names (`{payments:
+        {bank_transfer: {}}}`, `{mandates: {vrp_sweeping: {}}}`)."""
+        own = {"payments": {"bank_transfer"}, "mandates": set(self.mandates)}
+        for group, kinds in wanted.items():
+            names = set(kinds or {})
+            if group not in own or not own[group] or not names <= own[group]:
+                return False
+        return True
 
     def to_api(self, public_url: str) -> dict[str, Any]:
         """The provider resource of the v3 search and lookup."""
@@ -60,7 +77,7 @@ class Provider:
 CATALOGUE: tuple[Provider, ...] = (
     Provider(
         "mock-payments-gb-redirect",
-        "Mock UK Bank",
+        "Mock UK Payments - Redirect Flow",
         "GB",
         ("GBP",),
         ("retail", "business"),
@@ -114,23 +131,70 @@ CATALOGUE: tuple[Provider, ...] = (
         ("sepa_credit_transfer_instant",),
         "#C2410C",
     ),
-)
-_BY_ID = {p.id: p for p in CATALOGUE}
-# The providers at which a payee chooses and proves the account a verified payout pays
-# (fidelity C1's `mock`). Kept apart from the payments catalogue until that catalogue lists it.
-VERIFIED_PAYOUT_PROVIDERS: tuple[Provider, ...] = (
+    Provider(
+        "mock-payments-pl-redirect",
+        "Mock Polish Bank",
+        "PL",
+        ("PLN",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("polish_domestic_standard",),
+        "#DC2626",
+    ),
+    Provider(
+        "mock-payments-no-redirect",
+        "Mock Norwegian Bank",
+        "NO",
+        ("NOK",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("norwegian_domestic_credit_transfer",),
+        "#1E3A8A",
+    ),
+    Provider(
+        "mock-payments-de-redirect-additional-input-text",
+        "Mock German Bank (additional inputs)",
+        "DE",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer", "sepa_credit_transfer_instant"),
+        "#0F766E",
+    ),
+    # The real sandbox's open-banking mock bank, for mandates; in private beta, so only a
+    # search in that channel (or a lookup by id) lists it.
+    Provider(
+        "ob-uki-mock-bank-sbox",
+        "Mock UK Bank (open banking)",
+        "GB",
+        ("GBP",),
+        ("retail", "business"),
+        "private_beta",
+        "redirect",
+        ("faster_payments_service",),
+        "#4338CA",
+        ("vrp_sweeping", "vrp_commercial"),
+    ),
+    # The provider of verified payouts (user_determined beneficiaries; VERIFIED_PAYOUT_PROVIDERS).
     Provider(
         "mock",
         "Mock Bank",
         "GB",
         ("GBP",),
-        ("retail",),
-        "general_availability",
+        ("retail", "business"),
+        "private_beta",
         "redirect",
         ("faster_payments_service",),
-        "#0F766E",
+        "#374151",
     ),
 )
+_BY_ID = {p.id: p for p in CATALOGUE}
+# The providers at which a payee chooses and proves the account a verified payout pays:
+# the catalogue's `mock` (fidelity C1), the one definition of it.
+VERIFIED_PAYOUT_PROVIDERS: tuple[Provider, ...] = (_BY_ID["mock"],)
 RELEASE_CHANNELS = ("general_availability", "public_beta", "private_beta", "alpha")
 
 
@@ -171,9 +235,11 @@ def search(
     customer_segments: Iterable[str] | None = None,
     release_channel: str | None = None,
     flows: Iterable[Flow] | None = None,
+    capabilities: dict[str, Any] | None = None,
 ) -> list[Provider]:
     """The providers `among` matching every given filter (each list matches any of its
-    values); without `release_channel`, general-availability providers only."""
+    values; `capabilities` names capabilities a provider must all have); without
+    `release_channel`, general-availability providers only."""
     wanted_currencies = set(currencies) if currencies else None
     wanted_countries = set(countries) if countries else None
     wanted_segments = set(customer_segments) if customer_segments else None
@@ -187,4 +253,5 @@ def search(
         and (wanted_segments is None or wanted_segments & set(p.customer_segments))
         and (wanted_flows is None or p.flow in wanted_flows)
         and _channel_allows(p, channel)
+        and (not capabilities or p.has_capabilities(capabilities))
     ]

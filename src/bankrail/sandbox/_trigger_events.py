@@ -126,7 +126,7 @@ def _mandate(action: str, *, revoke: bool = False) -> Callable[[Session, str, fl
         path = f"/v3/mandates/{mandate_id}/authorization-flow"
         started = session.ok(session.client.post(path, json=flow), 200)
         uri = started["authorization_flow"]["actions"]["next"]["uri"]
-        token = parse_qs(urlsplit(uri).query)["token"][0]
+        token = parse_qs(urlsplit(uri).fragment)["token"][0]
         session.ok(
             session.client.post(
                 f"/mock-bank/api/vrp-consents/{mandate_id}/action",

@@ -73,14 +73,15 @@ class Session:
             self.merchant.close()
 
     def ok(self, answer: httpx.Response, *codes: int) -> Any:
-        """The JSON body of `answer` (None when empty); TriggerError unless its status is one
-        of `codes`."""
+        """The JSON body of `answer` (None when empty or not JSON, as the mock bank's plain
+        text); TriggerError unless its status is one of `codes`."""
         if answer.status_code not in codes:
             raise TriggerError(
                 f"{answer.request.method} {answer.request.url.path} answered "
                 f"{answer.status_code}: {answer.text}"
             )
-        return answer.json() if answer.content else None
+        json_body = "json" in answer.headers.get("content-type", "")
+        return answer.json() if answer.content and json_body else None
 
     def register(self) -> None:
         """A client and a signing key for the merchant, and its accounts."""

@@ -190,13 +190,12 @@ def mock_bank_pay_in(
     step = flow["authorization_flow"]["actions"]["next"]
     if step["type"] != "redirect":
         raise OperatorError(f"expected a redirect to the mock bank, got {step}")
-    bank_token = parse_qs(urlsplit(step["uri"]).query)["token"][0]
-    _ok(
-        client.post(
-            f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
-            json={"action": action},
-            headers={"Authorization": f"Bearer {bank_token}"},
-        ),
-        202,
+    bank_token = parse_qs(urlsplit(step["uri"]).fragment)["token"][0]
+    decided = client.post(
+        f"/mock-bank/api/single-immediate-payments/{payment_id}/action",
+        json={"action": action},
+        headers={"Authorization": f"Bearer {bank_token}"},
     )
+    if decided.status_code != 202:  # its answer is the provider return URL, plain text
+        raise OperatorError(f"the mock bank answered {decided.status_code}: {decided.text}")
     return payment_id

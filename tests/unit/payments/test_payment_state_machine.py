@@ -219,7 +219,7 @@ def test_failure_reasons_are_the_documented_values() -> None:
         "authorization_failed",
         "provider_rejected",
         "canceled",
-        "user_canceled_at_provider",
+        "not_authorized",
         "expired",
     }
 

@@ -64,9 +64,9 @@ def test_the_mock_provider_pays_gbp_only() -> None:
     assert "beneficiary.provider_selection.filter" in raised.value.errors
 
 
-def test_the_verified_payout_provider_is_not_offered_to_payers() -> None:
-    assert "mock" not in {p.id for p in CATALOGUE}
+def test_the_verified_payout_provider_is_the_catalogues_mock() -> None:
     (mock,) = VERIFIED_PAYOUT_PROVIDERS
+    assert mock is next(p for p in CATALOGUE if p.id == "mock")
     assert (mock.country_code, mock.schemes) == ("GB", ("faster_payments_service",))
 
 

@@ -19,6 +19,7 @@ from bankrail.rails.providers import (
     search,
 )
 
+DE_INPUTS = "mock-payments-de-redirect-additional-input-text"
 # The provider table of docs/sandbox.md, row by row.
 CATALOGUE_TABLE = [
     (
@@ -66,12 +67,74 @@ CATALOGUE_TABLE = [
         "redirect",
         ("sepa_credit_transfer_instant",),
     ),
+    (
+        "mock-payments-pl-redirect",
+        "PL",
+        ("PLN",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("polish_domestic_standard",),
+    ),
+    (
+        "mock-payments-no-redirect",
+        "NO",
+        ("NOK",),
+        ("retail", "business"),
+        "general_availability",
+        "redirect",
+        ("norwegian_domestic_credit_transfer",),
+    ),
+    (
+        DE_INPUTS,
+        "DE",
+        ("EUR",),
+        ("retail",),
+        "general_availability",
+        "redirect",
+        ("sepa_credit_transfer", "sepa_credit_transfer_instant"),
+    ),
+    (
+        "ob-uki-mock-bank-sbox",
+        "GB",
+        ("GBP",),
+        ("retail", "business"),
+        "private_beta",
+        "redirect",
+        ("faster_payments_service",),
+    ),
+    (
+        "mock",
+        "GB",
+        ("GBP",),
+        ("retail", "business"),
+        "private_beta",
+        "redirect",
+        ("faster_payments_service",),
+    ),
 ]
 GA_IDS = [
     "mock-payments-gb-redirect",
     "mock-payments-de-redirect",
     "mock-payments-fr-redirect",
     "mock-payments-de-embedded",
+    "mock-payments-pl-redirect",
+    "mock-payments-no-redirect",
+    DE_INPUTS,
+]
+EUR_IDS = [
+    "mock-payments-de-redirect",
+    "mock-payments-fr-redirect",
+    "mock-payments-de-embedded",
+    DE_INPUTS,
+]
+
+
+BUSINESS_IDS = [
+    "mock-payments-gb-redirect",
+    "mock-payments-de-redirect",
+    "mock-payments-pl-redirect",
+    "mock-payments-no-redirect",
 ]
 
 
@@ -135,11 +198,8 @@ def test_search_without_filters_returns_general_availability_only() -> None:
     ("currencies", "expected"),
     [
         (["GBP"], ["mock-payments-gb-redirect"]),
-        (
-            ["EUR"],
-            ["mock-payments-de-redirect", "mock-payments-fr-redirect", "mock-payments-de-embedded"],
-        ),
-        (["GBP", "EUR"], GA_IDS),
+        (["EUR"], EUR_IDS),
+        (["GBP", "EUR"], ["mock-payments-gb-redirect", *EUR_IDS]),
         (["USD"], []),
     ],
 )
@@ -151,7 +211,7 @@ def test_search_by_currency(currencies: list[str], expected: list[str]) -> None:
     ("countries", "expected"),
     [
         (["GB"], ["mock-payments-gb-redirect"]),
-        (["DE"], ["mock-payments-de-redirect", "mock-payments-de-embedded"]),
+        (["DE"], ["mock-payments-de-redirect", "mock-payments-de-embedded", DE_INPUTS]),
         (["FR", "GB"], ["mock-payments-gb-redirect", "mock-payments-fr-redirect"]),
         (["NL"], []),
         (["US"], []),
@@ -164,10 +224,10 @@ def test_search_by_country(countries: list[str], expected: list[str]) -> None:
 @pytest.mark.parametrize(
     ("segments", "expected"),
     [
-        (["business"], ["mock-payments-gb-redirect", "mock-payments-de-redirect"]),
+        (["business"], BUSINESS_IDS),
         (["retail"], GA_IDS),
         (["corporate"], []),
-        (["corporate", "business"], ["mock-payments-gb-redirect", "mock-payments-de-redirect"]),
+        (["corporate", "business"], BUSINESS_IDS),
     ],
 )
 def test_search_by_customer_segment(segments: list[str], expected: list[str]) -> None:
@@ -176,7 +236,8 @@ def test_search_by_customer_segment(segments: list[str], expected: list[str]) ->
 
 def test_search_by_flow() -> None:
     assert ids(search(CATALOGUE, countries=["DE"], flows=["redirect"])) == [
-        "mock-payments-de-redirect"
+        "mock-payments-de-redirect",
+        DE_INPUTS,
     ]
     assert ids(search(CATALOGUE, countries=["DE"], flows=["embedded"])) == [
         "mock-payments-de-embedded"
@@ -184,13 +245,14 @@ def test_search_by_flow() -> None:
     assert ids(search(CATALOGUE, countries=["DE"], flows=["redirect", "embedded"])) == [
         "mock-payments-de-redirect",
         "mock-payments-de-embedded",
+        DE_INPUTS,
     ]
     assert ids(search(CATALOGUE, flows=["embedded"])) == ["mock-payments-de-embedded"]
 
 
 def test_filters_combine_with_and() -> None:
     found = search(CATALOGUE, currencies=["EUR"], countries=["DE"], flows=["redirect"])
-    assert ids(found) == ["mock-payments-de-redirect"]
+    assert ids(found) == ["mock-payments-de-redirect", DE_INPUTS]
     assert search(CATALOGUE, currencies=["GBP"], countries=["DE"]) == []
 
 
@@ -205,9 +267,36 @@ def test_private_beta_channel_includes_private_beta_and_general_availability() -
         "mock-payments-nl-redirect"
     ]
     assert ids(search(CATALOGUE, release_channel="private_beta")) == [
-        *GA_IDS,
+        "mock-payments-gb-redirect",
+        "mock-payments-de-redirect",
+        "mock-payments-fr-redirect",
+        "mock-payments-de-embedded",
         "mock-payments-nl-redirect",
+        "mock-payments-pl-redirect",
+        "mock-payments-no-redirect",
+        DE_INPUTS,
+        "ob-uki-mock-bank-sbox",
+        "mock",
     ]
+
+
+def test_capabilities_filter_keeps_providers_with_every_capability_named() -> None:
+    payments = search(CATALOGUE, capabilities={"payments": {"bank_transfer": {}}})
+    assert ids(payments) == GA_IDS
+    sweeping = search(
+        CATALOGUE, release_channel="private_beta", capabilities={"mandates": {"vrp_sweeping": {}}}
+    )
+    assert ids(sweeping) == ["mock-payments-gb-redirect", "ob-uki-mock-bank-sbox"]
+    for provider in CATALOGUE:
+        resource = provider.to_api("https://bankrail.test")
+        assert resource["display_name"]
+        assert resource["country_code"]
+        if "mandates" in resource["capabilities"]:
+            assert resource["capabilities"]["mandates"]["vrp_sweeping"]["release_channel"]
+    gb = find_provider("mock-payments-gb-redirect")
+    assert gb is not None
+    assert gb.display_name == "Mock UK Payments - Redirect Flow"
+    assert gb.schemes == ("faster_payments_service",)
     assert ids(search(CATALOGUE, release_channel="alpha")) == [p.id for p in CATALOGUE]
 
 

@@ -55,7 +55,7 @@ $$;
 -- (payments/mandate_creation.py) is authorised already (authorized_at, mandate_id,
 -- mandate_reference, and the pending_failure decided at acceptance) and names its own job
 -- (job_kind, due at its creation). `sent` is the request's echo, `return_uri` and
--- `next_action` those of a journey started at creation (payments/creation.py).
+-- `next_action` and `flow` those of a journey started at creation (payments/creation.py).
 CREATE OR REPLACE FUNCTION bankrail_write_payment_creations(
     p_payments jsonb,
     p_job_kind text,
@@ -74,18 +74,19 @@ BEGIN
                 created_at timestamptz, history jsonb, expires_at timestamptz,
                 authorized_at timestamptz, mandate_id uuid, mandate_reference text,
                 pending_failure text, job_kind text, sent jsonb, return_uri text,
-                next_action jsonb)),
+                next_action jsonb, flow jsonb)),
         p AS (
             INSERT INTO payments (id, merchant_id, merchant_account_id, amount_in_minor,
                 currency, user_id, user_details, selection_type, selection_filter,
                 provider_id, scheme_id, metadata, status, created_at, history, authorized_at,
-                mandate_id, mandate_reference, pending_failure, sent, return_uri, next_action)
+                mandate_id, mandate_reference, pending_failure, sent, return_uri, next_action,
+                flow)
             SELECT x.id, x.merchant_id, x.account_id, x.amount, x.currency, x.user_id,
                 x.user_details, x.selection_type, NULLIF(x.selection_filter, 'null'::jsonb),
                 x.provider_id, x.scheme_id, NULLIF(x.metadata, 'null'::jsonb), x.status,
                 x.created_at, x.history, x.authorized_at, x.mandate_id, x.mandate_reference,
                 x.pending_failure, NULLIF(x.sent, 'null'::jsonb), x.return_uri,
-                NULLIF(x.next_action, 'null'::jsonb)
+                NULLIF(x.next_action, 'null'::jsonb), coalesce(NULLIF(x.flow, 'null'::jsonb), '{}')
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
             SELECT coalesce(x.job_kind, p_job_kind), jsonb_build_object('payment_id', x.id::text),

@@ -9,13 +9,13 @@ from typing import Any
 
 from support.api import MerchantClient
 
-BODIES = Path(__file__).parent / "sdk_bodies"
+BODIES = Path(__file__).parents[1] / "fixtures" / "sdk-bodies"
 GBP_ACCOUNT = "00000000-0000-4000-8000-000000000001"
 EUR_ACCOUNT = "00000000-0000-4000-8000-000000000002"
 
 
 def sdk_request(name: str, merchant: MerchantClient, **replace: str) -> tuple[str, Any]:
-    """The path and body of `sdk_bodies/<name>.json` for `merchant`: its GBP and EUR
+    """The path and body of `tests/fixtures/sdk-bodies/<name>.json` for `merchant`: its GBP and EUR
     account ids in place of the placeholders, and each `replace` key's text by its value."""
     text = (BODIES / f"{name}.json").read_text()
     for currency, placeholder in (("GBP", GBP_ACCOUNT), ("EUR", EUR_ACCOUNT)):

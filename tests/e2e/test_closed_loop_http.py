@@ -142,7 +142,7 @@ def test_pay_in_then_pay_back_to_the_payment_source(
     answer = merchant.get(f"/v3/merchant-accounts/{merchant.accounts['GBP']['id']}/transactions")
     assert answer.status_code == 200, answer.text
     legs = {(i["type"], i["amount_in_minor"]) for i in answer.json()["items"]}
-    assert {("payment", 1_000), ("payout", 400)} <= legs
+    assert {("merchant_account_payment", 1_000), ("payout", 400)} <= legs
 
     check = operator.get("/admin/ledger/check")
     assert check.status_code == 200, check.text

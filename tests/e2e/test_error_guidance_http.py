@@ -60,7 +60,7 @@ def test_a_beneficiary_without_type_names_the_allowed_types(operator: Operator) 
     body = _payout(merchant)
     del body["beneficiary"]["type"]
     problem = assert_invalid(merchant.signed_post("/v3/payouts", body), "beneficiary")
-    expected = "`type` is required: one of 'external_account', 'payment_source'."
+    expected = "`type` is required: one of 'external_account', 'payment_source', 'user_determined'."
     assert problem["errors"]["beneficiary"] == [expected]
     assert expected in problem["detail"]
     # Nested too: the account identifier's own `type`.

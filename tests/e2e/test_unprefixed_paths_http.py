@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from e2e_helpers import assert_invalid, assert_problem
+from e2e_helpers import assert_invalid, assert_problem, wait_record_status
 from payout_helpers import SORT_CODE, external_beneficiary, funded_merchant
 
 from support.api import Operator
@@ -42,6 +42,8 @@ def test_a_payout_is_created_and_read_without_the_prefix(operator: Operator) -> 
     accepted = merchant.signed_post("/payouts", body)
     assert accepted.status_code == 202, accepted.text
     payout_id = accepted.json()["id"]
+    # Once it has ended, so that both reads see the same state.
+    wait_record_status(merchant, f"/payouts/{payout_id}", {"executed", "failed"})
     short, long = merchant.get(f"/payouts/{payout_id}"), merchant.get(f"/v3/payouts/{payout_id}")
     assert short.status_code == long.status_code == 200, short.text
     assert short.json() == long.json()

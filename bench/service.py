@@ -143,7 +143,8 @@ class Server:
         headers: dict[str, str] | None = None,
         raw: bytes | None = None,
     ) -> Any:
-        """One JSON request (used for seeding, not measured)."""
+        """One request (used for seeding, not measured): its JSON answer, or its text when the
+        answer is not JSON."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         request = urllib.request.Request(f"{self.base}{path}", data=data, method=method)  # noqa: S310
         request.add_header("Content-Type", "application/json")
@@ -151,7 +152,10 @@ class Server:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-            return json.loads(answer.read() or b"null")
+            content = answer.read()
+            if "json" not in answer.headers.get("content-type", "json"):
+                return content.decode()  # the mock bank's headless action: a plain-text URL
+            return json.loads(content or b"null")
 
 
 @dataclass

@@ -183,6 +183,8 @@ class CrashLoad:
     def _expect(self, what: str, answer: httpx.Response, status: int) -> Any:
         if answer.status_code != status:
             raise LoadFailure(f"{what}: expected {status}, got {answer.status_code} {answer.text}")
+        if "json" not in answer.headers.get("content-type", ""):
+            return answer.text  # the mock bank's headless action: the return URL as plain text
         return answer.json()
 
     # --- the threads --------------------------------------------------------------------------

@@ -336,7 +336,7 @@ class DomainMachine(RuleBasedStateMachine):
     @rule(
         index=ACCOUNTS,
         amount=AMOUNTS,
-        mistake=st.sampled_from(["top_up_in_euros", "top_up_to_nobody", "payout_to_itself"]),
+        mistake=st.sampled_from(["top_up_in_euros", "top_up_to_nobody", "payout_on_no_scheme"]),
     )
     def refused_request(self, index: int, amount: int, mistake: str) -> None:
         """A request the service must refuse (400), changing nothing."""
@@ -346,17 +346,17 @@ class DomainMachine(RuleBasedStateMachine):
 
         async def attempt() -> None:
             async with self.env.pool.acquire() as conn, conn.transaction():
-                if mistake == "payout_to_itself":
-                    beneficiary = sort_code_beneficiary(
-                        "to myself",
-                        "Myself",
-                        sort_code=account.identifiers.sort_code,
-                        account_number=account.identifiers.account_number,
+                if mistake == "payout_on_no_scheme":
+                    # A preselected scheme the currency does not have. (A payout to the
+                    # account's own identifier is accepted: an internal transfer to itself.)
+                    keyed = payout_request(account, self.env.clock.now())
+                    unknown = {"type": "preselected", "scheme_id": "no_such_scheme"}
+                    request = replace(
+                        keyed,
+                        request=replace(keyed.request, scheme_selection=unknown),
+                        store_client_errors=False,
                     )
-                    request = payout_request(account, self.env.clock.now(), beneficiary=beneficiary)
-                    (refused,) = await payouts.accept_payouts(
-                        conn, [replace(request, store_client_errors=False)], render_problem
-                    )
+                    (refused,) = await payouts.accept_payouts(conn, [request], render_problem)
                     assert isinstance(refused, ProblemError)
                     raise refused
                 euros = mistake == "top_up_in_euros"

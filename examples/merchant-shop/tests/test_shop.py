@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from urllib.parse import parse_qs, urlsplit
 
@@ -40,7 +41,14 @@ def test_a_deposit_credits_the_wallet_once_however_often_its_webhook_comes(
     deliveries = bankrail_operator.get(
         "/admin/webhook-deliveries", params={"event_id": settled["event_id"]}
     ).json()["items"]
-    replayed = bankrail_operator.post(f"/admin/webhook-deliveries/{deliveries[0]['id']}/replay")
+    delivery = f"/admin/webhook-deliveries/{deliveries[0]['id']}"
+    # The shop has the webhook; Bankrail refuses a replay (409) until it has recorded how that
+    # attempt ended, so wait for that first.
+    deadline = time.monotonic() + 30
+    while bankrail_operator.get(delivery).json()["status"] != "delivered":
+        assert time.monotonic() < deadline, "the delivery was never recorded as delivered"
+        time.sleep(0.05)
+    replayed = bankrail_operator.post(f"{delivery}/replay")
     assert replayed.status_code == 202, replayed.text
     first, again = bankrail_webhooks.wait_for_all(
         "payment_settled", 2, timeout=30, event_id=settled["event_id"]

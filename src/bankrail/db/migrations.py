@@ -25,6 +25,7 @@ from importlib import resources
 from bankrail.db.pool import Connection
 
 __all__ = [
+    "RETIRED_FUNCTIONS",
     "SchemaTooNew",
     "applied_migrations",
     "available_migrations",
@@ -34,6 +35,16 @@ __all__ = [
 ]
 
 _LOCK_KEY = 0x62616E6B7261696C  # "bankrail"
+
+# Functions this release no longer calls or defines but the release before does, by their
+# argument lists: left on the database (as that release defined them) for its hosts during a
+# rolling upgrade (docs/operations.md, "Upgrading"); the next release's migration drops them
+# and this list.
+RETIRED_FUNCTIONS = (
+    "bankrail_lease_payout_jobs(timestamptz, integer, text, interval)",  # lease_transfer_jobs
+    "bankrail_lease_refund_jobs(timestamptz, integer, text, interval)",  # lease_transfer_jobs
+    "bankrail_read_payout_requests(jsonb)",  # bankrail_read_payout_batch
+)
 
 
 class SchemaTooNew(Exception):

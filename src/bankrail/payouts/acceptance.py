@@ -31,7 +31,7 @@ from bankrail.payouts.models import (
     decide_payout,
 )
 from bankrail.rails.schemes import scheme_for
-from bankrail.rails.screening import is_listed, name_skeleton
+from bankrail.rails.screening import is_listed
 from bankrail.security.idempotency import (
     AnswersToStore,
     KeyedRequest,
@@ -104,25 +104,32 @@ def _read_item(keyed: Keyed) -> dict[str, Any]:
         "account_id": str(request.account_id) if request.account_id else None,
         "currency": request.currency,
     }
-    if request.verified:
-        item["normalised_name"] = name_skeleton(request.beneficiary["user"]["name"])
-    elif request.closed_loop:
+    if request.closed_loop:
         item["source_id"] = request.beneficiary["payment_source_id"]
         item["user_id"] = request.beneficiary["user_id"]
-    elif payee is not None:
+    elif payee is not None and not request.verified:
         item["iban"] = payee.iban or None
         item["sort_code"] = payee.sort_code
         item["account_number"] = payee.account_number
-        item["normalised_name"] = name_skeleton(request.beneficiary["account_holder_name"])
     return item
 
 
-def _facts(row: Any) -> PayoutFacts:
+def _screened_name(request: PayoutRequest, source: SourceFacts | None) -> str | None:
+    """The name a payout is screened by: a verified payout's user, a closed loop's payment
+    source's account holder (as the bank knows it), an open loop's beneficiary."""
+    if request.verified:
+        return str(request.beneficiary["user"]["name"])
+    if request.closed_loop:
+        return source.account_holder_name if source is not None else None
+    name = request.beneficiary.get("account_holder_name")
+    return str(name) if name is not None else None
+
+
+def _facts(request: PayoutRequest, row: Any, listed: frozenset[str]) -> PayoutFacts:
     account = None
     if row["account_id"] is not None:
         account = AccountFacts.from_row(row)
     source = None
-    screened = bool(row["screened"])
     if row["source_id"] is not None:
         identifiers = AccountIdentifiers(
             row["source_iban"] or "", row["source_sort_code"], row["source_account_number"]
@@ -130,20 +137,24 @@ def _facts(row: Any) -> PayoutFacts:
         source = SourceFacts(
             row["source_id"], row["source_user_id"], row["source_name"], identifiers
         )
-        screened = is_listed(row["source_name"], row["screening_names"] or ())
+    name = _screened_name(request, source)
+    # The one screening decision of every payout, whatever its API or loop.
+    screened = name is not None and is_listed(name, listed)
     payee = (row["payee_id"], row["payee_currency"]) if row["payee_id"] is not None else None
     return PayoutFacts(account=account, source=source, payee=payee, screened=screened)
 
 
 @dataclass
 class _Write:
-    """The rows of one batch's write (`bankrail_write_payout_acceptances`)."""
+    """The rows of one batch's write (`bankrail_write_payout_acceptances`), and the skeletons
+    of the screening list as the batch's read found it."""
 
+    listed: frozenset[str] = frozenset()
     payouts: list[dict[str, Any]] = field(default_factory=list)
     holds: BatchHolds = field(default_factory=lambda: BatchHolds(PAYOUT))
 
 
-_READ = "SELECT * FROM bankrail_read_payout_requests($1::jsonb)"
+_READ = "SELECT * FROM bankrail_read_payout_batch($1::jsonb)"
 _WRITE = "SELECT bankrail_write_payout_acceptances($1, $2, $3, $4, $5, $6)"
 
 
@@ -152,14 +163,17 @@ class _Steps:
 
     async def read(self, conn: Connection, batch: Sequence[Keyed]) -> tuple[list[Any], _Write]:
         """The keys' locks and stored answers, the paying accounts with their ledger rows
-        locked and their balances, payment sources, payees at Bankrail, screening hits."""
-        return await conn.fetch(_READ, [_read_item(keyed) for keyed in batch]), _Write()
+        locked and their balances, payment sources, payees at Bankrail, the screening list's
+        skeletons (on the first row)."""
+        rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
+        listed = frozenset(rows[0]["listed_skeletons"] or ()) if rows else frozenset()
+        return rows, _Write(listed=listed)
 
     async def decide(self, keyed: Keyed, row: Any, write: _Write) -> tuple[Answer, uuid.UUID]:
         """`models.decide_payout`, each request seeing the holds of those before it; the
         202 answer (the request's own when it names one, as a verified payout's does) and
         the new payout's id (the one the request chose, if any)."""
-        facts = _facts(row)
+        facts = _facts(keyed.request, row, write.listed)
         available = write.holds.available(facts.account) if facts.account is not None else 0
         payout = decide_payout(keyed.request, facts, available, keyed.request.payout_id or new_id())
         _add_payout(write, keyed, payout)
@@ -183,7 +197,8 @@ async def accept_payouts(
 
     One statement reads what every rule needs (the keys' locks and stored answers, the paying
     accounts with their ledger rows locked and their balances, payment sources, payees at
-    Bankrail, screening hits); the rules decide each request in order (`models.decide_payout`,
+    Bankrail, the screening list); the rules decide each request in order, each payout
+    screened by `rails.screening.is_listed` whatever its loop (`models.decide_payout`,
     each request seeing the holds of those before it); one statement writes the payouts,
     their first jobs, the answers stored under their keys, the holds, and the balance
     notifications the holds cause. Returns each request's outcome, in order: the answer

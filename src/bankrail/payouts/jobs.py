@@ -55,7 +55,7 @@ LEASE = timedelta(seconds=10)
 # Due payout jobs whose payout this batch can take, leased.
 _LEASE = (
     f"SELECT c.job_id, {_COLUMNS}, c.held_ledger_id, c.available_ledger_id"
-    " FROM bankrail_lease_payout_jobs($1, $2, $3, $4) c"
+    " FROM bankrail_lease_transfer_jobs('payout', $1, $2, $3, $4) c"
 )
 
 

@@ -58,7 +58,7 @@ _ONE = (
 # Due refund jobs whose refund a batch can take, leased (`advance_due_refunds`).
 _LEASE = "SELECT {}, c.job_id, c.held_ledger_id, c.available_ledger_id FROM {} c".format(
     ", ".join(f"(c.refund).{name.strip()}" for name in _COLUMNS.split(",")),
-    "bankrail_lease_refund_jobs($1, $2, $3, $4)",
+    "bankrail_lease_transfer_jobs('refund', $1, $2, $3, $4)",
 )
 
 # How long a batch holds the jobs it took (service time), as payouts/jobs.py LEASE.

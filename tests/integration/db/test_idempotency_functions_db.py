@@ -24,7 +24,7 @@ READS = [
     "bankrail_claim_idempotency_keys",
     "bankrail_read_mandate_payment_requests",
     "bankrail_read_payment_requests",
-    "bankrail_read_payout_requests",
+    "bankrail_read_payout_batch",
     "bankrail_read_refund_requests",
 ]
 USED = b"u" * 32

@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from bankrail.db.migrations import (
+    RETIRED_FUNCTIONS,
     SchemaTooNew,
     apply_functions,
     available_functions,
@@ -132,8 +133,12 @@ async def test_functions_are_the_current_files_applied_once(empty_dsn: str) -> N
         }
         assert defined
         # Every function of the database is one of the files', defined once (no overload
-        # with an older argument list is left), and the old posting function is gone.
-        assert await _function_names(conn) == sorted(defined)
+        # with an older argument list is left), and the old posting function is gone; a
+        # migration may have created a function the release before still calls (retired).
+        retired = {signature.split("(")[0] for signature in RETIRED_FUNCTIONS}
+        assert not retired & defined
+        names = await _function_names(conn)
+        assert [n for n in names if n not in retired] == sorted(defined)
         assert (
             await conn.fetchval("SELECT sha256 FROM schema_functions WHERE id = 1")
             == functions_digest()

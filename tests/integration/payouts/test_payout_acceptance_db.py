@@ -20,7 +20,9 @@ import pytest
 from bankrail.core.clock import ServiceClock
 from bankrail.core.problems import CONFLICT, ProblemError
 from bankrail.ledger.service import check_ledger
+from bankrail.merchants.models import AccountIdentifiers
 from bankrail.merchants.service import get_account
+from bankrail.payments.sources import record_payment_source
 from bankrail.payouts.service import ADVANCE_JOB, PayoutAcceptance, accept_payouts
 from bankrail.rails.screening import replace_screening_list
 from bankrail.security.idempotency import lock_key
@@ -247,7 +249,7 @@ async def test_a_hold_committed_elsewhere_first_is_seen_by_the_batch(
         acceptance = PayoutAcceptance(pool, render_problem)
         batch = asyncio.create_task(accept_at_once(acceptance, account, now, amount=600))
         # Until the batch waits for the ledger row.
-        assert await until_waiting_for_a_lock(pool, "bankrail_read_payout_requests", batch) == 1
+        assert await until_waiting_for_a_lock(pool, "bankrail_read_payout_batch", batch) == 1
         # Another process's payout of 500, held in this open transaction.
         (held,) = await accept_payouts(
             other, [payout_request(account, now, amount=500)], render_problem
@@ -311,3 +313,43 @@ async def test_a_signed_payout_takes_effect_once_even_after_its_key_expired(
     assert payouts == 1
     assert fresh is not None
     assert fresh.available_balance == 700  # held once
+
+
+async def test_every_loop_is_screened_by_the_one_rule_in_one_batch(pool: asyncpg.Pool) -> None:
+    # One batch: an open loop to a look-alike of a listed name (case and punctuation), a
+    # closed loop back to a source whose name is a look-alike (a Cyrillic capital Ie and a
+    # zero-width space), and an open loop to a name not listed. The read returns the list
+    # once (on the batch's first row) and `rails.screening.is_listed` decides every one.
+    now = ServiceClock().now()
+    account = await funded_account(pool, now, 10_000)
+    async with pool.acquire() as conn, conn.transaction():
+        await replace_screening_list(conn, ["Evil Corp"])
+        source = await record_payment_source(
+            conn,
+            merchant_id=account.merchant_id,
+            merchant_account_id=account.id,  # type: ignore[arg-type]
+            user_id="user-1",
+            account_holder_name="\u0415vil\u200b Corp",
+            identifiers=AccountIdentifiers("", "040004", "87654321"),
+            payment_id=None,
+            now=now,
+        )
+    closed_loop = {
+        "type": "payment_source",
+        "user_id": "user-1",
+        "payment_source_id": str(source.id),
+        "reference": "back",
+    }
+    batch = [
+        payout_request(account, now, beneficiary=sort_code_beneficiary("a", "eVIL  corp.")),
+        payout_request(account, now, beneficiary=closed_loop),
+        payout_request(account, now, beneficiary=sort_code_beneficiary("c", "Evelyn Corp")),
+    ]
+    async with pool.acquire() as conn, conn.transaction():
+        outcomes = await accept_payouts(conn, batch, render_problem)
+    failures = [
+        (await _written(pool, _id(outcome)))["payout"]["pending_failure"]
+        for outcome in outcomes
+        if not isinstance(outcome, Exception)
+    ]
+    assert failures == ["blocked", "blocked", None]

@@ -90,7 +90,7 @@ async def test_jobs_leased_by_a_worker_that_died_run_once_the_lease_ends(
     account, payout_id = await _pending_payout(pool, now)
     async with pool.acquire() as conn:  # a worker leases the job, then dies before writing
         leased = await conn.fetch(
-            "SELECT job_id FROM bankrail_lease_payout_jobs($1, 128, $2, $3)",
+            "SELECT job_id FROM bankrail_lease_transfer_jobs('payout', $1, 128, $2, $3)",
             now,
             ADVANCE_JOB,
             LEASE,

@@ -9,9 +9,8 @@
 
 -- What the rules need for each request of p_items (a jsonb array of objects: lock_key,
 -- scope, key, signature, merchant_id, account_id or (without it) currency, the payee's
--- iban, sort_code and account_number, the skeleton of the beneficiary's name as
--- normalised_name, or a closed loop's source_id and user_id), one row per item in item order
--- (n from 1):
+-- iban, sort_code and account_number, or a closed loop's source_id and user_id), one row per
+-- item in item order (n from 1):
 --   locked: the key's advisory lock, taken for the transaction (false when another
 --     transaction holds it, or for a key's second use in the batch: the key is in flight);
 --   the answer stored under the key and whether the request's signature was accepted
@@ -23,11 +22,13 @@
 --     previous one's commit and sees its holds, in every process;
 --   a closed loop's payment source, if the user paid from it into the account;
 --   the account at Bankrail the payee's identifiers (or the source's) name;
---   whether the skeleton of the beneficiary's name is a listed name's skeleton (open loop),
---     or the listed names' skeletons for the caller to compare a source's name against
---     (closed loop). Skeletons are computed in Python only (rails/screening.py
---     `name_skeleton`): SQL compares them, it never decides what looks alike.
-CREATE OR REPLACE FUNCTION bankrail_read_payout_requests(p_items jsonb)
+--   on the first row only (the same for every request of the batch, read once), the skeletons
+--     of the screening list's names, against which Python screens every payout of the batch
+--     whatever its loop (rails/screening.py `is_listed`): SQL neither computes a skeleton nor
+--     compares one.
+-- (It replaces bankrail_read_payout_requests, which compared an open loop's skeleton here
+-- and is left on an upgraded database for the release before during a rolling upgrade.)
+CREATE OR REPLACE FUNCTION bankrail_read_payout_batch(p_items jsonb)
 RETURNS TABLE (
     locked boolean,
     stored_fingerprint bytea,
@@ -52,8 +53,7 @@ RETURNS TABLE (
     source_account_number text,
     payee_id uuid,
     payee_currency text,
-    screened boolean,
-    screening_names text[]
+    listed_skeletons text[]
 ) LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan
@@ -92,14 +92,10 @@ BEGIN
            ma.balance_threshold, ma.notification_state, av.balance, hd.balance,
            src.id, src.user_id, src.account_holder_name, src.iban, src.sort_code,
            src.account_number, payee.id, payee.currency::text,
-           i.normalised_name IS NOT NULL AND EXISTS (
-               SELECT 1 FROM screening_list s WHERE s.normalised_name = i.normalised_name),
-           CASE WHEN src.id IS NOT NULL THEN
-               ARRAY(SELECT s.normalised_name FROM screening_list s) END
+           CASE WHEN e.n = 1 THEN ARRAY(SELECT s.normalised_name FROM screening_list s) END
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
-        AS i (iban text, sort_code text, account_number text, normalised_name text,
-              source_id uuid, user_id text)
+        AS i (iban text, sort_code text, account_number text, source_id uuid, user_id text)
     JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
     LEFT JOIN merchant_accounts ma ON ma.id = v_accounts[e.n]
     LEFT JOIN ledger_accounts av ON av.id = ma.available_ledger_id

@@ -8,9 +8,6 @@ import asyncpg
 
 MOST_PARAMETERS = 12
 
-# issue 38.4 (lifecycle branch): the payout steps' writers are converted there.
-CONVERTED_ELSEWHERE = frozenset({"bankrail_advance_payouts", "bankrail_advance_leased_payouts"})
-
 
 async def test_no_bankrail_function_takes_more_than_twelve_parameters(
     pool: asyncpg.Pool,
@@ -23,8 +20,6 @@ async def test_no_bankrail_function_takes_more_than_twelve_parameters(
     names = {row["proname"] for row in rows}
     assert {"bankrail_write_payout_acceptances", "bankrail_write_holds"} <= names
     too_long = sorted(
-        (row["proname"], row["pronargs"])
-        for row in rows
-        if row["pronargs"] > MOST_PARAMETERS and row["proname"] not in CONVERTED_ELSEWHERE
+        (row["proname"], row["pronargs"]) for row in rows if row["pronargs"] > MOST_PARAMETERS
     )
     assert too_long == []

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import os
+import re
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -193,3 +197,38 @@ def private_data_dir(prefix: str) -> Iterator[Path]:
             yield path
         finally:
             end_processes_mentioning(path)
+
+
+def bankrail_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m bankrail <args>` run to its end (2 minutes at most), its output captured as
+    text: the environment is this process's without its BANKRAIL_* settings, plus `env`."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("BANKRAIL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "bankrail", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**child_env, **(env or {})},
+        check=False,
+    )
+
+
+def page_field(page: httpx.Response, name: str) -> str:
+    """The value of the hosted page's form field `name` (unescaped)."""
+    found = re.search(rf'name="{name}" value="([^"]*)"', page.text)
+    assert found, f"no field {name} in the page"
+    return html.unescape(found.group(1))
+
+
+def assert_hosted_page(answer: httpx.Response, status: int, *texts: str) -> None:
+    """A hosted HTML page (never problem+json) with this status, the page headers (no store,
+    no referrer, no framing, a trace id) and the texts."""
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"].startswith("text/html"), answer.headers
+    assert answer.headers["cache-control"] == "no-store"
+    assert answer.headers["referrer-policy"] == "no-referrer"
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+    assert answer.headers["svc-trace-id"]
+    assert '<html lang="en">' in answer.text
+    for text in texts:
+        assert text in html.unescape(answer.text), (text, answer.text)

@@ -4,31 +4,18 @@ credentials from flags, the environment, or the demo merchant of a data director
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_helpers import bankrail_cli
 from pay_in_helpers import payment_body
 
 from support.api import MerchantClient, Operator
 from support.server import RunningServer
-
-
-def _bankrail(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("BANKRAIL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "bankrail", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**child_env, **(env or {})},
-        check=False,
-    )
 
 
 def _answer(done: subprocess.CompletedProcess[str]) -> tuple[int, Any]:
@@ -75,13 +62,13 @@ def test_a_signed_post_from_a_file_then_a_get_of_what_it_made(
     body.write_text(json.dumps(payment_body(merchant)))
     flags = _flags(server, merchant, workdir)
 
-    created = _bankrail("api", "POST", "/v3/payments", "--data", f"@{body}", *flags)
+    created = bankrail_cli("api", "POST", "/v3/payments", "--data", f"@{body}", *flags)
     assert created.returncode == 0, created.stdout + created.stderr
     status, payment = _answer(created)
     assert status == 201
     assert payment["status"] == "authorization_required"
 
-    read = _bankrail("api", "GET", f"/v3/payments/{payment['id']}", *flags)
+    read = bankrail_cli("api", "GET", f"/v3/payments/{payment['id']}", *flags)
     assert read.returncode == 0, read.stdout + read.stderr
     status, record = _answer(read)
     assert (status, record["id"], record["amount_in_minor"]) == (200, payment["id"], 1_000)
@@ -93,8 +80,8 @@ def test_the_same_idempotency_key_replays_the_first_answer(
     data = json.dumps(payment_body(merchant))
     flags = [*_flags(server, merchant, workdir), "--idempotency-key", "cli-key-1"]
 
-    first = _answer(_bankrail("api", "POST", "/v3/payments", "--data", data, *flags))
-    again = _answer(_bankrail("api", "POST", "/v3/payments", "--data", data, *flags))
+    first = _answer(bankrail_cli("api", "POST", "/v3/payments", "--data", data, *flags))
+    again = _answer(bankrail_cli("api", "POST", "/v3/payments", "--data", data, *flags))
 
     assert first[0] == again[0] == 201
     assert first[1]["id"] == again[1]["id"]
@@ -103,7 +90,7 @@ def test_the_same_idempotency_key_replays_the_first_answer(
 def test_an_error_answer_is_printed_and_exits_1(
     server: RunningServer, merchant: MerchantClient, workdir: Path
 ) -> None:
-    done = _bankrail(
+    done = bankrail_cli(
         "api", "POST", "/v3/payments", "--data", '{"currency": "GBP"}',
         *_flags(server, merchant, workdir),
     )  # fmt: skip
@@ -126,7 +113,7 @@ def test_credentials_from_the_environment(
         "BANKRAIL_SIGNING_KEY": str(key),
         "BANKRAIL_KID": merchant.kid,
     }
-    done = _bankrail("api", "GET", "/v3/merchant-accounts", "--data-dir", str(workdir), env=env)
+    done = bankrail_cli("api", "GET", "/v3/merchant-accounts", "--data-dir", str(workdir), env=env)
 
     assert done.returncode == 0, done.stdout + done.stderr
     status, listed = _answer(done)
@@ -151,7 +138,7 @@ def test_credentials_from_the_demo_of_the_data_directory(
     }
     (workdir / "demo-credentials.json").write_text(json.dumps(demo))
 
-    done = _bankrail(
+    done = bankrail_cli(
         "api", "POST", "/v3/payments", "--data", json.dumps(payment_body(merchant)),
         "--data-dir", str(workdir),
     )  # fmt: skip
@@ -165,10 +152,10 @@ def test_wrong_credentials_and_missing_ones_say_so(
 ) -> None:
     flags = _flags(server, merchant, workdir)
     wrong = [*flags[:5], "not-the-secret", *flags[6:]]
-    refused = _bankrail("api", "GET", "/v3/merchant-accounts", *wrong)
+    refused = bankrail_cli("api", "GET", "/v3/merchant-accounts", *wrong)
     assert refused.returncode == 1
     assert "invalid_client" in refused.stderr
 
-    missing = _bankrail("api", "GET", "/v3/merchant-accounts", "--data-dir", str(workdir))
+    missing = bankrail_cli("api", "GET", "/v3/merchant-accounts", "--data-dir", str(workdir))
     assert missing.returncode == 1
     assert "no --client-id, --client-secret, --kid, --key" in missing.stderr

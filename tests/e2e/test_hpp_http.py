@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from e2e_helpers import wait_for
+from e2e_helpers import assert_hosted_page, page_field, wait_for
 
 from support.api import MerchantClient, Operator
 from support.server import RunningServer
@@ -73,25 +73,6 @@ def _params(payment: dict[str, Any], **overrides: str) -> dict[str, str]:
     }
 
 
-def _field(page: httpx.Response, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', page.text)
-    assert found, f"no field {name} in the page"
-    return html.unescape(found.group(1))
-
-
-def _assert_page(answer: httpx.Response, status: int, *texts: str) -> None:
-    """An HTML page (never problem+json) with this status, the page headers and the texts."""
-    assert answer.status_code == status, answer.text
-    assert answer.headers["content-type"].startswith("text/html"), answer.headers
-    assert answer.headers["cache-control"] == "no-store"
-    assert answer.headers["referrer-policy"] == "no-referrer"
-    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
-    assert answer.headers["svc-trace-id"]
-    assert '<html lang="en">' in answer.text
-    for text in texts:
-        assert text in html.unescape(answer.text), (text, answer.text)
-
-
 def _choose(
     http: httpx.Client, payment: dict[str, Any], bank: str, **overrides: str
 ) -> httpx.Response:
@@ -100,7 +81,7 @@ def _choose(
     form = {
         "resource_token": payment["resource_token"],
         "return_uri": RETURN_URI,
-        "csrf": _field(page, "csrf"),
+        "csrf": page_field(page, "csrf"),
         "provider_id": bank,
         **overrides,
     }
@@ -113,7 +94,7 @@ def _open_bank(http: httpx.Client, location: str) -> httpx.Response:
     parts = urlsplit(location)
     assert parts.path.startswith("/mock-bank/login/"), location
     login = http.get(parts.path)
-    _assert_page(login, 200, "Signing you in to the bank")
+    assert_hosted_page(login, 200, "Signing you in to the bank")
     token = parse_qs(parts.fragment)["token"][0]
     return http.post(parts.path, data={"token": token})
 
@@ -128,7 +109,7 @@ def _at_bank(http: httpx.Client, payment: dict[str, Any]) -> httpx.Response:
 
 
 def _bank_form(consent: httpx.Response, **fields: str) -> dict[str, str]:
-    form = {name: _field(consent, name) for name in ("payment_id", "token", "csrf")}
+    form = {name: page_field(consent, name) for name in ("payment_id", "token", "csrf")}
     return {**form, **fields}
 
 
@@ -140,7 +121,7 @@ def test_hosted_page_shows_the_payment_and_its_banks(
 ) -> None:
     payment = _create(merchant)
     page = http.get(HPP, params=_params(payment))
-    _assert_page(page, 200, "Pay Hpp Test Shop", "2,500.75 GBP", "Mock UK Payments")
+    assert_hosted_page(page, 200, "Pay Hpp Test Shop", "2,500.75 GBP", "Mock UK Payments")
     assert "Mock German Bank" not in page.text  # EUR banks are not offered for GBP
     assert re.search(r"script-src 'nonce-[\w-]+'", page.headers["content-security-policy"])
     assert 'name="provider_id" value="mock-payments-gb-redirect"' in page.text
@@ -153,7 +134,7 @@ def test_search_filters_the_banks_on_the_server(
 ) -> None:
     payment = _create(merchant, "EUR")
     page = http.get(HPP, params=_params(payment, q="FRENCH"))
-    _assert_page(page, 200, "1 of 4 banks shown", "2,500.75 EUR")
+    assert_hosted_page(page, 200, "1 of 4 banks shown", "2,500.75 EUR")
     items = re.findall(r'<li data-name="([^"]+)"( hidden)?>', page.text)
     assert {name: bool(hidden) for name, hidden in items} == {
         "mock german bank": True,
@@ -169,9 +150,9 @@ def test_preselected_payment_offers_only_its_bank(
 ) -> None:
     payment = _create(merchant, "EUR", type="preselected", provider_id="mock-payments-fr-redirect")
     page = http.get(HPP, params=_params(payment))
-    _assert_page(page, 200, "1 of 1 banks shown", "Mock French Bank")
+    assert_hosted_page(page, 200, "1 of 1 banks shown", "Mock French Bank")
     refused = _choose(http, payment, "mock-payments-de-redirect")
-    _assert_page(refused, 403, "This bank cannot be chosen")
+    assert_hosted_page(refused, 403, "This bank cannot be chosen")
     chosen = _choose(http, payment, "mock-payments-fr-redirect")
     assert chosen.status_code == 303, chosen.text
     assert f"/mock-bank/login/{payment['id']}#token=" in chosen.headers["location"]
@@ -185,7 +166,7 @@ def test_second_window_cannot_switch_banks(http: httpx.Client, merchant: Merchan
     assert again.status_code == 303, again.text
     assert urlsplit(again.headers["location"]).path == f"/mock-bank/login/{payment['id']}"
     other = _choose(http, payment, "mock-payments-fr-redirect")
-    _assert_page(other, 409, "A bank has already been chosen")
+    assert_hosted_page(other, 409, "A bank has already been chosen")
     state = _status(merchant, payment["id"])
     assert (state["status"], state["provider_id"]) == ("authorizing", "mock-payments-de-redirect")
 
@@ -204,7 +185,7 @@ def test_payer_pays_through_the_forms(http: httpx.Client, merchant: MerchantClie
     )
 
     consent = _open_bank(http, bank_uri)
-    _assert_page(consent, 200, "Authorise payment", "2,500.75 GBP", "Hpp Test Shop")
+    assert_hosted_page(consent, 200, "Authorise payment", "2,500.75 GBP", "Hpp Test Shop")
     decided = http.post(
         "/mock-bank/authorize",
         data=_bank_form(consent, username="test_executed", decision="authorise"),
@@ -219,13 +200,13 @@ def test_payer_pays_through_the_forms(http: httpx.Client, merchant: MerchantClie
 
     wait_for(lambda: _status(merchant, payment["id"])["status"] == "payment_settled")
     result = http.get(result_uri)
-    _assert_page(result, 200, "Payment successful")
+    assert_hosted_page(result, 200, "Payment successful")
     back = f"{RETURN_URI}&payment_id={payment['id']}"
     assert f'content="3;url={back}"' in html.unescape(result.text)
 
     # Coming back to the hosted page later: the payment is done.
     again = http.get(HPP, params=_params(payment))
-    _assert_page(again, 409, "This payment has already been completed", back)
+    assert_hosted_page(again, 409, "This payment has already been completed", back)
 
 
 def test_execution_rejected_username(http: httpx.Client, merchant: MerchantClient) -> None:
@@ -249,7 +230,7 @@ def test_execution_rejected_username(http: httpx.Client, merchant: MerchantClien
         "provider_rejected",
     )
     result = http.get(decided.headers["location"])
-    _assert_page(result, 200, "Payment failed", "provider_rejected")
+    assert_hosted_page(result, 200, "Payment failed", "provider_rejected")
 
 
 def test_embedded_bank_takes_username_then_password(
@@ -259,16 +240,18 @@ def test_embedded_bank_takes_username_then_password(
     chosen = _choose(http, payment, "mock-payments-de-embedded")
     assert chosen.status_code == 303, chosen.text
     step1 = _open_bank(http, chosen.headers["location"])
-    _assert_page(step1, 200, "Sign in to approve", "Step 1 of 2")
+    assert_hosted_page(step1, 200, "Sign in to approve", "Step 1 of 2")
     step2 = http.post(
         "/mock-bank/embedded",
         data=_bank_form(step1, step="username", username="test_authorisation_failed"),
     )
-    _assert_page(step2, 200, "Enter your password", "Step 2 of 2")
+    assert_hosted_page(step2, 200, "Enter your password", "Step 2 of 2")
     assert _status(merchant, payment["id"])["status"] == "authorizing"
     done = http.post(
         "/mock-bank/embedded",
-        data=_bank_form(step2, step="password", username=_field(step2, "username"), password="pw"),
+        data=_bank_form(
+            step2, step="password", username=page_field(step2, "username"), password="pw"
+        ),
     )
     assert done.status_code == 303, done.text
     assert urlsplit(done.headers["location"]).path == f"{HPP}/{payment['id']}/result"
@@ -293,7 +276,7 @@ def test_repeating_the_same_decision_answers_the_same(
         "/mock-bank/authorize",
         data={**form, "decision": "authorise", "username": "test_executed"},
     )
-    _assert_page(other, 409, "This payment has already failed")
+    assert_hosted_page(other, 409, "This payment has already failed")
 
 
 # --- bad input: the right page and status, and nothing changes --------------------------------
@@ -303,7 +286,7 @@ def test_link_without_parameters_answers_a_page_that_reads_the_fragment(
     http: httpx.Client,
 ) -> None:
     page = http.get(HPP)
-    _assert_page(page, 200, "Opening your payment", "This payment link is incomplete")
+    assert_hosted_page(page, 200, "Opening your payment", "This payment link is incomplete")
     assert "window.location.hash" in page.text  # moves fragment parameters to the query
     nonce = re.search(r"'nonce-([\w-]+)'", page.headers["content-security-policy"])
     assert nonce
@@ -315,7 +298,7 @@ def test_link_missing_one_parameter_is_400(http: httpx.Client, merchant: Merchan
     for missing in ("payment_id", "resource_token", "return_uri"):
         params = _params(payment)
         del params[missing]
-        _assert_page(http.get(HPP, params=params), 400, "This payment link is incomplete")
+        assert_hosted_page(http.get(HPP, params=params), 400, "This payment link is incomplete")
     assert _status(merchant, payment["id"])["status"] == "authorization_required"
 
 
@@ -343,7 +326,7 @@ def test_bad_resource_token_is_401_and_changes_nothing(
     before = _status(merchant, payment["id"])
 
     page = http.get(HPP, params=_params(payment, resource_token=token))
-    _assert_page(page, 401, "This link has expired or is not valid")
+    assert_hosted_page(page, 401, "This link has expired or is not valid")
     posted = http.post(
         f"{HPP}/{payment['id']}/provider",
         data={
@@ -353,27 +336,27 @@ def test_bad_resource_token_is_401_and_changes_nothing(
             "provider_id": "mock-payments-gb-redirect",
         },
     )
-    _assert_page(posted, 401)
+    assert_hosted_page(posted, 401)
     result = http.get(
         f"{HPP}/{payment['id']}/result", params={"resource_token": token, "return_uri": RETURN_URI}
     )
-    _assert_page(result, 401)
+    assert_hosted_page(result, 401)
     assert _status(merchant, payment["id"]) == before
 
 
 def test_unknown_payment_is_404(http: httpx.Client, merchant: MerchantClient) -> None:
     payment = _create(merchant)
     unknown = str(uuid.uuid4())
-    _assert_page(
+    assert_hosted_page(
         http.get(HPP, params=_params(payment, payment_id=unknown)), 404, "Payment not found"
     )
-    _assert_page(http.get(HPP, params=_params(payment, payment_id="not-a-uuid")), 404)
+    assert_hosted_page(http.get(HPP, params=_params(payment, payment_id="not-a-uuid")), 404)
     posted = http.post(
         f"{HPP}/{unknown}/provider",
         data={"resource_token": payment["resource_token"], "return_uri": RETURN_URI},
     )
-    _assert_page(posted, 404)
-    _assert_page(
+    assert_hosted_page(posted, 404)
+    assert_hosted_page(
         http.get(
             f"{HPP}/{unknown}/result",
             params={"resource_token": payment["resource_token"], "return_uri": RETURN_URI},
@@ -400,15 +383,15 @@ def test_return_uri_must_be_absolute_http(
 ) -> None:
     payment = _create(merchant)
     page = http.get(HPP, params=_params(payment, return_uri=return_uri))
-    _assert_page(page, 400, "This payment link is not valid")
+    assert_hosted_page(page, 400, "This payment link is not valid")
     assert "javascript:" not in page.text
     chosen = _choose(http, payment, "mock-payments-gb-redirect", return_uri=return_uri)
-    _assert_page(chosen, 400, "This payment link is not valid")
+    assert_hosted_page(chosen, 400, "This payment link is not valid")
     result = http.get(
         f"{HPP}/{payment['id']}/result",
         params={"resource_token": payment["resource_token"], "return_uri": return_uri},
     )
-    _assert_page(result, 400)
+    assert_hosted_page(result, 400)
     assert _status(merchant, payment["id"])["status"] == "authorization_required"
 
 
@@ -427,7 +410,7 @@ def test_tampered_hpp_form_is_403_and_changes_nothing(
 ) -> None:
     payment = _create(merchant)
     answer = _choose(http, payment, "mock-payments-gb-redirect", **tamper)
-    _assert_page(answer, 403)
+    assert_hosted_page(answer, 403)
     state = _status(merchant, payment["id"])
     assert state["status"] == "authorization_required"
     assert "provider_id" not in state
@@ -436,9 +419,9 @@ def test_tampered_hpp_form_is_403_and_changes_nothing(
 def test_csrf_field_of_another_payment_is_403(http: httpx.Client, merchant: MerchantClient) -> None:
     payment = _create(merchant)
     other = _create(merchant)
-    other_csrf = _field(http.get(HPP, params=_params(other)), "csrf")
+    other_csrf = page_field(http.get(HPP, params=_params(other)), "csrf")
     answer = _choose(http, payment, "mock-payments-gb-redirect", csrf=other_csrf)
-    _assert_page(answer, 403, "This form could not be accepted")
+    assert_hosted_page(answer, 403, "This form could not be accepted")
     assert _status(merchant, payment["id"])["status"] == "authorization_required"
 
 
@@ -449,7 +432,7 @@ def test_finished_payment_is_409(http: httpx.Client, merchant: MerchantClient) -
     assert cancelled.status_code == 202, cancelled.text
 
     again = http.get(HPP, params=_params(payment))
-    _assert_page(
+    assert_hosted_page(
         again,
         409,
         "This payment has already failed",
@@ -461,18 +444,18 @@ def test_finished_payment_is_409(http: httpx.Client, merchant: MerchantClient) -
         data={
             "resource_token": payment["resource_token"],
             "return_uri": RETURN_URI,
-            "csrf": _field(page, "csrf"),
+            "csrf": page_field(page, "csrf"),
             "provider_id": "mock-payments-gb-redirect",
         },
     )
-    _assert_page(posted, 409, "This payment has already failed")
+    assert_hosted_page(posted, 409, "This payment has already failed")
     failed = _status(merchant, payment["id"])
     assert (failed["status"], failed["failure_reason"]) == ("payment_failed", "canceled")
     result = http.get(
         f"{HPP}/{payment['id']}/result",
         params={"resource_token": payment["resource_token"], "return_uri": RETURN_URI},
     )
-    _assert_page(result, 200, "Payment failed", "The merchant cancelled the payment.")
+    assert_hosted_page(result, 200, "Payment failed", "The merchant cancelled the payment.")
 
 
 def test_mock_bank_rejects_bad_tokens_and_tampered_forms(
@@ -480,17 +463,17 @@ def test_mock_bank_rejects_bad_tokens_and_tampered_forms(
 ) -> None:
     payment = _create(merchant)
     consent = _at_bank(http, payment)
-    token = _field(consent, "token")
+    token = page_field(consent, "token")
 
     def consent_page(payment_id: str = payment["id"], **form: str) -> httpx.Response:
         return http.post(f"/mock-bank/login/{payment_id}", data=form)
 
-    _assert_page(consent_page(token=payment["resource_token"]), 401)  # wrong kind of token
-    _assert_page(consent_page(token=_forged(token)), 401)
-    _assert_page(consent_page(), 401)
-    _assert_page(consent_page(str(uuid.uuid4()), token=token), 404)
+    assert_hosted_page(consent_page(token=payment["resource_token"]), 401)  # wrong kind of token
+    assert_hosted_page(consent_page(token=_forged(token)), 401)
+    assert_hosted_page(consent_page(), 401)
+    assert_hosted_page(consent_page(str(uuid.uuid4()), token=token), 404)
     other = _create(merchant)
-    _assert_page(consent_page(other["id"], token=token), 401)
+    assert_hosted_page(consent_page(other["id"], token=token), 401)
 
     good = {"username": "test_executed", "decision": "authorise"}
     for tampered, status in [
@@ -505,19 +488,19 @@ def test_mock_bank_rejects_bad_tokens_and_tampered_forms(
         ({"settlement_delay": "99999999"}, 400),
     ]:
         answer = http.post("/mock-bank/authorize", data=_bank_form(consent, **{**good, **tampered}))
-        _assert_page(answer, status)
+        assert_hosted_page(answer, status)
         assert _status(merchant, payment["id"])["status"] == "authorizing", tampered
     invalid = http.post(
         "/mock-bank/authorize", data=_bank_form(consent, **good, execution_delay="soon")
     )
-    _assert_page(invalid, 400, "There is a problem", "The execution delay must be")
+    assert_hosted_page(invalid, 400, "There is a problem", "The execution delay must be")
     assert 'aria-invalid="true"' in invalid.text
-    assert _field(invalid, "token") == token  # the form comes back, ready to correct
+    assert page_field(invalid, "token") == token  # the form comes back, ready to correct
 
     embedded = http.post(
         "/mock-bank/embedded", data=_bank_form(consent, step="nowhere", username="x")
     )
-    _assert_page(embedded, 403)
+    assert_hosted_page(embedded, 403)
     assert _status(merchant, payment["id"])["status"] == "authorizing"
 
 
@@ -554,14 +537,16 @@ def test_expired_tokens_are_401(
     advanced = operator.post("/sandbox/clock/advance", {"seconds": 15 * 60 + 1})
     assert advanced.status_code == 200, advanced.text
 
-    _assert_page(http.get(HPP, params=_params(payment)), 401, "Token has expired")
-    bank = http.post(f"/mock-bank/login/{at_bank['id']}", data={"token": _field(consent, "token")})
-    _assert_page(bank, 401, "Token has expired")
+    assert_hosted_page(http.get(HPP, params=_params(payment)), 401, "Token has expired")
+    bank = http.post(
+        f"/mock-bank/login/{at_bank['id']}", data={"token": page_field(consent, "token")}
+    )
+    assert_hosted_page(bank, 401, "Token has expired")
     decided = http.post(
         "/mock-bank/authorize",
         data=_bank_form(consent, username="test_executed", decision="authorise"),
     )
-    _assert_page(decided, 401)
+    assert_hosted_page(decided, 401)
     # Nothing was authorised: the payments only expire, as unauthorised payments do.
     for made in (payment, at_bank):
         assert _status(merchant, made["id"])["status"] in {

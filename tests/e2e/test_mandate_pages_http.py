@@ -5,8 +5,6 @@ mandate already decided, 400 bad return_uri)."""
 
 from __future__ import annotations
 
-import html
-import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from e2e_helpers import assert_hosted_page, page_field
 from mandate_helpers import GB_REDIRECT, MANDATES, create_mandate, mandate_body
 
 from support.api import MerchantClient, Operator
@@ -49,22 +48,6 @@ def _params(mandate: dict[str, Any], **overrides: str) -> dict[str, str]:
     }
 
 
-def _field(page: httpx.Response, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', page.text)
-    assert found, f"no field {name} in the page"
-    return html.unescape(found.group(1))
-
-
-def _assert_page(answer: httpx.Response, status: int, *texts: str) -> None:
-    """An HTML page (never problem+json) with this status, the page headers and the texts."""
-    assert answer.status_code == status, answer.text
-    assert answer.headers["content-type"].startswith("text/html"), answer.headers
-    assert answer.headers["cache-control"] == "no-store"
-    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
-    for text in texts:
-        assert text in html.unescape(answer.text), (text, answer.text)
-
-
 def _status(merchant: MerchantClient, mandate_id: str) -> str:
     answer = merchant.get(f"{MANDATES}/{mandate_id}")
     assert answer.status_code == 200, answer.text
@@ -73,11 +56,11 @@ def _status(merchant: MerchantClient, mandate_id: str) -> str:
 
 def _choose(http: httpx.Client, mandate: dict[str, Any], bank: str, **overrides: str) -> Any:
     page = http.get(HPP, params=_params(mandate))
-    _assert_page(page, 200)
+    assert_hosted_page(page, 200)
     form = {
         "resource_token": mandate["resource_token"],
         "return_uri": RETURN_URI,
-        "csrf": _field(page, "csrf"),
+        "csrf": page_field(page, "csrf"),
         "provider_id": bank,
         **overrides,
     }
@@ -92,12 +75,12 @@ def _at_bank(http: httpx.Client, mandate: dict[str, Any]) -> httpx.Response:
     # What the login page's script does: post the fragment's token to the same path.
     token = parse_qs(location.fragment)["token"][0]
     consent = http.post(location.path, data={"token": token})
-    _assert_page(consent, 200, "Set up a payment mandate")
+    assert_hosted_page(consent, 200, "Set up a payment mandate")
     return consent
 
 
 def _decide(http: httpx.Client, consent: httpx.Response, **fields: str) -> httpx.Response:
-    form = {name: _field(consent, name) for name in ("mandate_id", "token", "csrf")}
+    form = {name: page_field(consent, name) for name in ("mandate_id", "token", "csrf")}
     return http.post("/mock-bank/vrp-consent", data={**form, **fields})
 
 
@@ -106,7 +89,9 @@ def test_the_payer_authorises_through_the_forms(
 ) -> None:
     mandate = _created(merchant)
     page = http.get(HPP, params=_params(mandate))
-    _assert_page(page, 200, "Mandate Pages Shop", "Mock UK Payments", "50.00 GBP", "Each month")
+    assert_hosted_page(
+        page, 200, "Mandate Pages Shop", "Mock UK Payments", "50.00 GBP", "Each month"
+    )
     assert "Mock German Bank" not in page.text  # only banks that take mandates
     consent = _at_bank(http, mandate)
     assert _status(merchant, mandate["id"]) == "authorizing"
@@ -118,8 +103,8 @@ def test_the_payer_authorises_through_the_forms(
     assert _status(merchant, mandate["id"]) == "authorized"
     # The same decision again (a double click) answers the same; the hosted page is closed.
     assert _decide(http, consent, decision="authorise").headers["location"] == location
-    _assert_page(http.get(HPP, params=_params(mandate)), 409, "already been decided")
-    _assert_page(_decide(http, consent, decision="reject"), 409, "already been decided")
+    assert_hosted_page(http.get(HPP, params=_params(mandate)), 409, "already been decided")
+    assert_hosted_page(_decide(http, consent, decision="reject"), 409, "already been decided")
     assert _status(merchant, mandate["id"]) == "authorized"
 
 
@@ -137,18 +122,18 @@ def test_the_consent_page_refuses_bad_forms(
 ) -> None:
     mandate = _created(merchant)
     consent = _at_bank(http, mandate)
-    _assert_page(_decide(http, consent, **{"decision": "authorise", **change}), status)
+    assert_hosted_page(_decide(http, consent, **{"decision": "authorise", **change}), status)
     assert _status(merchant, mandate["id"]) == "authorizing"
 
 
 def test_the_hosted_page_refuses_bad_input(http: httpx.Client, merchant: MerchantClient) -> None:
     mandate = _created(merchant)
-    _assert_page(http.get(HPP, params=_params(mandate, resource_token="x")), 401)
-    _assert_page(http.get(HPP, params=_params(mandate, mandate_id=str(uuid.uuid4()))), 404)
-    _assert_page(http.get(HPP, params=_params(mandate, return_uri="/relative")), 400)
+    assert_hosted_page(http.get(HPP, params=_params(mandate, resource_token="x")), 401)
+    assert_hosted_page(http.get(HPP, params=_params(mandate, mandate_id=str(uuid.uuid4()))), 404)
+    assert_hosted_page(http.get(HPP, params=_params(mandate, return_uri="/relative")), 400)
     # A valid token names its own mandate only.
     another = _created(merchant)
-    _assert_page(http.get(HPP, params=_params(mandate, mandate_id=another["id"])), 401)
+    assert_hosted_page(http.get(HPP, params=_params(mandate, mandate_id=another["id"])), 401)
     # A payment's resource token is not a mandate's.
     other = merchant.signed_post(
         "/v3/payments",
@@ -166,7 +151,7 @@ def test_the_hosted_page_refuses_bad_input(http: httpx.Client, merchant: Merchan
         },
     ).json()
     token = other["resource_token"]
-    _assert_page(http.get(HPP, params=_params(mandate, resource_token=token)), 401)
-    _assert_page(_choose(http, mandate, "mock-payments-de-redirect"), 403, "cannot be chosen")
-    _assert_page(_choose(http, mandate, GB_REDIRECT, csrf="0" * 64), 403)
+    assert_hosted_page(http.get(HPP, params=_params(mandate, resource_token=token)), 401)
+    assert_hosted_page(_choose(http, mandate, "mock-payments-de-redirect"), 403, "cannot be chosen")
+    assert_hosted_page(_choose(http, mandate, GB_REDIRECT, csrf="0" * 64), 403)
     assert _status(merchant, mandate["id"]) == "authorization_required"

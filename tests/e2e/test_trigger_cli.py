@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import get_record
+from e2e_helpers import bankrail_cli, get_record
 from pydantic import BaseModel
 
 from bankrail.events.schemas import WEBHOOKS
@@ -45,23 +45,11 @@ EVENTS = {
 }
 
 
-def _bankrail(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("BANKRAIL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "bankrail", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**child_env, **(env or {})},
-        check=False,
-    )
-
-
 def _trigger_with_a_made_up_token(
     url: str, data_dir: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
     """`bankrail trigger payment_settled` sent to `url` with the operator token "t"."""
-    return _bankrail(
+    return bankrail_cli(
         "trigger",
         "payment_settled",
         "--url",
@@ -94,7 +82,7 @@ def data_dir() -> Iterator[Path]:
 
 
 def _trigger(server: RunningServer, event: str, merchant_id: str, data_dir: Path) -> dict[str, Any]:
-    done = _bankrail(
+    done = bankrail_cli(
         "trigger",
         event,
         "--url",
@@ -165,10 +153,10 @@ def test_trigger_makes_the_event_reach_the_webhook_uri(
 
 
 def test_list_names_every_event() -> None:
-    done = _bankrail("trigger", "--list", "--json")
+    done = bankrail_cli("trigger", "--list", "--json")
     assert done.returncode == 0, done.stderr
     assert sorted(e["event"] for e in json.loads(done.stdout)) == sorted(EVENTS)
-    text = _bankrail("trigger", "--list")
+    text = bankrail_cli("trigger", "--list")
     assert text.returncode == 0, text.stderr
     assert [line.split()[0] for line in text.stdout.splitlines()] == [
         e["event"] for e in json.loads(done.stdout)
@@ -180,7 +168,7 @@ def test_defaults_read_the_token_and_the_demo_merchant_from_the_data_directory(
 ) -> None:
     (data_dir / "admin-token").write_text(server.admin_token + "\n")
     (data_dir / "demo-credentials.json").write_text(json.dumps({"merchant_id": hooked.merchant_id}))
-    done = _bankrail(
+    done = bankrail_cli(
         "trigger",
         "payment_settled",
         "--data-dir",
@@ -195,7 +183,7 @@ def test_defaults_read_the_token_and_the_demo_merchant_from_the_data_directory(
 def test_an_unknown_event_or_a_missing_token_is_an_error(
     server: RunningServer, data_dir: Path
 ) -> None:
-    unknown = _bankrail(
+    unknown = bankrail_cli(
         "trigger",
         "payment_teleported",
         "--url",
@@ -207,13 +195,13 @@ def test_an_unknown_event_or_a_missing_token_is_an_error(
     )
     assert unknown.returncode == 2
     assert "unknown event 'payment_teleported'" in unknown.stderr
-    no_token = _bankrail("trigger", "payment_settled", "--data-dir", str(data_dir))
+    no_token = bankrail_cli("trigger", "payment_settled", "--data-dir", str(data_dir))
     assert no_token.returncode == 2
     assert "no operator token" in no_token.stderr
 
 
 def test_an_unknown_event_without_a_token_is_reported_as_unknown(data_dir: Path) -> None:
-    done = _bankrail("trigger", "payment_teleported", "--data-dir", str(data_dir))
+    done = bankrail_cli("trigger", "payment_teleported", "--data-dir", str(data_dir))
     assert done.returncode == 2
     assert done.stderr == (
         "error: unknown event 'payment_teleported'; `bankrail trigger --list` names them\n"

@@ -154,20 +154,37 @@ class _Write:
     holds: BatchHolds = field(default_factory=lambda: BatchHolds(PAYOUT))
 
 
-_READ = "SELECT * FROM bankrail_read_payout_batch($1::jsonb)"
+@dataclass(frozen=True)
+class _KnownList:
+    """The screening list's skeletons as of its version (`screening_list_version`)."""
+
+    version: uuid.UUID | None = None
+    skeletons: frozenset[str] = frozenset()
+
+
+_READ = "SELECT * FROM bankrail_read_payout_batch($1::jsonb, $2)"
 _WRITE = "SELECT bankrail_write_payout_acceptances($1, $2, $3, $4, $5, $6)"
 
 
 class _Steps:
-    """Payout acceptance's read, rules and write (security/keyed_batch.py)."""
+    """Payout acceptance's read, rules and write (security/keyed_batch.py), and the screening
+    list this process read last (read again only when its version changes)."""
+
+    def __init__(self) -> None:
+        self.known_list = _KnownList()
 
     async def read(self, conn: Connection, batch: Sequence[Keyed]) -> tuple[list[Any], _Write]:
         """The keys' locks and stored answers, the paying accounts with their ledger rows
-        locked and their balances, payment sources, payees at Bankrail, the screening list's
-        skeletons (on the first row)."""
-        rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch])
-        listed = frozenset(rows[0]["listed_skeletons"] or ()) if rows else frozenset()
-        return rows, _Write(listed=listed)
+        locked and their balances, payment sources, payees at Bankrail, and the screening
+        list's skeletons: those this process keeps, or the list's new version's."""
+        known = self.known_list
+        rows = await conn.fetch(_READ, [_read_item(keyed) for keyed in batch], known.version)
+        first = rows[0] if rows else None
+        # The skeletons come back only when the list's version is not the one kept.
+        if first is not None and first["listed_skeletons"] is not None:
+            known = _KnownList(first["list_version"], frozenset(first["listed_skeletons"]))
+            self.known_list = known
+        return rows, _Write(listed=known.skeletons)
 
     async def decide(self, keyed: Keyed, row: Any, write: _Write) -> tuple[Answer, uuid.UUID]:
         """`models.decide_payout`, each request seeing the holds of those before it; the

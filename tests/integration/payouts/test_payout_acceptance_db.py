@@ -24,8 +24,8 @@ from bankrail.merchants.models import AccountIdentifiers
 from bankrail.merchants.service import get_account
 from bankrail.payments.sources import record_payment_source
 from bankrail.payouts.service import ADVANCE_JOB, PayoutAcceptance, accept_payouts
-from bankrail.rails.screening import replace_screening_list
-from bankrail.security.idempotency import lock_key
+from bankrail.rails.screening import name_skeleton, replace_screening_list
+from bankrail.security.idempotency import KeyedRequest, key_item, lock_key
 from support.accounts import funded_account, sort_code_beneficiary
 from support.payouts import (
     TTL,
@@ -353,3 +353,40 @@ async def test_every_loop_is_screened_by_the_one_rule_in_one_batch(pool: asyncpg
         if not isinstance(outcome, Exception)
     ]
     assert failures == ["blocked", "blocked", None]
+
+
+async def test_a_process_reads_the_list_again_only_when_it_has_changed(
+    pool: asyncpg.Pool,
+) -> None:
+    # The read returns the list's skeletons when the caller's version is not the list's; the
+    # version changes with every change of the list, whoever writes it (here plain SQL, as a
+    # host of the release before might); a payout after a change is screened by the new list.
+    now = ServiceClock().now()
+    account = await funded_account(pool, now, 10_000)
+    keyed = KeyedRequest(f"v3:{account.merchant_id}", str(uuid.uuid4()), b"f", TTL)
+    item = [{**key_item(keyed), "merchant_id": str(account.merchant_id)}]
+    read = "SELECT list_version, listed_skeletons FROM bankrail_read_payout_batch($1::jsonb, $2)"
+    async with pool.acquire() as conn:
+        await replace_screening_list(conn, ["Evil Corp"])
+        async with conn.transaction():
+            first = await conn.fetchrow(read, item, None)
+        assert first is not None
+        assert first["listed_skeletons"] == [name_skeleton("Evil Corp")]
+        async with conn.transaction():
+            again = await conn.fetchrow(read, item, first["list_version"])
+        assert again is not None
+        assert (again["list_version"], again["listed_skeletons"]) == (first["list_version"], None)
+
+    jane = payout_request(account, now, beneficiary=sort_code_beneficiary("r", "Jane Doe"))
+    payout = await _written(pool, _id(await accept_one(pool, jane)))
+    assert payout["payout"]["pending_failure"] is None
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO screening_list (normalised_name, name) VALUES ($1, 'Jane Doe')",
+            name_skeleton("Jane Doe"),
+        )
+        changed = await conn.fetchval("SELECT version FROM screening_list_version")
+    assert changed != first["list_version"]
+    jane = payout_request(account, now, beneficiary=sort_code_beneficiary("r", "jane  DOE"))
+    payout = await _written(pool, _id(await accept_one(pool, jane)))
+    assert payout["payout"]["pending_failure"] == "blocked"

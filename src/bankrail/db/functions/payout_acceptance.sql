@@ -22,13 +22,15 @@
 --     previous one's commit and sees its holds, in every process;
 --   a closed loop's payment source, if the user paid from it into the account;
 --   the account at Bankrail the payee's identifiers (or the source's) name;
---   on the first row only (the same for every request of the batch, read once), the skeletons
---     of the screening list's names, against which Python screens every payout of the batch
---     whatever its loop (rails/screening.py `is_listed`): SQL neither computes a skeleton nor
---     compares one.
+--   on the first row only (the same for every request of the batch), the screening list's
+--     version (migration 0032) and, when it is not p_known_list (the version the caller
+--     keeps; NULL, the default: none), the skeletons of the list's names, against which Python screens every payout
+--     of the batch whatever its loop (rails/screening.py `is_listed`): SQL neither computes a
+--     skeleton nor compares one. Both are read in one statement, so the skeletons are the
+--     version's.
 -- (It replaces bankrail_read_payout_requests, which compared an open loop's skeleton here
 -- and is left on an upgraded database for the release before during a rolling upgrade.)
-CREATE OR REPLACE FUNCTION bankrail_read_payout_batch(p_items jsonb)
+CREATE OR REPLACE FUNCTION bankrail_read_payout_batch(p_items jsonb, p_known_list uuid DEFAULT NULL)
 RETURNS TABLE (
     locked boolean,
     stored_fingerprint bytea,
@@ -53,6 +55,7 @@ RETURNS TABLE (
     source_account_number text,
     payee_id uuid,
     payee_currency text,
+    list_version uuid,
     listed_skeletons text[]
 ) LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
@@ -92,11 +95,14 @@ BEGIN
            ma.balance_threshold, ma.notification_state, av.balance, hd.balance,
            src.id, src.user_id, src.account_holder_name, src.iban, src.sort_code,
            src.account_number, payee.id, payee.currency::text,
-           CASE WHEN e.n = 1 THEN ARRAY(SELECT s.normalised_name FROM screening_list s) END
+           CASE WHEN e.n = 1 THEN lv.version END,
+           CASE WHEN e.n = 1 AND lv.version IS DISTINCT FROM p_known_list THEN
+               ARRAY(SELECT s.normalised_name FROM screening_list s) END
     FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e (v, n)
     CROSS JOIN LATERAL jsonb_to_record(e.v)
         AS i (iban text, sort_code text, account_number text, source_id uuid, user_id text)
     JOIN bankrail_claimed_keys(p_items, v_locked) c ON c.n = e.n
+    LEFT JOIN screening_list_version lv ON lv.id = 1
     LEFT JOIN merchant_accounts ma ON ma.id = v_accounts[e.n]
     LEFT JOIN ledger_accounts av ON av.id = ma.available_ledger_id
     LEFT JOIN ledger_accounts hd ON hd.id = ma.held_ledger_id
@@ -116,6 +122,15 @@ BEGIN
                    AND p.account_number = coalesce(i.account_number, src.account_number)))
         LIMIT 1) payee ON true
     ORDER BY e.n;
+END
+$$;
+
+-- A change of the screening list gives it a new version (the trigger of migration 0032).
+CREATE OR REPLACE FUNCTION bankrail_screening_list_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE screening_list_version SET version = gen_random_uuid() WHERE id = 1;
+    RETURN NULL;
 END
 $$;
 

@@ -22,6 +22,7 @@ from bankrail.payments import service as payments_service
 from bankrail.payouts import jobs as payouts_jobs
 from bankrail.payouts import service as payouts_service
 from bankrail.payouts import sweeps as payouts_sweeps
+from bankrail.payouts import verified as payouts_verified
 from bankrail.process import ProcessResources, open_process
 from bankrail.refunds import service as refunds_service
 from bankrail.security.idempotency import delete_expired, delete_forgotten_signatures
@@ -39,6 +40,7 @@ def register_jobs(queue: JobQueue, powers: SandboxPowers) -> None:
     queue.register_batch(
         payouts_service.ADVANCE_JOB, partial(payouts_jobs.advance_due_payouts, powers=powers)
     )
+    queue.register(payouts_verified.EXPIRE_JOB, payouts_verified.expire_authorization)
     queue.register(payments_service.ADVANCE_JOB, payments_service.advance_payment)
     queue.register(payments_service.EXPIRE_JOB, payments_service.expire_payment)
     queue.register(

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import assert_invalid, parse_time
-from pay_in_helpers import authorised_pay_in, balances, settled_payment
+from pay_in_helpers import advance_clock, authorised_pay_in, balances, settled_payment
 from payout_helpers import PATH, get_payout, wait_payout_status
 from verified_payout_helpers import (
     PAGE,
@@ -33,6 +33,8 @@ from support.receiver import WebhookReceiver
 from support.server import RunningServer
 
 TERMINAL = {"executed", "failed"}
+DAY = 86_400
+WINDOW = 7 * DAY  # the payout page's window (docs/api.md, "Verified payouts")
 API_DOCS = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
@@ -314,3 +316,46 @@ def test_the_page_needs_the_payouts_own_token(operator: Operator, http: httpx.Cl
     bad_return = {**params, "resource_token": created["resource_token"], "return_uri": "nope"}
     assert http.get(PAGE, params=bad_return).status_code == 400
     assert get_payout(merchant, created["id"])["status"] == "authorization_required"
+
+
+def test_a_payout_whose_payee_never_acts_expires_and_releases_its_hold(
+    operator: Operator, http: httpx.Client, receiver: WebhookReceiver
+) -> None:
+    merchant = verified_merchant(operator, "Verified Expiry Ltd", receiver)
+    waiting = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    chosen = create_verified(merchant, sdk_body("java-payout-user-determined", merchant))
+    at_bank(http, chosen)  # the payee chose a provider, then walked away
+    acted = create_verified(
+        merchant, sdk_body("dotnet-payout-user-determined-name-verification", merchant)
+    )
+    decide_at_bank(http, acted, "authorise", "John Doe")
+    assert wait_payout_status(merchant, acted["id"], TERMINAL)["status"] == "executed"
+    assert balances(merchant) == (9_900, 9_900 - 2 * 75)
+
+    # A minute before the window closes the payouts still wait, their funds held.
+    advance_clock(operator, WINDOW - 60)
+    merchant.forget_token()  # the access token expired as the clock moved
+    assert get_payout(merchant, waiting["id"])["status"] == "authorization_required"
+    assert get_payout(merchant, chosen["id"])["status"] == "authorizing"
+    assert balances(merchant) == (9_900, 9_900 - 2 * 75)
+
+    advance_clock(operator, 61)
+    merchant.forget_token()
+    for created in (waiting, chosen):
+        payout = wait_payout_status(merchant, created["id"], TERMINAL)
+        assert (payout["status"], payout["failure_reason"]) == ("failed", "expired"), payout
+        assert parse_time(payout["failed_at"]) >= parse_time(payout["created_at"])
+        event = _wait_event(receiver, created["id"], "payout_failed")
+        assert event["failure_reason"] == "expired"
+        assert event["beneficiary"]["type"] == "user_determined"
+    # Both holds are released; the executed payout is untouched.
+    assert balances(merchant) == (9_900, 9_900)
+    assert get_payout(merchant, acted["id"])["status"] == "executed"
+    assert [e["type"] for e in _payout_events(receiver, acted["id"])] == ["payout_executed"]
+    # The payee's link no longer opens the page.
+    params = {"payout_id": waiting["id"], "return_uri": RETURN_URI}
+    answer = http.get(PAGE, params={**params, "resource_token": waiting["resource_token"]})
+    assert answer.status_code == 401, answer.text
+    ledger = operator.get("/admin/ledger/check")
+    assert ledger.status_code == 200, ledger.text
+    assert ledger.json() == {"ok": True, "violations": []}

@@ -57,6 +57,7 @@ FAILURE_MESSAGES = {
     "merchant has for you.",
     "transaction_verification_failed": "The account you chose does not show the earlier "
     "payment the merchant asked us to find.",
+    "expired": "This payout was not claimed in time.",
     "insufficient_funds": "The merchant could not fund this payout.",
     "blocked": "This payout was stopped by screening.",
 }

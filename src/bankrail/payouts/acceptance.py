@@ -30,6 +30,7 @@ from bankrail.payouts.models import (
     SourceFacts,
     decide_payout,
 )
+from bankrail.payouts.verification import EXPIRE_JOB, expires_at
 from bankrail.rails.schemes import scheme_for
 from bankrail.rails.screening import is_listed
 from bankrail.security.idempotency import (
@@ -259,6 +260,10 @@ def _add_payout(write: _Write, keyed: Keyed, payout: NewPayout) -> None:
             ),
             "pending_failure": payout.pending_failure.value if payout.pending_failure else None,
             "stage": payout.stage,
+            # A verified payout's first job is its expiry, at its authorisation window's end;
+            # every other payout's is its advance, due now (p_job_kind).
+            "first_job": EXPIRE_JOB if request.verified else None,
+            "first_job_at": expires_at(now) if request.verified else None,
             "details": {
                 "api": request.api,
                 "transaction_id": str(request.transaction_id or payout.id),

@@ -4,12 +4,16 @@
 Before the rails' lifecycle (`rails.lifecycle`) a verified payout has two stages of its own:
 
     authorization_required --choose provider--> authorizing --payee authorises, verified--> pending
-                                                     |
-                                                     +--declined or not verified--> failed
+              |                                      |
+              |                                      +--declined or not verified--> failed
+              +--(either stage) the window closes (AUTHORIZATION_WINDOW)--> failed (expired)
 
 From `pending` on it is any payout: authorised, submitted, executed (or failed) by the payout
 job. The funds are held at acceptance, as for every payout, so a verified payout can never
-execute unfunded; a failure before `pending` releases them.
+execute unfunded; a failure before `pending` releases them. A payee who never acts does not
+hold the money forever: when the payout page's window (`AUTHORIZATION_WINDOW`, the lifetime of
+the payout's resource token) closes with the payout still before `pending`, its expiry job
+(`EXPIRE_JOB`, queued at acceptance) fails it with `expired` (`expiry`).
 
 Verification (docs/api.md, "Verified payouts"):
 - name: with `verify_name`, the holder name of the account the payee chooses must be the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -51,6 +56,13 @@ BEFORE_RAILS = frozenset(stage.value for stage in VerifiedStage)
 DECLINED = FailureReason.AUTHORIZATION_FAILED
 NAME_MISMATCH = FailureReason.NAME_VERIFICATION_FAILED
 NO_MATCHING_PAY_IN = FailureReason.TRANSACTION_VERIFICATION_FAILED
+NOT_ACTED_ON = FailureReason.EXPIRED
+
+# How long the payee has to choose and prove an account: the lifetime of the payout's
+# resource token, from the payout's creation (service time).
+AUTHORIZATION_WINDOW = timedelta(days=7)
+# The job, queued at acceptance for the window's end, that fails a payout still waiting.
+EXPIRE_JOB = "payout.expire_authorization"
 
 
 def selectable_providers(
@@ -165,3 +177,17 @@ def authorize(
     if reason is not None:
         return Outcome(Stage.FAILED, reason)
     return Outcome(Stage.PENDING)
+
+
+def expires_at(created_at: datetime) -> datetime:
+    """When a verified payout created at `created_at` fails unless its payee has acted."""
+    return created_at + AUTHORIZATION_WINDOW
+
+
+def expiry(stage: str, created_at: datetime, now: datetime) -> Outcome | None:
+    """The outcome of the authorisation window's end at `now`: `failed` with `expired` for a
+    payout still before the rails (`authorization_required` or `authorizing`) once the window
+    has closed; None when the window is open or the payee has acted (nothing to do)."""
+    if stage in BEFORE_RAILS and now >= expires_at(created_at):
+        return Outcome(Stage.FAILED, NOT_ACTED_ON)
+    return None

@@ -4,16 +4,18 @@ page (pages/hpp_payouts.py) that take them from `authorization_required` onto th
 The rules are `payouts.verification`'s; this module reads and writes. A verified payout is
 accepted by the one payout path (`accept_payouts`), which holds its funds; once its payee
 authorises a proven account it becomes `pending` with the advance job every payout has, and
-runs as any payout. A decline or a failed verification ends it `failed`: the hold is released
-and `payout_failed` is sent, in one statement. Both ways off its own stages are written by the
-rails' one writer of steps (`rails.advancement.RailBatch`), as every later step is.
+runs as any payout. A decline or a failed verification ends it `failed`, and so does the end
+of its authorisation window while the payee has not acted (`expire_authorization`, the job
+queued at acceptance): the hold is released and `payout_failed` is sent, in one statement.
+Every way off its own stages is written by the rails' one writer of steps
+(`rails.advancement.RailBatch`), as every later step is.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from bankrail.core.ids import new_id
@@ -26,10 +28,13 @@ from bankrail.payouts.acceptance import ADVANCE_JOB
 from bankrail.payouts.models import PayoutRequest
 from bankrail.payouts.service import STATE_COLUMNS, activity_details, v3_terminal_event
 from bankrail.payouts.verification import (
+    AUTHORIZATION_WINDOW,
+    EXPIRE_JOB,
     Outcome,
     VerifiedStage,
     authorize,
     choose_provider,
+    expiry,
 )
 from bankrail.rails.advancement import RailBatch, step_item
 from bankrail.rails.lifecycle import Advance, RailState, Stage
@@ -38,8 +43,20 @@ from bankrail.security.tokens import TokenIssuer
 
 # The kind of the token that opens a verified payout's page (bound to the payout).
 TOKEN_KIND = "payout"  # noqa: S105 (a token type, not a secret)
-# How long the payee has to open the payout page.
-TOKEN_TTL = timedelta(days=7)
+# How long the payee has to open the payout page: the payout's authorisation window, at whose
+# end a payout still waiting fails (`expire_authorization`).
+TOKEN_TTL = AUTHORIZATION_WINDOW
+
+__all__ = [
+    "EXPIRE_JOB",
+    "TOKEN_KIND",
+    "TOKEN_TTL",
+    "decide",
+    "expire_authorization",
+    "payout_row",
+    "prepared",
+    "start_authorizing",
+]
 
 
 def prepared(
@@ -115,6 +132,21 @@ async def decide(
     else:
         await _fail(conn, row, outcome, now)
     return outcome
+
+
+async def expire_authorization(conn: Connection, payload: dict[str, Any], now: datetime) -> None:
+    """Fail a verified payout whose payee has not chosen and proven an account by the end of
+    its authorisation window (a job handler, in the job's transaction): `failed` with
+    `expired`, its hold released and `payout_failed` sent, written together by the rails' one
+    writer of steps. Nothing happens to a payout that has left its own stages (authorised
+    onto the rails, or failed) or whose window is still open."""
+    try:
+        row = await payout_row(conn, uuid.UUID(payload["payout_id"]), lock=True)
+    except NotFound:
+        return  # its merchant was deleted
+    outcome = expiry(row["stage"], row["created_at"], now)
+    if outcome is not None:
+        await _fail(conn, row, outcome, now)
 
 
 async def _to_rails(conn: Connection, row: Any, account: KnownAccount, now: datetime) -> None:

@@ -47,6 +47,8 @@ class FailureReason(StrEnum):
     AUTHORIZATION_FAILED = "authorization_failed"
     NAME_VERIFICATION_FAILED = "name_verification_failed"
     TRANSACTION_VERIFICATION_FAILED = "transaction_verification_failed"
+    # A verified payout's payee did not act before its authorisation window closed.
+    EXPIRED = "expired"
 
 
 # Reasons that v1 reports as a rejection at acceptance rather than a later failure.

@@ -3,7 +3,7 @@ the payee, name and transaction-search verification, and the stages before the r
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,10 +11,13 @@ import pytest
 from bankrail.core.problems import InvalidParameters
 from bankrail.merchants.models import AccountIdentifiers
 from bankrail.payouts.verification import (
+    AUTHORIZATION_WINDOW,
     VerifiedStage,
     authorize,
     check_selection,
     choose_provider,
+    expires_at,
+    expiry,
     name_matches,
     pay_in_matches,
     selectable_providers,
@@ -152,3 +155,25 @@ def test_the_stages_before_the_rails() -> None:
     assert mismatch.failure_reason is FailureReason.NAME_VERIFICATION_FAILED
     with pytest.raises(InvalidTransition):
         authorize(required, account=JOHN, **decide)  # the payee must choose a provider first
+
+
+CREATED = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+
+
+def test_the_window_is_the_payout_pages_seven_days() -> None:
+    assert timedelta(days=7) == AUTHORIZATION_WINDOW
+    assert expires_at(CREATED) == datetime(2026, 11, 27, 9, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("stage", ["authorization_required", "authorizing"])
+def test_a_payout_still_waiting_expires_when_the_window_closes(stage: str) -> None:
+    closes = expires_at(CREATED)
+    assert expiry(stage, CREATED, closes - timedelta(microseconds=1)) is None
+    outcome = expiry(stage, CREATED, closes)
+    assert outcome is not None
+    assert (outcome.stage, outcome.failure_reason) == (Stage.FAILED, FailureReason.EXPIRED)
+
+
+@pytest.mark.parametrize("stage", [s.value for s in Stage])
+def test_a_payout_on_the_rails_or_ended_never_expires(stage: str) -> None:
+    assert expiry(stage, CREATED, expires_at(CREATED) + timedelta(days=30)) is None

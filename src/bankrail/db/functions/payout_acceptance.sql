@@ -136,9 +136,10 @@ $$;
 
 -- The rows of the decided requests of a batch, nothing else, each group a jsonb array:
 --   p_payouts:  one object per accepted payout (the payouts row and its activity row's
---               details), each with its first job, of kind p_job_kind, except a verified
---               payout (its `stage` authorization_required), whose job starts once its payee
---               authorises; a payout without `stage` starts pending;
+--               details), each with its first job: of kind first_job at first_job_at
+--               when given (a verified payout's expiry, at its authorisation window's end;
+--               its advance job starts once its payee authorises), else of kind p_job_kind,
+--               due now; a payout without `stage` starts pending;
 --   p_answers:  the answers to store under their keys, replacing an expired one
 --               (bankrail_store_idempotent_answers, idempotency.sql);
 --   p_holds, p_states, p_events: the holds of the payouts whose funds are held (of the kind
@@ -164,7 +165,8 @@ BEGIN
                 account_number text, reference text, context_code text, metadata jsonb,
                 scheme_selection jsonb, sub_merchants jsonb,
                 scheme text, destination_account_id uuid, pending_failure text,
-                stage text, details jsonb, now timestamptz)),
+                stage text, first_job text, first_job_at timestamptz, details jsonb,
+                now timestamptz)),
         p AS (
             INSERT INTO payouts (id, api, merchant_id, merchant_account_id, transaction_id,
                 amount_in_minor, currency, beneficiary, beneficiary_name, beneficiary_iban,
@@ -186,8 +188,10 @@ BEGIN
                 x.now, x.details
             FROM x)
         INSERT INTO jobs (kind, payload, run_at)
-            SELECT p_job_kind, jsonb_build_object('payout_id', x.id::text), x.now FROM x
-            WHERE coalesce(x.stage, 'pending') = 'pending';
+            SELECT coalesce(x.first_job, p_job_kind), jsonb_build_object('payout_id', x.id::text),
+                coalesce(x.first_job_at, x.now)
+            FROM x
+            WHERE x.first_job IS NOT NULL OR coalesce(x.stage, 'pending') = 'pending';
         PERFORM pg_notify('bankrail_jobs', '');
     END IF;
     PERFORM bankrail_store_idempotent_answers(p_answers);

@@ -18,6 +18,7 @@ from bankrail.db.pool import Connection
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payments.queries import payment_rows
 from bankrail.payouts.queries import V3_STATUS_STAGES, payout_rows
+from bankrail.payouts.verification import BEFORE_RAILS, expires_at
 
 PAGE_SIZE = 50
 
@@ -128,7 +129,8 @@ async def list_payouts(conn: Connection, where: ListFilter, limit: int = PAGE_SI
 async def get_payout(
     conn: Connection, payout_id: uuid.UUID, merchant_id: uuid.UUID | None
 ) -> dict[str, Any] | None:
-    """One payout with its lifecycle times; None when absent or not the merchant's."""
+    """One payout with its lifecycle times (and, for a verified payout still waiting for its
+    payee, `authorization_expires_at`); None when absent or not the merchant's."""
     row = await conn.fetchrow(
         "SELECT p.*, m.name AS merchant_name FROM payouts p"
         " JOIN merchants m ON m.id = p.merchant_id"
@@ -140,6 +142,10 @@ async def get_payout(
         return None
     payout = dict(row)
     payout["status"] = payout_v3_status(payout["stage"])
+    # A verified payout still waiting for its payee fails `expired` at this moment.
+    payout["authorization_expires_at"] = (
+        expires_at(payout["created_at"]) if payout["stage"] in BEFORE_RAILS else None
+    )
     return payout
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from bankrail.http.auth import require_payments_audience
 from bankrail.merchants import service as merchants_service
 from bankrail.merchants.sweeping import sweeping_view
+from bankrail.pages.console.accounts import router as accounts_router
 from bankrail.pages.console.chart import build_chart
 from bankrail.pages.console.core import ConsoleRoute, PageError, app_context, render, resolve_viewer
 from bankrail.pages.console.data import balance_history
@@ -61,6 +62,7 @@ async def overview(request: Request) -> Response:
     return render(request, "overview.html", title="Overview", section="overview", cards=cards)
 
 
+router.include_router(accounts_router)
 router.include_router(payments_router)
 router.include_router(mandates_router)
 router.include_router(webhooks_router)

@@ -441,9 +441,14 @@ def listen(
 ) -> None:
     """Receive the merchant's webhooks through a stream to the server and forward each to
     FORWARD_TO with its original headers and body, printing one line per delivery with the
-    local answer's status; a non-2xx answer is sent again later. Ctrl-C ends it."""
+    local answer's status; a non-2xx answer is sent again later. Ctrl-C (or SIGTERM) ends
+    it, with exit code 0."""
     from bankrail import _listen, _shell
 
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends it as Ctrl-C does
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         who = _shell.credentials(
             url=url,

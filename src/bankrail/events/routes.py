@@ -61,6 +61,9 @@ class Delivery(BaseModel):
     attempt_count: int
     next_attempt_at: str | None
     created_at: str
+    listener_id: str | None = Field(
+        None, description="The webhook listener it is for; null for the registered URI."
+    )
 
 
 class Attempt(BaseModel):

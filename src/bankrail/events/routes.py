@@ -188,6 +188,12 @@ class ListenerAnswerRecorded(BaseModel):
     next_attempt_at: str | None
 
 
+class EventStream(StreamingResponse):
+    """A stream of server-sent events (what the OpenAPI document says the route answers)."""
+
+    media_type = "text/event-stream"
+
+
 def _sse(event: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id else ""
     return f"{head}event: {event}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n"
@@ -253,9 +259,8 @@ async def listen(call: Call[None, ListenQuery]) -> Response:
         )
     window = max(1.0, STREAM_SHARE_OF_DEADLINE * context.settings.request_timeout_seconds)
     key: WebhookKey = call.request.app.state.webhook_key
-    return StreamingResponse(
+    return EventStream(
         _stream(context, key, listener_id, window),
-        media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
@@ -303,6 +308,7 @@ ROUTES = routes(
         query=ListenQuery,
         errors=ERRORS_AUTH_NOT_FOUND,
         responses=_EVENT_STREAM,
+        response_class=EventStream,
         tags=["webhooks"],
     ),
     Endpoint(

@@ -34,6 +34,7 @@ from bankrail.events.delivery import Claimed, Outcome, record_outcomes
 
 __all__ = [
     "DETACHED_AFTER",
+    "LISTENER_BATCH",
     "LISTENER_LEASE",
     "ListenerDelivery",
     "attach",
@@ -46,9 +47,12 @@ __all__ = [
 # A listener not seen for this long (service time) is detached: no new deliveries, and its
 # pending ones are discarded. The same interval is written in bankrail_record_events.
 DETACHED_AFTER = timedelta(hours=24)
-# How long a stream holds a delivery it sent while the CLI forwards it; a stream of the
-# same listener that attaches again releases it at once.
-LISTENER_LEASE = timedelta(seconds=60)
+# How long a stream holds a delivery it sent while the CLI forwards it (one at a time, each
+# for at most 10 s); a stream of the same listener that attaches again releases it at once,
+# so the lease only keeps the stream that sent it from sending it again.
+LISTENER_LEASE = timedelta(minutes=5)
+# The most deliveries a stream sends before their answers are in.
+LISTENER_BATCH = 10
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,14 @@ async def touch(conn: Connection | asyncpg.Pool, listener_id: uuid.UUID, now: da
 
 
 # The listener's due deliveries, due first, as the HTTP claim takes them: not one already
-# leased, nor one whose ordering key has a pending delivery before it.
+# leased, nor one whose ordering key has a pending delivery before it; and none while any of
+# the listener's is leased (sent, its answer not yet in): the CLI forwards one at a time, so
+# a stream sends the next batch once the one before is answered.
 _CLAIM = (
     "WITH due AS (SELECT d.id FROM webhook_deliveries d"
     " WHERE d.listener_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2"
+    " AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b WHERE b.listener_id = $1"
+    " AND b.status = 'pending' AND b.lease_until >= clock_timestamp())"
     " AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())"
     " AND (d.ordering_key IS NULL OR NOT EXISTS (SELECT 1 FROM webhook_deliveries p"
     " WHERE p.ordering_key = d.ordering_key AND p.ordering_seq < d.ordering_seq"
@@ -123,10 +131,13 @@ _CLAIM = (
 
 
 async def claim(
-    conn: Connection | asyncpg.Pool, listener_id: uuid.UUID, now: datetime, limit: int = 20
+    conn: Connection | asyncpg.Pool,
+    listener_id: uuid.UUID,
+    now: datetime,
+    limit: int = LISTENER_BATCH,
 ) -> list[ListenerDelivery]:
     """Lease up to `limit` of the listener's deliveries that are due at `now`, in the order
-    they fell due."""
+    they fell due; none while one it leased before awaits its answer."""
     rows = await conn.fetch(_CLAIM, listener_id, now, limit, LISTENER_LEASE)
     rows = sorted(rows, key=lambda r: (r["next_attempt_at"], r["created_at"]))
     return [

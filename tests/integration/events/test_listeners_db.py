@@ -279,3 +279,21 @@ async def test_a_reset_purges_the_listeners_deliveries_and_keeps_the_listener(
     # Still attached: the next event reaches it.
     await event(pool, merchant_id, now)
     assert len(await listeners.claim(pool, listener_id, now)) == 1
+
+
+async def test_a_stream_sends_the_next_batch_once_the_one_before_is_answered(
+    pool: asyncpg.Pool, clock: ServiceClock
+) -> None:
+    now = clock.now()
+    merchant_id = await new_merchant(pool, now, None)
+    listener_id = await attach(pool, merchant_id, now)
+    first = await event(pool, merchant_id, now)
+    second = await event(pool, merchant_id, now + timedelta(milliseconds=1))
+    later = now + timedelta(seconds=1)
+
+    [sent] = await listeners.claim(pool, listener_id, later, limit=1)
+    assert sent.event_id == first
+    assert await listeners.claim(pool, listener_id, later) == []  # the first awaits its answer
+    await answer(pool, merchant_id, listener_id, sent.claimed.id, 200, later)
+    [then] = await listeners.claim(pool, listener_id, later)
+    assert then.event_id == second

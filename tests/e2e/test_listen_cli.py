@@ -31,10 +31,17 @@ pytestmark = pytest.mark.slow
 EVENT = "topup_received"
 
 
+# Streams end within 80 % of the request deadline: a short one makes every test here cross
+# several reconnects.
+DEADLINE_SECONDS = 10
+
+
 @pytest.fixture(scope="module")
 def bankrail(pg_server: str) -> Iterator[RunningServer]:
-    """A sandbox server of this module's own: one test restarts it."""
-    with own_server(pg_server, {}) as running:
+    """A sandbox server of this module's own (one test restarts it), with a short request
+    deadline."""
+    env = {"BANKRAIL_REQUEST_TIMEOUT_SECONDS": str(DEADLINE_SECONDS)}
+    with own_server(pg_server, env) as running:
         yield running
 
 
@@ -347,3 +354,35 @@ def test_a_server_restart_loses_no_event(
         assert event_ids(local) == event_ids(registered)
     finally:
         listen.stop()
+
+
+def test_a_stream_ends_within_the_deadline_and_is_the_merchants_own(
+    bankrail: RunningServer, operator: Operator
+) -> None:
+    owner, other = operator.new_merchant(), operator.new_merchant()
+    listener_id = uuid.uuid4()
+    path = f"/v3/webhook-listeners/{listener_id}/events"
+    began = time.monotonic()
+    with owner.http.stream(
+        "GET", path, headers={"Authorization": f"Bearer {owner.token()}"}
+    ) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        lines = list(stream.iter_lines())
+    assert time.monotonic() - began < DEADLINE_SECONDS
+    assert lines[:2] == ["retry: 1000", ": attached"]
+    assert lines[-3:-1] == ["event: reconnect", "data: {}"]
+
+    refused = other.http.get(path, headers={"Authorization": f"Bearer {other.token()}"})
+    assert refused.status_code == 404, refused.text
+    answer = other.signed_post(
+        f"/v3/webhook-listeners/{listener_id}/deliveries/{uuid.uuid4()}/answers",
+        {"status_code": 200},
+    )
+    assert answer.status_code == 404, answer.text
+    unsigned = owner.http.post(
+        f"/v3/webhook-listeners/{listener_id}/deliveries/{uuid.uuid4()}/answers",
+        json={"status_code": 200},
+        headers={"Authorization": f"Bearer {owner.token()}"},
+    )
+    assert unsigned.status_code == 401, unsigned.text

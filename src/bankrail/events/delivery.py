@@ -19,6 +19,10 @@ and the claim (`bankrail_claim_webhook_deliveries`, db/functions/events.sql) giv
 destination more than its share of attempts in flight on all workers, and the free slots to
 the destinations with the fewest in flight first. A hanging receiver's backlog waits for its
 own slots while every other destination's deliveries go out at once.
+
+A webhook listener (`bankrail listen`, events/listeners.py) is one more destination: its
+stream claims its own deliveries (this claim leaves them out), and the answers its CLI
+reports are recorded by the same `record_outcomes`, on the same retry schedule.
 """
 
 from __future__ import annotations

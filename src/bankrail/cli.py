@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker, migrate, init, trigger and api.
+"""The `bankrail` command: serve, worker, migrate, init, trigger, api and listen.
 
 How `serve` runs its API and worker processes is in `_serve`, the demo merchant of `init`
 and `serve --demo` in `_demo`; the names they had here are re-exported."""
@@ -390,6 +390,90 @@ def api(
     typer.echo(_shell.render(answer, pretty=sys.stdout.isatty()))
     if not answer.is_success:
         raise typer.Exit(1)
+
+
+@cli.command()
+def listen(
+    forward_to: Annotated[
+        str,
+        typer.Option(
+            help="The local URL each webhook is POSTed to, e.g. http://localhost:3000/webhooks."
+        ),
+    ],
+    events: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated event types to receive (default: every event)."),
+    ] = None,
+    listener_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The listener's id, a UUID (default: the one kept in the data directory's "
+            "`listener-id`, made on first use). The same id resumes its deliveries.",
+            envvar="BANKRAIL_LISTENER_ID",
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="The server (default: the URL the last `serve` on the data directory "
+            "recorded, else http://127.0.0.1:8080).",
+            envvar="BANKRAIL_URL",
+        ),
+    ] = None,
+    client_id: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_ID")] = None,
+    client_secret: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_SECRET")] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(help="The signing key's PEM file.", envvar="BANKRAIL_SIGNING_KEY"),
+    ] = None,
+    kid: Annotated[
+        str | None, typer.Option(help="The signing key's id.", envvar="BANKRAIL_KID")
+    ] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir",
+            help="Whose demo merchant listens when no credentials are given, and where the "
+            "listener id is kept.",
+            envvar="BANKRAIL_DATA_DIR",
+        ),
+    ] = Path(".bankrail"),
+) -> None:
+    """Receive the merchant's webhooks through a stream to the server and forward each to
+    FORWARD_TO with its original headers and body, printing one line per delivery with the
+    local answer's status; a non-2xx answer is sent again later. Ctrl-C (or SIGTERM) ends
+    it, with exit code 0."""
+    from bankrail import _listen, _shell
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends it as Ctrl-C does
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        who = _shell.credentials(
+            url=url,
+            client_id=client_id,
+            client_secret=client_secret,
+            key=key,
+            kid=kid,
+            data_dir=data_dir,
+        )
+        listener = _listen.listener_id(listener_id, data_dir)
+        forwarder = _listen.Forwarder(
+            who,
+            forward_to,
+            _listen.parse_event_types(events),
+            listener,
+            out=lambda line: typer.echo(line),
+            err=lambda line: typer.echo(line, err=True),
+        )
+        typer.echo(f"listening as {listener} on {who.url}; forwarding to {forward_to}", err=True)
+        forwarder.run()
+    except _shell.ShellError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
 
 
 def _trigger_options(

@@ -10,6 +10,7 @@ from functools import partial
 
 from bankrail.config import Settings
 from bankrail.core.powers import SandboxPowers
+from bankrail.events import listeners
 from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.events.service import delete_finished_deliveries
@@ -73,6 +74,11 @@ def retentions(settings: Settings) -> list[Retention]:
             "finished webhook deliveries",
             timedelta(seconds=settings.webhook_retention_seconds),
             delete_finished_deliveries,
+        ),
+        Retention(
+            "pending deliveries of webhook listeners detached too long",
+            listeners.DETACHED_AFTER,
+            listeners.discard_abandoned,
         ),
     ]
 

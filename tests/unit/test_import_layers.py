@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "_serve",
                 "_demo",
                 "_shell",
+                "_listen",
                 "logs",
                 "app",
                 "worker",

@@ -19,6 +19,10 @@ and the claim (`bankrail_claim_webhook_deliveries`, db/functions/events.sql) giv
 destination more than its share of attempts in flight on all workers, and the free slots to
 the destinations with the fewest in flight first. A hanging receiver's backlog waits for its
 own slots while every other destination's deliveries go out at once.
+
+A webhook listener (`bankrail listen`, events/listeners.py) is one more destination: its
+stream claims its own deliveries (this claim leaves them out), and the answers its CLI
+reports are recorded by the same `record_outcomes`, on the same retry schedule.
 """
 
 from __future__ import annotations
@@ -168,6 +172,12 @@ class DeliveryWorker:
             pool, self._write, max_batch=max_in_flight
         )
 
+    async def _write(
+        self, conn: Connection, results: Sequence[tuple[Claimed, Outcome]]
+    ) -> list[None]:
+        await record_outcomes(conn, results, self._clock.now(), self._rng)
+        return [None] * len(results)
+
     def _client(self) -> aiohttp.ClientSession:
         # Created on first use, inside the event loop that will use it. No limit per host:
         # two merchants whose receivers share a host are two destinations, each kept to its
@@ -287,65 +297,71 @@ class DeliveryWorker:
             record_webhook_attempt(outcome.status_code)
         await asyncio.gather(*(self._recorder.submit(result) for result in results))
 
-    def _next_state(
-        self, delivery: Claimed, outcome: Outcome, now: datetime
-    ) -> tuple[str, datetime | None]:
-        """The delivery's status after this attempt, and when it is tried again."""
-        if outcome.delivered:
-            return "delivered", None
-        try:
-            retry_at = next_attempt_at(
-                delivery.window_start, now, delivery.attempt_count + 1, self._rng
-            )
-        except (OverflowError, ValueError):  # never let one delivery sink the batch
-            log.exception("cannot schedule delivery %s; discarding it", delivery.id)
-            retry_at = None
-        return ("pending" if retry_at is not None else "discarded"), retry_at
 
-    async def _write(
-        self, conn: Connection, results: Sequence[tuple[Claimed, Outcome]]
-    ) -> list[None]:
-        now = self._clock.now()
-        ids, statuses, next_times, counts, leases = [], [], [], [], []
-        for delivery, outcome in results:
-            status, retry_at = self._next_state(delivery, outcome, now)
-            ids.append(delivery.id)
-            statuses.append(status)
-            next_times.append(retry_at)
-            counts.append(delivery.attempt_count + 1)
-            leases.append(delivery.lease_until)
-        # Only the lease holder moves the delivery on: a stale worker whose lease ran out
-        # and was taken over only logs its attempt (which did happen: at-least-once).
-        # The deliveries waiting behind an ordered one are not due before its next attempt:
-        # they are moved to it, out of the claim's way (a receiver that fails for hours
-        # would otherwise leave them for every claim to skip), and are due again as soon
-        # as it is delivered or discarded. The claim alone keeps the order; this only
-        # keeps the claim fast.
-        await conn.execute(
-            "WITH done AS (UPDATE webhook_deliveries d SET status = u.status,"
-            " next_attempt_at = u.next_at, attempt_count = u.attempts, lease_until = NULL,"
-            " updated_at = $6"
-            " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
-            " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
-            " WHERE d.id = u.id AND d.lease_until = u.lease"
-            " RETURNING d.id, d.status, d.next_attempt_at, d.ordering_key, d.ordering_seq)"
-            " UPDATE webhook_deliveries s SET next_attempt_at = CASE"
-            " WHEN done.status = 'pending' THEN done.next_attempt_at ELSE $6 END"
-            " FROM done WHERE done.ordering_key IS NOT NULL"
-            " AND s.ordering_key = done.ordering_key AND s.ordering_seq > done.ordering_seq"
-            " AND s.status = 'pending' AND s.id NOT IN (SELECT id FROM done)"
-            " AND CASE WHEN done.status = 'pending'"
-            " THEN s.next_attempt_at < done.next_attempt_at ELSE s.next_attempt_at > $6 END",
-            ids,
-            statuses,
-            next_times,
-            counts,
-            leases,
-            now,
-        )
-        await conn.executemany(
-            "INSERT INTO webhook_attempts (delivery_id, at, status_code, error, latency_ms)"
-            " VALUES ($1, $2, $3, $4, $5)",
-            [(d.id, o.at, o.status_code, o.error, o.latency_ms) for d, o in results],
-        )
-        return [None] * len(results)
+def next_state(
+    delivery: Claimed, outcome: Outcome, now: datetime, rng: random.Random | None = None
+) -> tuple[str, datetime | None]:
+    """The delivery's status after this attempt (`delivered` on a 2xx, else `pending` until
+    the retry window ends, then `discarded`), and when it is tried again."""
+    if outcome.delivered:
+        return "delivered", None
+    try:
+        retry_at = next_attempt_at(delivery.window_start, now, delivery.attempt_count + 1, rng)
+    except (OverflowError, ValueError):  # never let one delivery sink the batch
+        log.exception("cannot schedule delivery %s; discarding it", delivery.id)
+        retry_at = None
+    return ("pending" if retry_at is not None else "discarded"), retry_at
+
+
+async def record_outcomes(
+    conn: Connection,
+    results: Sequence[tuple[Claimed, Outcome]],
+    now: datetime,
+    rng: random.Random | None = None,
+) -> None:
+    """Record attempts of claimed deliveries, whoever made them (the HTTP delivery workers,
+    or a listener's CLI reporting its local answer, events/listeners.py): each attempt is
+    kept, and each delivery whose lease is still the one claimed moves to its next state
+    (`next_state`)."""
+    ids, statuses, next_times, counts, leases = [], [], [], [], []
+    for delivery, outcome in results:
+        status, retry_at = next_state(delivery, outcome, now, rng)
+        ids.append(delivery.id)
+        statuses.append(status)
+        next_times.append(retry_at)
+        counts.append(delivery.attempt_count + 1)
+        leases.append(delivery.lease_until)
+    # Only the lease holder moves the delivery on: a stale worker whose lease ran out
+    # and was taken over only logs its attempt (which did happen: at-least-once).
+    # The deliveries waiting behind an ordered one are not due before its next attempt:
+    # they are moved to it, out of the claim's way (a receiver that fails for hours
+    # would otherwise leave them for every claim to skip), and are due again as soon
+    # as it is delivered or discarded. The claim alone keeps the order; this only
+    # keeps the claim fast.
+    await conn.execute(
+        "WITH done AS (UPDATE webhook_deliveries d SET status = u.status,"
+        " next_attempt_at = u.next_at, attempt_count = u.attempts, lease_until = NULL,"
+        " updated_at = $6"
+        " FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int[],"
+        " $5::timestamptz[]) AS u(id, status, next_at, attempts, lease)"
+        " WHERE d.id = u.id AND d.lease_until = u.lease"
+        " RETURNING d.id, d.status, d.next_attempt_at, d.ordering_key, d.ordering_seq)"
+        " UPDATE webhook_deliveries s SET next_attempt_at = CASE"
+        " WHEN done.status = 'pending' THEN done.next_attempt_at ELSE $6 END"
+        " FROM done WHERE done.ordering_key IS NOT NULL"
+        " AND s.ordering_key = done.ordering_key AND s.ordering_seq > done.ordering_seq"
+        " AND s.status = 'pending' AND s.id NOT IN (SELECT id FROM done)"
+        " AND CASE WHEN done.status = 'pending'"
+        " THEN s.next_attempt_at < done.next_attempt_at ELSE s.next_attempt_at > $6 END",
+        ids,
+        statuses,
+        next_times,
+        counts,
+        leases,
+        now,
+    )
+    await conn.executemany(
+        "INSERT INTO webhook_attempts (delivery_id, at, status_code, error, latency_ms)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        [(d.id, o.at, o.status_code, o.error, o.latency_ms) for d, o in results],
+    )

@@ -36,7 +36,7 @@ DELETE_FINISHED_SQL = (
 
 _COLUMNS = (
     "d.id, d.event_id, d.event_type, d.merchant_id, d.uri, d.status, d.attempt_count,"
-    " d.next_attempt_at, d.created_at"
+    " d.next_attempt_at, d.created_at, d.listener_id"
 )
 
 
@@ -51,6 +51,7 @@ def _delivery(row: Any) -> dict[str, Any]:
         "attempt_count": row["attempt_count"],
         "next_attempt_at": iso_utc(row["next_attempt_at"]) if row["next_attempt_at"] else None,
         "created_at": iso_utc(row["created_at"]),
+        "listener_id": str(row["listener_id"]) if row["listener_id"] else None,
     }
 
 
@@ -126,12 +127,13 @@ async def get_delivery(
 async def replay_delivery(
     conn: Connection, delivery_id: uuid.UUID, now: datetime, merchant_id: uuid.UUID | None = None
 ) -> dict[str, Any]:
-    """Send the same event (same event_id) again now, to the merchant's current URI; the
-    72-hour retry window starts again. With no URI configured it stays `skipped`. Conflict
+    """Send the same event (same event_id) again now, to the merchant's current URI (a
+    listener's delivery: to its listener); the 72-hour retry window starts again. With no URI
+    configured it stays `skipped`. Conflict
     (409) while an attempt of the delivery is in flight: its lease holds one of its
     destination's slots, and its answer is still to be recorded."""
     row = await conn.fetchrow(
-        "SELECT d.id, e.family, m.payments_webhook_uri, m.payouts_webhook_uri,"
+        "SELECT d.id, e.family, m.payments_webhook_uri, m.payouts_webhook_uri, d.listener_id,"
         " d.status = 'pending' AND d.lease_until > clock_timestamp() AS in_flight"
         " FROM webhook_deliveries d JOIN events e ON e.id = d.event_id"
         " JOIN merchants m ON m.id = d.merchant_id"
@@ -146,6 +148,15 @@ async def replay_delivery(
             f"An attempt of webhook delivery {delivery_id} is in flight; replay it once it ends."
         )
     uri = row["payments_webhook_uri"] if row["family"] == "payments" else row["payouts_webhook_uri"]
+    if row["listener_id"] is not None:
+        # A listener's delivery goes to its listener again, whatever the URI.
+        await conn.execute(
+            "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = $2,"
+            " window_start = $2, lease_until = NULL, updated_at = $2 WHERE id = $1",
+            delivery_id,
+            now,
+        )
+        return await get_delivery(conn, delivery_id)
     await conn.execute(
         "UPDATE webhook_deliveries SET uri = $2, status = $3, next_attempt_at = $4,"
         " window_start = $5, lease_until = NULL, updated_at = $5 WHERE id = $1",

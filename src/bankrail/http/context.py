@@ -63,6 +63,10 @@ class ServiceSettings(Protocol):
     def idempotency_ttl_seconds(self) -> int:
         """How long an idempotency key is kept."""
 
+    @property
+    def request_timeout_seconds(self) -> float:
+        """The deadline of one request (http/middleware.py)."""
+
 
 class Services:
     """The areas' services of one process (their group commits), one per class: each area

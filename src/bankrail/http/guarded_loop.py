@@ -22,7 +22,7 @@ import uvloop
 
 from bankrail.http.connection_guard import ConnectionGuard, Connections, Limits
 
-__all__ = ["GuardedLoop"]
+__all__ = ["GuardedLoop", "serving_stops"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class GuardedLoop(uvloop.Loop):
     def __init__(self, limits: Limits) -> None:
         super().__init__()
         self._guarded = Connections(self, limits)
+        self.stopping = False  # a server of the loop was closed: the process is stopping
 
     async def create_server(
         self, protocol_factory: Callable[[], asyncio.BaseProtocol], *args: Any, **kwargs: Any
@@ -76,6 +77,7 @@ class _DrainingServer:
         self._taken: set[asyncio.Task[Any]] = set()
 
     def close(self) -> None:
+        self._loop.stopping = True  # long answers (event streams) end on seeing it
         for listening in getattr(self._server, "sockets", None) or ():
             self._take_backlog(listening.fileno())
         self._server.close()
@@ -103,3 +105,10 @@ class _DrainingServer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
+
+
+def serving_stops() -> bool:
+    """True once the running event loop is a `GuardedLoop` whose server was closed (the
+    process is stopping): an answer that streams until told (an event stream) ends then,
+    rather than holding the graceful shutdown."""
+    return bool(getattr(asyncio.get_running_loop(), "stopping", False))

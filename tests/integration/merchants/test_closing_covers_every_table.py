@@ -20,6 +20,9 @@ KEPT_BY_RESET = {
     "signing_keys",
     "console_users",
     "sweeping_settings",  # an account setting; removed with the account (ON DELETE CASCADE)
+    # A `bankrail listen` attached stays attached across a reset; its deliveries go with the
+    # merchant's others (webhook_deliveries).
+    "webhook_listeners",
 }
 
 

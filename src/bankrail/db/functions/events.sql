@@ -2,7 +2,7 @@
 -- with the exact bytes to deliver, and its delivery to the merchant's URI for the family,
 -- with its ordering key and place when it has one (NULL for both otherwise); with no URI the
 -- delivery is `skipped`, and the delivery workers are woken only when something is to be
--- sent.
+-- sent. Each attached webhook listener of the merchant gets a delivery of its own.
 CREATE OR REPLACE FUNCTION bankrail_record_events(
     p_ids uuid[],
     p_delivery_ids uuid[],
@@ -47,10 +47,37 @@ BEGIN
     IF v_pending > 0 THEN
         PERFORM pg_notify('bankrail_webhooks', '');
     END IF;
+    -- One more delivery per attached listener of the merchant whose filter takes the event
+    -- (migration 0030): signed, when sent, for the registered URI's path (the listener's
+    -- forward path with none). Its ordering key is the event's own made the listener's, so
+    -- that the listener's deliveries keep their order among themselves and never hold back
+    -- the URI's. A listener is attached while seen within 24 hours (events/listeners.py,
+    -- DETACHED_AFTER); its stream polls, so no notification. Most merchants have none: one
+    -- probe of webhook_listeners_merchant per merchant says so.
+    IF EXISTS (SELECT 1 FROM webhook_listeners l WHERE l.merchant_id = ANY (p_merchant_ids))
+    THEN
+        INSERT INTO webhook_deliveries (id, event_id, merchant_id, event_type, uri, status,
+                next_attempt_at, created_at, updated_at, window_start, ordering_key,
+                ordering_seq, listener_id)
+            SELECT gen_random_uuid(), x.event_id, x.merchant_id, x.event_type,
+                   CASE WHEN x.family = 'payments' THEN m.payments_webhook_uri
+                        ELSE m.payouts_webhook_uri END,
+                   'pending', x.created_at, x.created_at, x.created_at, x.created_at,
+                   md5(x.ordering_key::text || l.id::text)::uuid, x.ordering_seq, l.id
+            FROM unnest(p_ids, p_merchant_ids, p_families, p_event_types, p_created_at,
+                        p_ordering_keys, p_ordering_seqs)
+                AS x (event_id, merchant_id, family, event_type, created_at, ordering_key,
+                      ordering_seq)
+            JOIN webhook_listeners l ON l.merchant_id = x.merchant_id
+                AND l.last_seen_at > x.created_at - interval '24 hours'
+                AND (l.event_types IS NULL OR x.event_type = ANY (l.event_types))
+            JOIN merchants m ON m.id = x.merchant_id;
+    END IF;
 END
 $$;
 
--- The claim of events/delivery.py: leases (until clock_timestamp() + p_lease) and returns the
+-- The claim of events/delivery.py (deliveries to URIs; a listener's stream claims its own,
+-- events/listeners.py): leases (until clock_timestamp() + p_lease) and returns the
 -- due pending deliveries a worker may send now, at most p_limit, so that no destination (a
 -- merchant's URI: the merchant and the URI) has more than p_per_destination attempts in
 -- flight on all workers together. An attempt is in flight while its lease is live; claims are
@@ -80,12 +107,14 @@ BEGIN
     PERFORM pg_advisory_xact_lock(1650552427, 1752133483);  -- 'bank', 'hook'
     RETURN QUERY
     WITH RECURSIVE destinations AS (
-        (SELECT w.merchant_id, w.uri FROM webhook_deliveries w WHERE w.status = 'pending'
+        (SELECT w.merchant_id, w.uri FROM webhook_deliveries w
+         WHERE w.status = 'pending' AND w.listener_id IS NULL
          ORDER BY w.merchant_id, w.uri LIMIT 1)
         UNION ALL
         SELECT n.merchant_id, n.uri FROM destinations t CROSS JOIN LATERAL (
             SELECT w.merchant_id, w.uri FROM webhook_deliveries w
-            WHERE w.status = 'pending' AND (w.merchant_id, w.uri) > (t.merchant_id, t.uri)
+            WHERE w.status = 'pending' AND w.listener_id IS NULL
+              AND (w.merchant_id, w.uri) > (t.merchant_id, t.uri)
             ORDER BY w.merchant_id, w.uri LIMIT 1) n),
     candidates AS (
         SELECT c.id, c.next_attempt_at, busy.n + c.rank AS place
@@ -93,13 +122,14 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT count(*) AS n FROM webhook_deliveries b
             WHERE b.merchant_id = t.merchant_id AND b.uri = t.uri AND b.status = 'pending'
-              AND b.lease_until >= clock_timestamp()) busy
+              AND b.listener_id IS NULL AND b.lease_until >= clock_timestamp()) busy
         CROSS JOIN LATERAL (
             SELECT f.id, f.next_attempt_at,
                    row_number() OVER (ORDER BY f.next_attempt_at) AS rank
             FROM (SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
                   WHERE d.merchant_id = t.merchant_id AND d.uri = t.uri
-                    AND d.status = 'pending' AND d.next_attempt_at <= p_now
+                    AND d.status = 'pending' AND d.listener_id IS NULL
+                    AND d.next_attempt_at <= p_now
                     AND (d.lease_until IS NULL OR d.lease_until < clock_timestamp())
                     AND (d.ordering_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM webhook_deliveries p

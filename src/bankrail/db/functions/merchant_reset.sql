@@ -56,7 +56,9 @@ END
 $$;
 
 -- The merchant itself removed, after bankrail_purge_merchant_objects and with zero balances:
--- console users, clients, signing keys, merchant accounts and the merchant row. Another
+-- webhook listeners (a reset keeps them: a `bankrail listen` attached stays attached; their
+-- deliveries went with the merchant's others), console users, clients, signing keys, merchant
+-- accounts and the merchant row. Another
 -- merchant's payout to one of its accounts keeps its beneficiary as sent but no longer names
 -- the account. The ledger accounts stay, with their (balanced) history.
 CREATE OR REPLACE FUNCTION bankrail_delete_merchant(p_merchant_id uuid)
@@ -65,6 +67,7 @@ BEGIN
     UPDATE payouts SET destination_account_id = NULL
         WHERE destination_account_id IN
             (SELECT id FROM merchant_accounts WHERE merchant_id = p_merchant_id);
+    DELETE FROM webhook_listeners WHERE merchant_id = p_merchant_id;
     DELETE FROM console_users WHERE merchant_id = p_merchant_id;
     DELETE FROM api_clients WHERE merchant_id = p_merchant_id;
     DELETE FROM signing_keys WHERE merchant_id = p_merchant_id;

@@ -23,6 +23,8 @@ from bankrail.db.migrations import (
     pending_migrations,
     unknown_migrations,
 )
+from bankrail.payouts.verification import AUTHORIZATION_WINDOW
+from support.accounts import funded_account
 from support.databases import drop_database, fresh_database
 
 ALL_VERSIONS = [version for version, _ in available_migrations()]
@@ -201,3 +203,47 @@ async def test_v3_keys_become_the_merchants_keeping_the_newest_of_a_clash(empty_
         (f"v3:{merchant}", "own", b"3"),
         (f"v1:{merchant}", "tx", b"4"),
     ]
+
+
+async def test_waiting_verified_payouts_of_an_older_release_get_their_expiry(
+    pool: asyncpg.Pool,
+) -> None:
+    # Migration 0031: a verified payout accepted before its authorisation window was enforced
+    # has no expiry job; the migration gives one to each payout still waiting for its payee,
+    # due 7 days after its creation, and never a second one.
+    created = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    account = await funded_account(pool, created)
+    payouts = {stage: uuid.uuid4() for stage in ("authorization_required", "authorizing")}
+    executed = uuid.uuid4()
+    async with pool.acquire() as conn:
+        for stage, payout_id in [*payouts.items(), ("executed", executed)]:
+            await conn.execute(
+                "INSERT INTO payouts (id, api, merchant_id, merchant_account_id,"
+                " amount_in_minor, currency, beneficiary, beneficiary_name, reference,"
+                " scheme_id, stage, created_at) VALUES ($1, 'v3', $2, $3, 100, 'GBP',"
+                " '{\"type\": \"user_determined\"}', 'Jane Doe', 'ref', 'faster_payments_service',"
+                " $4, $5)",
+                payout_id,
+                account.merchant_id,
+                account.id,
+                stage,
+                created,
+            )
+        ids = [str(p) for p in [*payouts.values(), executed]]
+        migration = dict(available_migrations())["0031_expire_waiting_verified_payouts"]
+        try:
+            await conn.execute(migration)
+            await conn.execute(migration)
+            jobs = await conn.fetch(
+                "SELECT payload->>'payout_id' AS payout_id, run_at FROM jobs"
+                " WHERE kind = 'payout.expire_authorization' AND payload->>'payout_id' = ANY($1)",
+                ids,
+            )
+        finally:
+            await conn.execute("DELETE FROM jobs WHERE payload->>'payout_id' = ANY($1)", ids)
+            await conn.execute(
+                "DELETE FROM payouts WHERE id = ANY($1)", [*payouts.values(), executed]
+            )
+    assert sorted((j["payout_id"], j["run_at"]) for j in jobs) == sorted(
+        (str(p), created + AUTHORIZATION_WINDOW) for p in payouts.values()
+    )

@@ -13,6 +13,7 @@ from bankrail.core.powers import SandboxPowers
 from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.events.service import delete_finished_deliveries
+from bankrail.http.request_log import delete_request_log_before
 from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
@@ -71,6 +72,12 @@ def retentions(settings: Settings) -> list[Retention]:
             "finished webhook deliveries",
             timedelta(seconds=settings.webhook_retention_seconds),
             delete_finished_deliveries,
+        ),
+        # Off (0), the log keeps nothing: what an earlier setting kept goes too.
+        Retention(
+            "request-log entries",
+            timedelta(seconds=settings.request_log_retention),
+            delete_request_log_before,
         ),
     ]
 

@@ -1,0 +1,137 @@
+"""The one redaction rule of everything Bankrail keeps or writes about a request: the process
+log (logs.py) and the request log (http/request_log.py). docs/operations.md, "Redaction",
+states it for operators.
+
+The rule, by field name (a JSON key or a header name, compared case-insensitively with `-`
+read as `_`):
+
+- secrets: `Authorization`, cookies (`Cookie`, `Set-Cookie`), the request signature headers
+  (`Svc-Signature`, `X-SVC-Signature`) and any name containing `signature`, `secret`,
+  `token`, `password`, or being `key` or ending in `_key` (but `Idempotency-Key`, which is not a
+  secret and is what a developer looks a request up by) have their value replaced by
+  `[redacted]`, whatever it was (an object or a list too);
+- personal data: names (`name` and any name ending in `_name`: `account_holder_name`, a
+  remitter's or beneficiary's name...), `date_of_birth`, `sort_code`, and any name containing
+  `address`, `email` or `phone` (a whole address object included) are replaced by `[masked]`; the
+  account numbers `iban`, `account_number`, `bban` and `nrb` keep only their last four
+  characters (`••••5555`), enough to tell two accounts apart;
+- every other text, in a field or free-standing (a log line), is searched for what looks like a
+  credential: `client_secret=…`-style pairs, `Bearer …`, and JWTs are replaced by
+  `[redacted]` (`redact`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["MASKED", "REDACTED", "redact", "redact_headers", "redact_value"]
+
+REDACTED = "[redacted]"
+MASKED = "[masked]"
+
+_SECRET_PATTERNS = (
+    # key=value pairs in forms, query strings and reprs
+    re.compile(
+        r"(?i)\b(client_secret|access_token|resource_token|refresh_token|admin_token|"
+        r"password|secret|token)([\"']?\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
+    ),
+    re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=-]+)"),
+    re.compile(r"()()\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),
+)
+
+# Every pattern above needs one of these (case folded), or a JWT's "eyJ": text with none of
+# them is returned as it is, without running the patterns.
+_HINTS = ("token", "secret", "password", "bearer")
+
+
+def redact(text: str) -> str:
+    """`text` with every credential-like value replaced by `[redacted]`."""
+    folded = text.lower()
+    if "eyJ" not in text and not any(hint in folded for hint in _HINTS):
+        return text
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return text
+
+
+_SECRET_PARTS = ("authorization", "cookie", "signature", "secret", "token", "password")
+_NOT_SECRET = frozenset({"idempotency_key"})
+_PERSONAL = frozenset({"name", "date_of_birth", "sort_code"})
+_PERSONAL_PARTS = ("address", "email", "phone")
+_ACCOUNT_NUMBERS = frozenset({"iban", "account_number", "bban", "nrb"})
+_KEEP, _SECRET, _MASK, _LAST_FOUR = 0, 1, 2, 3
+_kinds: dict[str, int] = {}
+
+
+def _kind(name: str) -> int:
+    """What the rule does to the value of a field or header named `name`."""
+    known = _kinds.get(name)
+    if known is not None:
+        return known
+    folded = name.lower().replace("-", "_")
+    kind = _KEEP
+    if folded not in _NOT_SECRET and (
+        any(part in folded for part in _SECRET_PARTS) or folded == "key" or folded.endswith("_key")
+    ):
+        kind = _SECRET
+    elif folded in _ACCOUNT_NUMBERS:
+        kind = _LAST_FOUR
+    elif (
+        folded in _PERSONAL
+        or folded.endswith("_name")
+        or any(part in folded for part in _PERSONAL_PARTS)
+    ):
+        kind = _MASK
+    if len(_kinds) < 10_000:  # names come from clients: the memo stays bounded
+        _kinds[name] = kind
+    return kind
+
+
+def _last_four(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return "••••" + text[-4:] if len(text) > 8 else MASKED
+
+
+def redact_value(value: Any) -> Any:
+    """A JSON value (as `orjson.loads` reads it) with the rule applied to every field, at any
+    depth; a new value, `value` itself is not changed."""
+    if isinstance(value, dict):
+        redacted: dict[str, Any] = {}
+        for name, item in value.items():
+            kind = _kind(name)
+            if kind == _KEEP:
+                redacted[name] = redact_value(item)
+            elif item is None:
+                redacted[name] = None
+            elif kind == _SECRET:
+                redacted[name] = REDACTED
+            elif kind == _LAST_FOUR and not isinstance(item, dict | list):
+                redacted[name] = _last_four(item)
+            else:
+                redacted[name] = MASKED
+        return redacted
+    if isinstance(value, list):
+        return [redact_value(item) for item in value]
+    if isinstance(value, str):
+        return redact(value)
+    return value
+
+
+def redact_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw HTTP headers (name, value) as one object, names lower-cased, with the rule applied;
+    a header sent more than once keeps its values joined by `, `."""
+    found: dict[str, str] = {}
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        kind = _kind(name)
+        if kind == _SECRET:
+            value = REDACTED
+        elif kind == _LAST_FOUR:
+            value = _last_four(raw_value.decode("latin-1"))
+        elif kind == _MASK:
+            value = MASKED
+        else:
+            value = redact(raw_value.decode("latin-1"))
+        found[name] = f"{found[name]}, {value}" if name in found else value
+    return found

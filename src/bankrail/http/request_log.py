@@ -1,0 +1,304 @@
+"""The request log's capture and writer (DESIGN §11 "Debugging tools"; docs/api.md, "Request
+log"; docs/operations.md, "Request log").
+
+Every request a merchant's access token makes to a pipeline route (the v3 routes, their
+unprefixed twins, the v1 payouts routes) is captured by `RequestLog.record`, which the
+pipeline calls around the route, including the requests refused after authentication (400,
+403, 404, 409, 422, 429) and the replays of a stored answer. `GET /v3/request-log` itself is not
+captured: following the log would otherwise fill it.
+
+Nothing of it runs in the request's transaction or makes the request wait: the request only
+appends what it saw (the raw headers and bodies, as references) to a bounded in-process
+buffer; a background task parses, redacts (core/redaction.py) and writes the buffer in one
+statement per batch, every `interval` seconds or as soon as `batch` entries wait. When the
+buffer is full the entry is dropped and counted (`bankrail_request_log_entries_dropped`);
+what is buffered is written when the process stops. When the log is off (a retention of 0)
+no `RequestLog` exists and the pipeline does nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bankrail.core.clock import ServiceClock
+from bankrail.core.metrics import REQUEST_LOG_DROPPED, REQUEST_LOG_WRITTEN
+from bankrail.core.redaction import redact, redact_headers, redact_value
+from bankrail.db.pool import Connection
+from bankrail.http.auth import access_claims
+from bankrail.http.responses import ReplayedResponse
+from bankrail.security.headers import request_headers
+from bankrail.security.tokens import AccessClaims
+
+__all__ = [
+    "CLAIMS",
+    "NOT_LOGGED",
+    "RequestLog",
+    "delete_request_log_before",
+    "object_ids",
+]
+
+log = logging.getLogger(__name__)
+
+CLAIMS = "bankrail.claims"
+"""The request scope's key under which the pipeline leaves the caller's access-token claims."""
+
+NOT_LOGGED = frozenset({"/v3/request-log"})
+"""The declared paths whose requests are not captured: reading the log does not add to it."""
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+_INSERT = (
+    "INSERT INTO request_log (id, merchant_id, created_at, method, path, status, duration_ms,"
+    " client_id, idempotency_key, replayed, request, response, object_ids)"
+    " SELECT id, merchant_id, created_at, method, path, status, duration_ms, client_id,"
+    " idempotency_key, replayed, request, response, object_ids"
+    " FROM jsonb_to_recordset($1::jsonb) AS r(id uuid, merchant_id uuid, created_at timestamptz,"
+    " method text, path text, status integer, duration_ms double precision, client_id text,"
+    " idempotency_key text, replayed boolean, request jsonb, response jsonb, object_ids text[])"
+)
+_DELETE_BEFORE = (
+    "DELETE FROM request_log WHERE id = ANY (ARRAY("
+    " SELECT id FROM request_log WHERE created_at <= $1"
+    " ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+)
+
+
+@dataclass(slots=True)
+class _Seen:
+    """One request as the pipeline saw it, unparsed: what the request pays for."""
+
+    id: uuid.UUID
+    claims: AccessClaims
+    created_at: datetime
+    method: str
+    path: str
+    status: int
+    duration_ms: float
+    idempotency_key: str | None
+    replayed: bool
+    request_headers: list[tuple[bytes, bytes]]
+    request_body: bytes
+    response_headers: list[tuple[bytes, bytes]]
+    response_body: bytes | None
+
+
+def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
+    """The ids an entry names: every UUID in its path (lower-cased), and the `id` of the
+    object a successful POST's answer created."""
+    found = [match.lower() for match in _UUID.findall(path)]
+    if method == "POST" and 200 <= status < 300 and isinstance(answer, dict):
+        created = answer.get("id")
+        if isinstance(created, str) and created and created not in found:
+            found.append(created.lower() if _UUID.fullmatch(created) else created)
+    return found
+
+
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            media = value.partition(b";")[0].strip().lower()
+            return media == b"application/json" or media.endswith(b"+json")
+    return False
+
+
+def _body(raw: bytes | None, headers: list[tuple[bytes, bytes]]) -> Any:
+    """A body as the log keeps it: JSON as JSON, other text as a string, nothing as null;
+    redacted."""
+    if not raw:
+        return None
+    if _is_json(headers):
+        try:
+            return redact_value(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            pass
+    return redact(raw.decode("utf-8", "replace").replace("\x00", ""))
+
+
+def _row(seen: _Seen) -> dict[str, Any]:
+    """The entry as the table keeps it: parsed and redacted."""
+    answer = _body(seen.response_body, seen.response_headers)
+    return {
+        "id": str(seen.id),
+        "merchant_id": str(seen.claims.merchant_id),
+        "created_at": seen.created_at.isoformat(),
+        "method": seen.method,
+        "path": seen.path,
+        "status": seen.status,
+        "duration_ms": round(seen.duration_ms, 3),
+        "client_id": seen.claims.client_id,
+        "idempotency_key": seen.idempotency_key,
+        "replayed": seen.replayed,
+        "request": {
+            "headers": redact_headers(seen.request_headers),
+            "body": _body(seen.request_body, seen.request_headers),
+        },
+        "response": {"headers": redact_headers(seen.response_headers), "body": answer},
+        "object_ids": object_ids(seen.path, seen.method, seen.status, answer),
+    }
+
+
+async def _rendered(request: Request, error: Exception) -> Response | None:
+    """The answer the app's exception handlers give `error` (as Starlette would render it
+    once it left the route), or None when no handler takes it."""
+    try:
+        handlers, by_status = request.scope["starlette.exception_handlers"]
+    except KeyError:
+        return None
+    handler = by_status.get(error.status_code) if isinstance(error, HTTPException) else None
+    if handler is None:
+        handler = next((handlers[c] for c in type(error).__mro__ if c in handlers), None)
+    if handler is None:
+        return None
+    response = handler(request, error)
+    if inspect.isawaitable(response):
+        response = await response
+    return response if isinstance(response, Response) else None
+
+
+class RequestLog:
+    """The capture buffer of one process and its writer: `record` around each route, `start`
+    once the pool is open, `close` before it closes (what is buffered is written)."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: ServiceClock,
+        *,
+        capacity: int = 10_000,
+        batch: int = 500,
+        interval: float = 0.1,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._capacity = capacity
+        self._batch = batch
+        self._interval = interval
+        self._buffer: deque[_Seen] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def record(
+        self, request: Request, handle: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """Run the route (`handle`) and capture its request and answer, the answer of an
+        error it raised included (rendered by the app's handler, as it would have been);
+        returns the route's answer unchanged. Never waits for the database."""
+        started = time.perf_counter()
+        try:
+            response = await handle(request)
+        except Exception as error:
+            rendered = await _rendered(request, error)
+            if rendered is None:
+                await self._capture(request, started, 500, None)
+                raise
+            response = rendered
+        await self._capture(request, started, response.status_code, response)
+        return response
+
+    async def _capture(
+        self, request: Request, started: float, status: int, response: Response | None
+    ) -> None:
+        duration_ms = (time.perf_counter() - started) * 1000
+        claims = request.scope.get(CLAIMS)
+        if claims is None:
+            if status != 403:
+                return  # no access token, or not a valid one: no merchant to show it to
+            # Refused by its authenticator (a token without the route's scope): whose it was.
+            try:
+                claims = access_claims(request, request.app.state.context)
+            except Exception:
+                return
+        if len(self._buffer) >= self._capacity:
+            REQUEST_LOG_DROPPED.labels("full").inc()
+            return
+        try:
+            body = await request.body()
+        except Exception:  # the body could not be read (too large, client gone)
+            body = b""
+        try:
+            key = request_headers(request.scope).get("idempotency-key")
+        except Exception:  # sent more than once: the 400 says so, the entry names none
+            key = None
+        self._buffer.append(
+            _Seen(
+                id=uuid.uuid4(),
+                claims=claims,
+                created_at=self._clock.now(),
+                method=request.method,
+                path=request.url.path,
+                status=status,
+                duration_ms=duration_ms,
+                idempotency_key=key,
+                replayed=isinstance(response, ReplayedResponse),
+                request_headers=request.headers.raw,
+                request_body=body,
+                response_headers=response.raw_headers if response is not None else [],
+                response_body=bytes(response.body) if response is not None else None,
+            )
+        )
+        if len(self._buffer) >= self._batch:
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start the background writer."""
+        self._task = asyncio.create_task(self._run(), name="request-log-writer")
+
+    async def close(self) -> None:
+        """Stop the writer once it has written everything buffered."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write what is buffered now, one statement per batch; returns how many entries were
+        written. A batch whose write fails is dropped, counted and logged."""
+        written = 0
+        while self._buffer:
+            batch = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
+            try:
+                rows = [_row(seen) for seen in batch]
+                async with self._pool.acquire() as conn:
+                    await conn.execute(_INSERT, rows)
+            except Exception:
+                REQUEST_LOG_DROPPED.labels("error").inc(len(batch))
+                log.exception("could not write %d request-log entries", len(batch))
+                continue
+            REQUEST_LOG_WRITTEN.inc(len(batch))
+            written += len(batch)
+        return written
+
+
+async def delete_request_log_before(conn: Connection, before: datetime, limit: int) -> int:
+    """Delete up to `limit` request-log entries made at or before `before` (service time),
+    oldest first, skipping rows another transaction holds; returns how many went."""
+    status = await conn.execute(_DELETE_BEFORE, before, limit)
+    return int(status.rpartition(" ")[2])

@@ -168,3 +168,17 @@ def test_a_replay_and_a_refusal_after_authentication_are_logged(operator: Operat
     assert items[1]["idempotency_key"] == items[2]["idempotency_key"] == key
     assert items[0]["response"]["body"]["status"] == 401
     assert items[0]["response"]["headers"]["content-type"].startswith("application/problem+json")
+
+
+def test_a_reset_purges_the_merchants_request_log(operator: Operator) -> None:
+    merchant = funded_merchant(operator)
+    other = funded_merchant(operator)
+    for client in (merchant, other):
+        assert client.get("/v3/merchant-accounts").status_code == 200
+        _logged(client, 1)
+
+    reset = operator.post(f"/sandbox/merchants/{merchant.merchant_id}/reset", {})
+    assert reset.status_code == 200, reset.text
+
+    assert _entries(merchant) == []
+    assert len(_entries(other)) == 1

@@ -14,7 +14,8 @@ read as `_`):
   remitter's or beneficiary's name...), `date_of_birth`, `sort_code`, and any name containing
   `address`, `email` or `phone` (a whole address object included) are replaced by `[masked]`; the
   account numbers `iban`, `account_number`, `bban` and `nrb` keep only their last four
-  characters (`••••5555`), enough to tell two accounts apart;
+  characters (`••••5555`), enough to tell two accounts apart; a true/false or a number under
+  such a name (`verify_name: true`) is no personal data and stays;
 - every other text, in a field or free-standing (a log line), is searched for what looks like a
   credential: `client_secret=…`-style pairs, `Bearer …`, and JWTs are replaced by
   `[redacted]` (`redact`).
@@ -106,7 +107,9 @@ def redact_value(value: Any) -> Any:
                 redacted[name] = None
             elif kind == _SECRET:
                 redacted[name] = REDACTED
-            elif kind == _LAST_FOUR and not isinstance(item, dict | list):
+            elif isinstance(item, bool | int | float):
+                redacted[name] = item  # a flag or a count (`verify_name`), no personal data
+            elif kind == _LAST_FOUR and isinstance(item, str):
                 redacted[name] = _last_four(item)
             else:
                 redacted[name] = MASKED

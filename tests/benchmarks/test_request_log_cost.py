@@ -9,10 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
 
 def test_the_request_log_comparison_runs_both_settings_and_prints_the_ratios() -> None:
     done = subprocess.run(

@@ -116,14 +116,16 @@ def render_entry(row: Any) -> dict[str, Any]:
 
 
 async def list_entries(
-    conn: Connection, merchant_id: uuid.UUID, window: Window, filters: RequestLogFilter
+    conn: Connection, merchant_id: uuid.UUID | None, window: Window, filters: RequestLogFilter
 ) -> tuple[Sequence[Any], str | None]:
-    """One page of the merchant's entries (rows), newest first, and the cursor of the next
-    page (None on the last); 400 for a cursor that is not one of ours."""
+    """One page of the merchant's entries (rows), newest first (None: every merchant's, the
+    console operator's view), and the cursor of the next page (None on the last); 400
+    (InvalidParameters) for a cursor that is not one of ours."""
     after_time, after_id = window.after()
     low, high = filters.statuses()
     rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM request_log WHERE merchant_id = $1"
+        f"SELECT merchant_id, {_COLUMNS} FROM request_log"
+        " WHERE ($1::uuid IS NULL OR merchant_id = $1)"
         " AND ($2::timestamptz IS NULL OR created_at >= $2)"
         " AND ($3::timestamptz IS NULL OR created_at <= $3)"
         " AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))"

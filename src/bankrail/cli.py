@@ -432,6 +432,14 @@ def logs_tail(
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
+    def interrupted(signum: int, frame: object) -> None:
+        # Ctrl-C reaches the whole process group, and `timeout -s INT` signals the command
+        # and then its group: the first SIGINT ends the command, any other is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+
     try:
         who = _shell.credentials(
             url=url,

@@ -26,7 +26,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["MASKED", "REDACTED", "redact", "redact_headers", "redact_value"]
+import orjson
+
+__all__ = ["MASKED", "REDACTED", "redact", "redact_headers", "redact_json", "redact_value"]
 
 REDACTED = "[redacted]"
 MASKED = "[masked]"
@@ -41,15 +43,21 @@ _SECRET_PATTERNS = (
     re.compile(r"()()\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),
 )
 
-# Every pattern above needs one of these (case folded), or a JWT's "eyJ": text with none of
-# them is returned as it is, without running the patterns.
-_HINTS = ("token", "secret", "password", "bearer")
+# Every pattern above needs one of "token", "secret", "password", "bearer" (case folded), or
+# a JWT's "eyJ": text with none of them is returned as it is, without running the patterns.
+
+
+def _may_hold_credentials(text: str) -> bool:
+    """False when no pattern can match `text` (most text), found without running them."""
+    if "eyJ" in text:
+        return True
+    folded = text.lower()
+    return "token" in folded or "secret" in folded or "password" in folded or "bearer" in folded
 
 
 def redact(text: str) -> str:
     """`text` with every credential-like value replaced by `[redacted]`."""
-    folded = text.lower()
-    if "eyJ" not in text and not any(hint in folded for hint in _HINTS):
+    if not _may_hold_credentials(text):
         return text
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
@@ -97,12 +105,29 @@ def _last_four(value: Any) -> str:
 def redact_value(value: Any) -> Any:
     """A JSON value (as `orjson.loads` reads it) with the rule applied to every field, at any
     depth; a new value, `value` itself is not changed."""
+    return _redacted(value, scan=True)
+
+
+def redact_json(raw: bytes) -> Any:
+    """The JSON document `raw`, parsed, with the rule applied (as `redact_value`); raises
+    orjson.JSONDecodeError when it is not JSON. Text is searched for credentials only when
+    the document holds a hint of one (most do not)."""
+    value = orjson.loads(raw)
+    return _redacted(value, scan=_may_hold_credentials(raw.decode("utf-8", "replace")))
+
+
+def _redacted(value: Any, scan: bool) -> Any:
     if isinstance(value, dict):
         redacted: dict[str, Any] = {}
         for name, item in value.items():
-            kind = _kind(name)
+            kind = _kinds.get(name)
+            if kind is None:
+                kind = _kind(name)
             if kind == _KEEP:
-                redacted[name] = redact_value(item)
+                if isinstance(item, dict | list) or (scan and isinstance(item, str)):
+                    redacted[name] = _redacted(item, scan)
+                else:
+                    redacted[name] = item
             elif item is None:
                 redacted[name] = None
             elif kind == _SECRET:
@@ -115,8 +140,8 @@ def redact_value(value: Any) -> Any:
                 redacted[name] = MASKED
         return redacted
     if isinstance(value, list):
-        return [redact_value(item) for item in value]
-    if isinstance(value, str):
+        return [_redacted(item, scan) for item in value]
+    if scan and isinstance(value, str):
         return redact(value)
     return value
 

@@ -39,11 +39,10 @@ from starlette.responses import Response
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.metrics import REQUEST_LOG_DROPPED, REQUEST_LOG_WRITTEN
-from bankrail.core.redaction import redact, redact_headers, redact_value
+from bankrail.core.redaction import redact, redact_headers, redact_json
 from bankrail.db.pool import Connection
 from bankrail.http.auth import access_claims
 from bankrail.http.responses import ReplayedResponse
-from bankrail.security.headers import request_headers
 from bankrail.security.tokens import AccessClaims
 
 __all__ = [
@@ -64,14 +63,32 @@ NOT_LOGGED = frozenset({"/v3/request-log"})
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
+# One statement per batch; each column an array, every jsonb element parsed once.
 _INSERT = (
     "INSERT INTO request_log (id, merchant_id, created_at, method, path, status, duration_ms,"
     " client_id, idempotency_key, replayed, request, response, object_ids)"
     " SELECT id, merchant_id, created_at, method, path, status, duration_ms, client_id,"
-    " idempotency_key, replayed, request, response, object_ids"
-    " FROM jsonb_to_recordset($1::jsonb) AS r(id uuid, merchant_id uuid, created_at timestamptz,"
-    " method text, path text, status integer, duration_ms double precision, client_id text,"
-    " idempotency_key text, replayed boolean, request jsonb, response jsonb, object_ids text[])"
+    " idempotency_key, replayed, request, response, object_ids::text[]"
+    " FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[],"
+    " $6::integer[], $7::double precision[], $8::text[], $9::text[], $10::boolean[],"
+    " $11::jsonb[], $12::jsonb[], $13::text[])"
+    " AS r(id, merchant_id, created_at, method, path, status, duration_ms, client_id,"
+    " idempotency_key, replayed, request, response, object_ids)"
+)
+_COLUMNS = (
+    "id",
+    "merchant_id",
+    "created_at",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "client_id",
+    "idempotency_key",
+    "replayed",
+    "request",
+    "response",
+    "object_ids",
 )
 _DELETE_BEFORE = (
     "DELETE FROM request_log WHERE id = ANY (ARRAY("
@@ -84,14 +101,12 @@ _DELETE_BEFORE = (
 class _Seen:
     """One request as the pipeline saw it, unparsed: what the request pays for."""
 
-    id: uuid.UUID
     claims: AccessClaims
     created_at: datetime
     method: str
     path: str
     status: int
     duration_ms: float
-    idempotency_key: str | None
     replayed: bool
     request_headers: list[tuple[bytes, bytes]]
     request_body: bytes
@@ -110,12 +125,20 @@ def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
     return found
 
 
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of the header `name` (lower-case, as ASGI names them)."""
+    for sent, value in headers:
+        if sent.lower() == name:
+            return value
+    return None
+
+
 def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name.lower() == b"content-type":
-            media = value.partition(b";")[0].strip().lower()
-            return media == b"application/json" or media.endswith(b"+json")
-    return False
+    value = _header(headers, b"content-type")
+    if value is None:
+        return False
+    media = value.partition(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
 
 
 def _body(raw: bytes | None, headers: list[tuple[bytes, bytes]]) -> Any:
@@ -123,9 +146,9 @@ def _body(raw: bytes | None, headers: list[tuple[bytes, bytes]]) -> Any:
     redacted."""
     if not raw:
         return None
-    if _is_json(headers):
+    if _is_json(headers) and b"\\u0000" not in raw:  # PostgreSQL's jsonb holds no NUL
         try:
-            return redact_value(orjson.loads(raw))
+            return redact_json(raw)
         except orjson.JSONDecodeError:
             pass
     return redact(raw.decode("utf-8", "replace").replace("\x00", ""))
@@ -134,24 +157,31 @@ def _body(raw: bytes | None, headers: list[tuple[bytes, bytes]]) -> Any:
 def _row(seen: _Seen) -> dict[str, Any]:
     """The entry as the table keeps it: parsed and redacted."""
     answer = _body(seen.response_body, seen.response_headers)
+    key = _header(seen.request_headers, b"idempotency-key")
     return {
-        "id": str(seen.id),
-        "merchant_id": str(seen.claims.merchant_id),
-        "created_at": seen.created_at.isoformat(),
+        "id": uuid.uuid4(),
+        "merchant_id": seen.claims.merchant_id,
+        "created_at": seen.created_at,
         "method": seen.method,
         "path": seen.path,
         "status": seen.status,
         "duration_ms": round(seen.duration_ms, 3),
         "client_id": seen.claims.client_id,
-        "idempotency_key": seen.idempotency_key,
+        "idempotency_key": key.decode("latin-1") if key is not None else None,
         "replayed": seen.replayed,
         "request": {
             "headers": redact_headers(seen.request_headers),
             "body": _body(seen.request_body, seen.request_headers),
         },
         "response": {"headers": redact_headers(seen.response_headers), "body": answer},
-        "object_ids": object_ids(seen.path, seen.method, seen.status, answer),
+        "object_ids": _array_literal(object_ids(seen.path, seen.method, seen.status, answer)),
     }
+
+
+def _array_literal(items: list[str]) -> str:
+    """`items` as a PostgreSQL text[] literal (`{"a","b"}`)."""
+    quoted = (item.replace("\\", "\\\\").replace('"', '\\"') for item in items)
+    return "{" + ",".join(f'"{item}"' for item in quoted) + "}"
 
 
 async def _rendered(request: Request, error: Exception) -> Response | None:
@@ -229,27 +259,20 @@ class RequestLog:
         if len(self._buffer) >= self._capacity:
             REQUEST_LOG_DROPPED.labels("full").inc()
             return
-        try:
-            body = await request.body()
-        except Exception:  # the body could not be read (too large, client gone)
-            body = b""
-        try:
-            key = request_headers(request.scope).get("idempotency-key")
-        except Exception:  # sent more than once: the 400 says so, the entry names none
-            key = None
+        # References only: what the route read and answered is parsed and redacted later.
+        scope = request.scope
         self._buffer.append(
             _Seen(
-                id=uuid.uuid4(),
                 claims=claims,
                 created_at=self._clock.now(),
                 method=request.method,
-                path=request.url.path,
+                path=scope["path"],
                 status=status,
                 duration_ms=duration_ms,
-                idempotency_key=key,
                 replayed=isinstance(response, ReplayedResponse),
-                request_headers=request.headers.raw,
-                request_body=body,
+                request_headers=scope["headers"],
+                # The body as the route read it (none when it read none: a GET)
+                request_body=getattr(request, "_body", b""),
                 response_headers=response.raw_headers if response is not None else [],
                 response_body=bytes(response.body) if response is not None else None,
             )
@@ -286,8 +309,9 @@ class RequestLog:
             batch = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
             try:
                 rows = [_row(seen) for seen in batch]
+                columns = [[row[name] for row in rows] for name in _COLUMNS]
                 async with self._pool.acquire() as conn:
-                    await conn.execute(_INSERT, rows)
+                    await conn.execute(_INSERT, *columns)
             except Exception:
                 REQUEST_LOG_DROPPED.labels("error").inc(len(batch))
                 log.exception("could not write %d request-log entries", len(batch))

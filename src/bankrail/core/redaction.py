@@ -117,33 +117,44 @@ def redact_json(raw: bytes) -> Any:
 
 
 def _redacted(value: Any, scan: bool) -> Any:
-    if isinstance(value, dict):
-        redacted: dict[str, Any] = {}
-        for name, item in value.items():
-            kind = _kinds.get(name)
-            if kind is None:
-                kind = _kind(name)
-            if kind == _KEEP:
-                if isinstance(item, dict | list) or (scan and isinstance(item, str)):
-                    redacted[name] = _redacted(item, scan)
-                else:
-                    redacted[name] = item
-            elif item is None:
-                redacted[name] = None
-            elif kind == _SECRET:
-                redacted[name] = REDACTED
-            elif isinstance(item, bool | int | float):
-                redacted[name] = item  # a flag or a count (`verify_name`), no personal data
-            elif kind == _LAST_FOUR and isinstance(item, str):
-                redacted[name] = _last_four(item)
-            else:
-                redacted[name] = MASKED
-        return redacted
-    if isinstance(value, list):
+    kind = type(value)
+    if kind is dict:
+        return _redacted_object(value, scan)
+    if kind is list:
         return [_redacted(item, scan) for item in value]
-    if scan and isinstance(value, str):
+    if scan and kind is str:
         return redact(value)
     return value
+
+
+def _redacted_object(value: dict[str, Any], scan: bool) -> dict[str, Any]:
+    # The hot loop of the request log's writer: exact type checks, one memo lookup per key.
+    redacted: dict[str, Any] = {}
+    kinds = _kinds
+    for name, item in value.items():
+        kind = kinds.get(name)
+        if kind is None:
+            kind = _kind(name)
+        if kind == _KEEP:
+            shape = type(item)
+            if shape is dict or shape is list or (scan and shape is str):
+                redacted[name] = _redacted(item, scan)
+            else:
+                redacted[name] = item
+        elif item is None:
+            redacted[name] = None
+        elif kind == _SECRET:
+            redacted[name] = REDACTED
+        elif isinstance(item, bool | int | float):
+            redacted[name] = item  # a flag or a count (`verify_name`), no personal data
+        elif kind == _LAST_FOUR and isinstance(item, str):
+            redacted[name] = _last_four(item)
+        else:
+            redacted[name] = MASKED
+    return redacted
+
+
+_header_values: dict[tuple[bytes, bytes], str] = {}
 
 
 def redact_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -155,11 +166,17 @@ def redact_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
         kind = _kind(name)
         if kind == _SECRET:
             value = REDACTED
-        elif kind == _LAST_FOUR:
-            value = _last_four(raw_value.decode("latin-1"))
         elif kind == _MASK:
             value = MASKED
+        elif kind == _LAST_FOUR:
+            value = _last_four(raw_value.decode("latin-1"))
         else:
-            value = redact(raw_value.decode("latin-1"))
+            # Most headers repeat from request to request (host, user-agent, accept...).
+            known = _header_values.get((raw_name, raw_value))
+            if known is None:
+                known = redact(raw_value.decode("latin-1"))
+                if len(_header_values) < 4096 and len(raw_value) <= 256:
+                    _header_values[(raw_name, raw_value)] = known
+            value = known
         found[name] = f"{found[name]}, {value}" if name in found else value
     return found

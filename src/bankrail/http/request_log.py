@@ -24,7 +24,6 @@ import inspect
 import logging
 import re
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -67,16 +66,15 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _INSERT = (
     "INSERT INTO request_log (id, merchant_id, created_at, method, path, status, duration_ms,"
     " client_id, idempotency_key, replayed, request, response, object_ids)"
-    " SELECT id, merchant_id, created_at, method, path, status, duration_ms, client_id,"
-    " idempotency_key, replayed, request, response, object_ids::text[]"
-    " FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::text[], $5::text[],"
-    " $6::integer[], $7::double precision[], $8::text[], $9::text[], $10::boolean[],"
-    " $11::jsonb[], $12::jsonb[], $13::text[])"
-    " AS r(id, merchant_id, created_at, method, path, status, duration_ms, client_id,"
+    " SELECT gen_random_uuid(), merchant_id, created_at, method, path, status, duration_ms,"
+    " client_id, idempotency_key, replayed, request, response, object_ids::text[]"
+    " FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::integer[],"
+    " $6::double precision[], $7::text[], $8::text[], $9::boolean[], $10::jsonb[],"
+    " $11::jsonb[], $12::text[])"
+    " AS r(merchant_id, created_at, method, path, status, duration_ms, client_id,"
     " idempotency_key, replayed, request, response, object_ids)"
 )
 _COLUMNS = (
-    "id",
     "merchant_id",
     "created_at",
     "method",
@@ -159,7 +157,6 @@ def _row(seen: _Seen) -> dict[str, Any]:
     answer = _body(seen.response_body, seen.response_headers)
     key = _header(seen.request_headers, b"idempotency-key")
     return {
-        "id": uuid.uuid4(),
         "merchant_id": seen.claims.merchant_id,
         "created_at": seen.created_at,
         "method": seen.method,

@@ -3,7 +3,7 @@
 -- configured retention (BANKRAIL_REQUEST_LOG_RETENTION_SECONDS) and pruned by the worker.
 -- Rows are written in batches by http/request_log.py, off the request's transaction.
 --
--- `id` is made by the process that served the request; the listing pages by (created_at,
+-- `id` is drawn by PostgreSQL as the batch is written; the listing pages by (created_at,
 -- id), newest first, as the other listings do. `object_ids` are the ids the entry names: the
 -- UUIDs in its path and the `id` of the object its answer created.
 CREATE TABLE request_log (

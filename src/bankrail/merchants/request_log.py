@@ -16,7 +16,7 @@ from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
 from bankrail.http.listing import Pagination, WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH
-from bankrail.http.pipeline import CLIENT, Call, Endpoint, routes
+from bankrail.http.pipeline import MERCHANT, Call, Endpoint, routes
 from bankrail.http.responses import json_response
 
 __all__ = [
@@ -177,7 +177,7 @@ ROUTES = routes(
         "GET",
         "/v3/request-log",
         list_request_log,
-        CLIENT,
+        MERCHANT,
         query=RequestLogQuery,
         response_model=RequestLogPage,
         errors=ERRORS_AUTH,

@@ -182,3 +182,44 @@ def test_a_reset_purges_the_merchants_request_log(operator: Operator) -> None:
 
     assert _entries(merchant) == []
     assert len(_entries(other)) == 1
+
+
+def test_refusals_after_the_token_are_logged_with_their_problem(operator: Operator) -> None:
+    merchant = funded_merchant(operator, gbp=10_000)
+    # 403: a client of the merchant whose token lacks the `payments` scope.
+    client = operator.post(
+        f"/admin/merchants/{merchant.merchant_id}/clients", {"scopes": ["payouts"]}
+    )
+    assert client.status_code == 201, client.text
+    token = merchant.http.post(
+        "/connect/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": client.json()["client_id"],
+            "client_secret": client.json()["client_secret"],
+        },
+    )
+    assert token.status_code == 200, token.text
+    refused = merchant.http.get(PATH, headers=bearer(token.json()["access_token"]))
+    assert refused.status_code == 403
+    # 400: a signed payout missing its amount.
+    body = payout_body(merchant, "GBP", 10, external_beneficiary(GB_IBAN))
+    invalid = {k: v for k, v in body.items() if k != "amount_in_minor"}
+    assert merchant.signed_post(PATH, invalid).status_code == 400
+    # The key used again with another body.
+    key = str(uuid.uuid4())
+    assert merchant.signed_post(PATH, body, idempotency_key=key).status_code == 202
+    reused = merchant.signed_post(PATH, {**body, "amount_in_minor": 11}, idempotency_key=key)
+    assert reused.status_code in (409, 422), reused.text
+
+    items = _logged(merchant, 4)
+    assert [e["status"] for e in items] == [reused.status_code, 202, 400, 403]
+    assert items[3]["client_id"] == client.json()["client_id"]
+    assert items[3]["response"]["body"]["status"] == 403
+    assert "amount_in_minor" in json.dumps(items[2]["response"]["body"])
+    assert items[0]["idempotency_key"] == key
+    assert [e["status"] for e in _entries(merchant, status="4xx")] == [
+        reused.status_code,
+        400,
+        403,
+    ]

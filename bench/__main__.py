@@ -17,7 +17,7 @@ from typing import Any
 
 from bankrail.db.embedded import EmbeddedPostgres
 from bankrail.db.migrations import migrate
-from bench import access_log
+from bench import access_log, request_log
 from bench.baselines import es512_rates, insert_commit_rate
 from bench.http_scenarios import Options, scenarios
 from bench.loadgen import run as run_loadgen
@@ -66,6 +66,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="only compare POST /v3/payouts with the sandbox's access line on and off "
         "(--requests per turn, --repeats turns each) and print the ratio",
     )
+    parser.add_argument(
+        "--request-log",
+        action="store_true",
+        help="only compare POST /v3/payouts and GET /v3/payouts/{id} with the request log on "
+        "and off (--requests per turn, --repeats turns each) and print the ratios",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/latest.json"))
     return parser.parse_args(argv)
 
@@ -99,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats = 1
     if args.access_log:
         print(access_log.run(args.requests, args.concurrency, max(2, args.repeats)))
+        return 0
+    if args.request_log:
+        print(request_log.run(args.requests, args.concurrency, max(2, args.repeats)))
         return 0
     with tempfile.TemporaryDirectory(prefix="bankrail-bench-") as tmp:
         server = EmbeddedPostgres(Path(tmp))

@@ -32,11 +32,13 @@ from bankrail.http.oauth import ROUTES as AUTH_ROUTES
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.pipeline import openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
+from bankrail.http.request_log import RequestLog
 from bankrail.logs import write_access_line
 from bankrail.mandates.routes import MOCK_BANK_CONSENT_ROUTES
 from bankrail.mandates.routes import ROUTES as MANDATES_ROUTES
 from bankrail.merchants.admin_routes import ROUTES as MERCHANT_ADMIN_ROUTES
 from bankrail.merchants.ledger_routes import ROUTES as LEDGER_ROUTES
+from bankrail.merchants.request_log import ROUTES as REQUEST_LOG_ROUTES
 from bankrail.merchants.routes import ROUTES as MERCHANT_ROUTES
 from bankrail.pages.console.routes import router as console_router
 from bankrail.pages.errors import router as pages_router
@@ -174,11 +176,16 @@ def _lifespan(
                 public_keys,
                 clients,
             )
+            if settings.request_log_retention > 0:
+                context.request_log = RequestLog(process.pool, process.clock)
+                context.request_log.start()
             app.state.context = context
             try:
                 yield
                 await _drain_connections(settings)
             finally:
+                if context.request_log is not None:
+                    await context.request_log.close()  # what is buffered is written
                 if context.verifier is not None:
                     await context.verifier.close()
 
@@ -243,6 +250,7 @@ def _include_routers(app: FastAPI, powers: SandboxPowers) -> None:
         EVENTS_ADMIN_ROUTES,
         RAILS_ADMIN_ROUTES,
         LEDGER_ROUTES,
+        REQUEST_LOG_ROUTES,
         pages_router,
         front_door_router,
         HEALTH_ROUTES,

@@ -1,4 +1,4 @@
-"""The `bankrail` command: serve, worker, migrate, init, trigger, api and listen.
+"""The `bankrail` command: serve, worker, migrate, init, trigger, api, logs and listen.
 
 How `serve` runs its API and worker processes is in `_serve`, the demo merchant of `init`
 and `serve --demo` in `_demo`; the names they had here are re-exported."""
@@ -330,6 +330,36 @@ def trigger(
     typer.echo(json.dumps(made.as_json(), indent=2) if as_json else made.describe())
 
 
+ServerUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="The server (default: the URL the last `serve` on the data directory "
+        "recorded, else http://127.0.0.1:8080).",
+        envvar="BANKRAIL_URL",
+    ),
+]
+ClientId = Annotated[str | None, typer.Option("--client-id", envvar="BANKRAIL_CLIENT_ID")]
+ClientSecret = Annotated[
+    str | None, typer.Option("--client-secret", envvar="BANKRAIL_CLIENT_SECRET")
+]
+SigningKey = Annotated[
+    Path | None,
+    typer.Option("--key", help="The signing key's PEM file.", envvar="BANKRAIL_SIGNING_KEY"),
+]
+Kid = Annotated[
+    str | None, typer.Option("--kid", help="The signing key's id.", envvar="BANKRAIL_KID")
+]
+DemoDataDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir",
+        help="Whose demo merchant signs when no credentials are given.",
+        envvar="BANKRAIL_DATA_DIR",
+    ),
+]
+
+
 @cli.command()
 def api(
     method: Annotated[str, typer.Argument(help="GET, POST, DELETE...")],
@@ -342,31 +372,12 @@ def api(
         str | None,
         typer.Option(help="The Idempotency-Key to send (default: a new one on every non-GET)."),
     ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            help="The server (default: the URL the last `serve` on the data directory "
-            "recorded, else http://127.0.0.1:8080).",
-            envvar="BANKRAIL_URL",
-        ),
-    ] = None,
-    client_id: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_ID")] = None,
-    client_secret: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_SECRET")] = None,
-    key: Annotated[
-        Path | None,
-        typer.Option(help="The signing key's PEM file.", envvar="BANKRAIL_SIGNING_KEY"),
-    ] = None,
-    kid: Annotated[
-        str | None, typer.Option(help="The signing key's id.", envvar="BANKRAIL_KID")
-    ] = None,
-    data_dir: Annotated[
-        Path,
-        typer.Option(
-            "--data-dir",
-            help="Whose demo merchant signs when no credentials are given.",
-            envvar="BANKRAIL_DATA_DIR",
-        ),
-    ] = Path(".bankrail"),
+    url: ServerUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
+    key: SigningKey = None,
+    kid: Kid = None,
+    data_dir: DemoDataDir = Path(".bankrail"),
 ) -> None:
     """Call the API as the merchant: get a token, sign the request (every method but GET),
     add an Idempotency-Key, and print `HTTP <status>` and the answer. Exits 0 on a 2xx."""
@@ -392,6 +403,69 @@ def api(
         raise typer.Exit(1)
 
 
+logs = typer.Typer(name="logs", help="The merchant's request log.", no_args_is_help=True)
+cli.add_typer(logs)
+
+
+@logs.command("tail")
+def logs_tail(
+    status: Annotated[
+        str | None, typer.Option(help="Only this status class (4xx) or code (404).")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option(help="Only paths starting with this (/v3/payouts).")
+    ] = None,
+    url: ServerUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
+    key: SigningKey = None,
+    kid: Kid = None,
+    data_dir: DemoDataDir = Path(".bankrail"),
+) -> None:
+    """Follow the merchant's request log: one line per new request (time, method, path,
+    status, duration, id), oldest first, until Ctrl-C, which exits 0."""
+    import sys
+
+    from bankrail import _shell
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def interrupted(signum: int, frame: object) -> None:
+        # Ctrl-C reaches the whole process group, and `timeout -s INT` signals the command
+        # and then its group: the first SIGINT ends the command, any other is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+
+    try:
+        who = _shell.credentials(
+            url=url,
+            client_id=client_id,
+            client_secret=client_secret,
+            key=key,
+            kid=kid,
+            data_dir=data_dir,
+        )
+        _shell.tail(
+            who,
+            status=status,
+            path=path,
+            emit=emit,
+            ready=lambda: typer.echo(
+                f"following the request log of {who.client_id} at {who.url} (Ctrl-C to stop)",
+                err=True,
+            ),
+        )
+    except _shell.ShellError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
 @cli.command()
 def listen(
     forward_to: Annotated[
@@ -412,23 +486,11 @@ def listen(
             envvar="BANKRAIL_LISTENER_ID",
         ),
     ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option(
-            help="The server (default: the URL the last `serve` on the data directory "
-            "recorded, else http://127.0.0.1:8080).",
-            envvar="BANKRAIL_URL",
-        ),
-    ] = None,
-    client_id: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_ID")] = None,
-    client_secret: Annotated[str | None, typer.Option(envvar="BANKRAIL_CLIENT_SECRET")] = None,
-    key: Annotated[
-        Path | None,
-        typer.Option(help="The signing key's PEM file.", envvar="BANKRAIL_SIGNING_KEY"),
-    ] = None,
-    kid: Annotated[
-        str | None, typer.Option(help="The signing key's id.", envvar="BANKRAIL_KID")
-    ] = None,
+    url: ServerUrl = None,
+    client_id: ClientId = None,
+    client_secret: ClientSecret = None,
+    key: SigningKey = None,
+    kid: Kid = None,
     data_dir: Annotated[
         Path,
         typer.Option(

@@ -38,6 +38,9 @@ def admin_token_is_strong(token: str) -> bool:
     return steps * 2 <= len(token) - 1
 
 
+REQUEST_LOG_SANDBOX_RETENTION = 7 * 86400
+"""The request log's retention in the sandbox unless the operator sets one (seconds)."""
+
 NO_LISTEN = "none"
 """The value of BANKRAIL_DIRECT_DATABASE_URL that turns LISTEN off (processes poll)."""
 
@@ -74,6 +77,16 @@ def _env_positive_float(name: str, default: float) -> float:
     value = _env_float(name, default)
     if not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, not {value}")
+    return value
+
+
+def _env_retention(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"{name} must be 0 (off) or a positive number of seconds, not {value}")
     return value
 
 
@@ -152,6 +165,10 @@ class Settings:
     # `serve --no-access-log`, turns it off); production writes its JSON line per request
     # whatever this says.
     access_log: bool = True
+    # How long the request log keeps a merchant's API requests, in service time; 0: the log
+    # is off (nothing captured, what was kept is pruned). None: the mode's default, 7 days in
+    # the sandbox, off in production (BANKRAIL_REQUEST_LOG_RETENTION_SECONDS).
+    request_log_retention_seconds: int | None = None
 
     @property
     def public_url(self) -> str:
@@ -165,6 +182,13 @@ class Settings:
         if self.direct_database_url == NO_LISTEN:
             return None
         return self.direct_database_url or dsn
+
+    @property
+    def request_log_retention(self) -> int:
+        """Seconds the request log keeps an entry; 0 when the log is off."""
+        if self.request_log_retention_seconds is not None:
+            return self.request_log_retention_seconds
+        return REQUEST_LOG_SANDBOX_RETENTION if self.sandbox else 0
 
     @property
     def sandbox(self) -> bool:
@@ -249,5 +273,6 @@ def settings_from_env() -> Settings:
         verify_processes=verify_processes,
         api_docs=_env_switch("BANKRAIL_API_DOCS", True),
         access_log=_env_switch("BANKRAIL_ACCESS_LOG", True),
+        request_log_retention_seconds=_env_retention("BANKRAIL_REQUEST_LOG_RETENTION_SECONDS"),
         host_id=os.environ.get("BANKRAIL_HOST_ID") or socket.gethostname(),
     )

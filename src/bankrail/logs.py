@@ -3,14 +3,14 @@
 Every line names the host and process it comes from (`BANKRAIL_HOST_ID` and the pid) and
 carries the trace id of the request it was written for (`Svc-Trace-Id`), and
 anything that looks like a credential (client secrets, bearer and resource tokens, JWTs) is
-replaced by `[redacted]` before it is written, in both modes.
+replaced by `[redacted]` before it is written, in both modes: the rule of core/redaction.py,
+the one the request log applies too.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -18,35 +18,10 @@ from datetime import UTC, datetime
 
 import orjson
 
+from bankrail.core.redaction import redact
 from bankrail.core.tracing import trace_id_var
 
 __all__ = ["configure_logging", "redact", "write_access_line"]
-
-_SECRET_PATTERNS = (
-    # key=value pairs in forms, query strings and reprs
-    re.compile(
-        r"(?i)\b(client_secret|access_token|resource_token|refresh_token|admin_token|"
-        r"password|secret|token)([\"']?\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
-    ),
-    re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=-]+)"),
-    re.compile(r"()()\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*"),
-)
-
-
-# Every pattern above needs one of these (case folded), or a JWT's "eyJ": text with none of
-# them is returned as it is, without running the patterns.
-_HINTS = ("token", "secret", "password", "bearer")
-
-
-def redact(text: str) -> str:
-    """`text` with every credential-like value replaced by `[redacted]`."""
-    folded = text.lower()
-    if "eyJ" not in text and not any(hint in folded for hint in _HINTS):
-        return text
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-    return text
-
 
 # What the logging module itself fills in from the code that logged: never request data,
 # so not worth a pass of the patterns on every line.

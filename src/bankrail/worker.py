@@ -14,6 +14,7 @@ from bankrail.events import listeners
 from bankrail.events.delivery import DeliveryWorker
 from bankrail.events.outbox import WEBHOOK_CHANNEL
 from bankrail.events.service import delete_finished_deliveries
+from bankrail.http.request_log import delete_request_log_before
 from bankrail.jobs.pruning import Pruner, Retention
 from bankrail.jobs.queue import JOBS_CHANNEL, JobQueue
 from bankrail.jobs.runner import BackgroundLoop
@@ -79,6 +80,12 @@ def retentions(settings: Settings) -> list[Retention]:
             "pending deliveries of webhook listeners detached too long",
             listeners.DETACHED_AFTER,
             listeners.discard_abandoned,
+        ),
+        # Off (0), the log keeps nothing: what an earlier setting kept goes too.
+        Retention(
+            "request-log entries",
+            timedelta(seconds=settings.request_log_retention),
+            delete_request_log_before,
         ),
     ]
 

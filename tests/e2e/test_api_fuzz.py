@@ -116,6 +116,7 @@ ROUTES = [
     Route("POST", "/v3/payouts", Caller.SIGNED),
     Route("GET", "/v3/payouts/{payout_id}", Caller.MERCHANT),
     Route("GET", "/v3/payouts", Caller.MERCHANT),
+    Route("GET", "/v3/request-log", Caller.MERCHANT),
     Route("GET", "/v3/payments", Caller.MERCHANT),
     Route("GET", "/payments", Caller.MERCHANT),
     Route("POST", f"{P}/refunds", Caller.SIGNED, Stage.SETTLED),

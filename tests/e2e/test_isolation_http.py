@@ -445,6 +445,8 @@ ROUTES: dict[str, Route] = {
         "GET", f"/v3/payments-providers/{GB_REDIRECT}"
     ),
     "GET /v3/payouts": _unowned("GET", "/v3/payouts"),
+    # Only the caller's own requests (test_request_log_http.py proves another's are not).
+    "GET /v3/request-log": _unowned("GET", "/v3/request-log"),
     "GET /v3/payments": _unowned("GET", "/v3/payments"),
     "GET /payments": _unowned("GET", "/payments"),
     "POST /v3/payouts": Route(

@@ -8,6 +8,8 @@ __all__ = [
     "HTTP_ERRORS",
     "HTTP_LATENCY",
     "HTTP_REQUESTS",
+    "REQUEST_LOG_DROPPED",
+    "REQUEST_LOG_WRITTEN",
     "WEBHOOK_ATTEMPTS",
     "record_webhook_attempt",
 ]
@@ -27,6 +29,16 @@ HTTP_ERRORS = Counter(
     "bankrail_http_errors",
     "HTTP answers with a 5xx status, or none at all, by route template.",
     ["method", "route"],
+)
+REQUEST_LOG_WRITTEN = Counter(
+    "bankrail_request_log_entries_written",
+    "Request-log entries written to the database (http/request_log.py).",
+)
+REQUEST_LOG_DROPPED = Counter(
+    "bankrail_request_log_entries_dropped",
+    "Request-log entries not kept, by reason: full (the buffer was full: the request was not"
+    " made to wait) or error (their batch's write failed).",
+    ["reason"],
 )
 WEBHOOK_ATTEMPTS = Counter(
     "bankrail_webhook_attempts",

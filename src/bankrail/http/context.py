@@ -24,6 +24,7 @@ from bankrail.security.tokens import TokenIssuer
 
 if TYPE_CHECKING:
     from bankrail.db.pool import Connection
+    from bankrail.http.request_log import RequestLog
     from bankrail.security.idempotent_commit import IdempotentCommit
     from bankrail.security.verifier import VerifierProcesses
 
@@ -107,6 +108,8 @@ class AppContext:
     credential_limits: CredentialLimiter = field(default_factory=lambda: CredentialLimiter(0, 1))
     # Request signatures are verified by these processes, or on the thread lane when None.
     verifier: VerifierProcesses | None = None
+    # The request log's capture and writer; None when the log is off (no cost at all).
+    request_log: RequestLog | None = None
 
     def forget_credentials(self) -> None:
         """Forget every cached signing key and client (one was revoked, here or elsewhere)."""

@@ -48,6 +48,7 @@ from bankrail.http.auth import (
 )
 from bankrail.http.deps import AppContext
 from bankrail.http.openapi import Needs, Responses, documents
+from bankrail.http.request_log import CLAIMS, NOT_LOGGED, RequestLog
 from bankrail.security.headers import request_headers
 from bankrail.security.tokens import AccessClaims
 
@@ -266,6 +267,13 @@ class PipelineRoute(Route):
         return match, child
 
     async def _serve(self, request: Request) -> Response:
+        """The pipeline, recorded in the request log when it is on (http/request_log.py)."""
+        journal: RequestLog | None = request.app.state.context.request_log
+        if journal is None or self.declared.path in NOT_LOGGED:
+            return await self._run(request)
+        return await journal.record(request, self._run)
+
+    async def _run(self, request: Request) -> Response:
         """The pipeline: authenticate, rate limit, verify the signature, read the key,
         parse, handle (the handler renders)."""
         declared = self.declared
@@ -273,6 +281,7 @@ class PipelineRoute(Route):
         caller = await declared.auth.run(request, context)
         claims = _claims_of(caller)
         if claims is not None:
+            request.scope[CLAIMS] = claims
             await charge_client(context, claims)
         signed = declared.signed
         if signed is not None and (not signed.only_with_access_token or claims is not None):

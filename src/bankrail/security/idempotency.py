@@ -42,6 +42,7 @@ __all__ = [
     "KeyedRequest",
     "Outcome",
     "ProblemRenderer",
+    "ReplayedAnswer",
     "StoredAnswer",
     "claim",
     "claim_in_batch",
@@ -125,6 +126,11 @@ class KeyedRequest:
     fingerprint: bytes
     ttl: timedelta
     signature: bytes | None = None
+
+
+class ReplayedAnswer(bytes):
+    """The body of an answer stored under a key, as `claim` hands it to a repeat of its
+    request: the same bytes, telling the request log that the answer was a replay."""
 
 
 # An answer to send (status, body), or a problem to raise, unstored.
@@ -211,7 +217,7 @@ def claim(
     decision = decide(stored, request_fingerprint, now, ttl)
     if decision is Decision.REPLAY:
         assert stored is not None
-        return stored.status_code, stored.body
+        return stored.status_code, ReplayedAnswer(stored.body)
     if decision is Decision.REUSE:
         return ProblemError(
             reuse_problem, "This key was already used with a different request; use a new key."

@@ -4,9 +4,10 @@
 
 -- Every object the merchant made through the API, and what hangs on it, removed: payments,
 -- payouts, refunds, mandates, payment sources, top-ups, transaction rows, events, webhook
--- deliveries and their attempts, the jobs that would advance them, and the stored answers of
--- its idempotency keys. Its merchant accounts, clients, signing keys and console users stay;
--- the ledger keeps its history (the caller zeroes the balances with movements).
+-- deliveries and their attempts, the jobs that would advance them, the stored answers of its
+-- idempotency keys, and its request log. Its merchant accounts, clients, signing keys and
+-- console users stay; the ledger keeps its history (the caller zeroes the balances with
+-- movements).
 -- The tables are locked against writes (reads go on) for the few milliseconds this takes, so
 -- that no job or request adds a row for an object being removed; this runs in sandbox mode,
 -- or in production only for a merchant without ledger history.
@@ -48,6 +49,7 @@ BEGIN
     DELETE FROM topups WHERE merchant_account_id = ANY (v_accounts);
     DELETE FROM account_activity WHERE merchant_account_id = ANY (v_accounts);
     DELETE FROM idempotency_keys WHERE scope LIKE '%:' || p_merchant_id::text;
+    DELETE FROM request_log WHERE merchant_id = p_merchant_id;
     RETURN jsonb_build_object(
         'payments', cardinality(v_payments), 'payouts', cardinality(v_payouts),
         'refunds', cardinality(v_refunds), 'mandates', cardinality(v_mandates),

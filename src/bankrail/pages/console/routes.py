@@ -1,13 +1,14 @@
 """The developer console at `/console`: sign-in, balances, payments, payouts, webhook
-deliveries and settings for merchants, plus the operator's panel (see docs/console.md).
+deliveries, the request log and settings for merchants, plus the operator's panel (see
+docs/console.md).
 
 Server-rendered HTML (Jinja2), no build step and no JavaScript. Every page needs a session
 (`console_session`); every POST checks the session's CSRF token before it changes anything.
 
 This module assembles the one console `router` from the page areas (signin, payments,
-mandates, webhooks, settings, operator) and serves the overview at `/console` itself. Routes
-match in the order they are added, so the areas keep the order of their paths and the
-catch-all 404 comes last.
+mandates, webhooks, request log, settings, operator) and serves the overview at `/console`
+itself. Routes match in the order they are added, so the areas keep the order of their paths
+and the catch-all 404 comes last.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bankrail.pages.console.mandates import router as mandates_router
 from bankrail.pages.console.operator import router as operator_router
 from bankrail.pages.console.passwords import router as passwords_router
 from bankrail.pages.console.payments import router as payments_router
+from bankrail.pages.console.request_log import router as request_log_router
 from bankrail.pages.console.settings import router as settings_router
 from bankrail.pages.console.signin import router as signin_router
 from bankrail.pages.console.webhooks import router as webhooks_router
@@ -66,6 +68,7 @@ router.include_router(accounts_router)
 router.include_router(payments_router)
 router.include_router(mandates_router)
 router.include_router(webhooks_router)
+router.include_router(request_log_router)
 router.include_router(settings_router)
 router.include_router(operator_router)
 

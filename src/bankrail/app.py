@@ -13,8 +13,10 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from bankrail import __version__
 from bankrail.config import Settings
@@ -26,11 +28,11 @@ from bankrail.http.context import AppContext, Services
 from bankrail.http.guarded_loop import GuardedLoop
 from bankrail.http.health import ROUTES as HEALTH_ROUTES
 from bankrail.http.metrics import ROUTES as METRICS_ROUTES
-from bankrail.http.metrics import MetricsMiddleware
+from bankrail.http.metrics import observe
 from bankrail.http.middleware import AccessLog, ServiceMiddleware, access_line, log_access
 from bankrail.http.oauth import ROUTES as AUTH_ROUTES
 from bankrail.http.openapi import problem_json_openapi
-from bankrail.http.pipeline import openapi_routes
+from bankrail.http.pipeline import ApiRouter, openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.http.request_log import RequestLog
 from bankrail.logs import write_access_line
@@ -134,15 +136,35 @@ def create_app(settings: Settings, dsn: str) -> FastAPI:
     if not any(getattr(route, "name", None) == "static" for route in app.routes):
         # Stylesheets and provider icons of the web pages, shipped inside the package.
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(
-        ServiceMiddleware,
-        public_url=settings.public_url,
-        max_body_bytes=settings.max_body_bytes,
-        request_timeout=settings.request_timeout_seconds,
-        access_log=access_log_of(settings),
-    )
-    app.add_middleware(MetricsMiddleware)  # outermost: it also sees ServiceMiddleware's answers
+    app.build_middleware_stack = _middleware_stack(app, settings)  # type: ignore[method-assign]
     return app
+
+
+def _middleware_stack(app: FastAPI, settings: Settings) -> Callable[[], ASGIApp]:
+    """What the application runs each request through (built on its first request): the one
+    service middleware (trace id, limits, deadline, escapes, metrics, access record), then
+    the API's pipeline routes straight from the router (http/pipeline.py `ApiRouter`); only
+    the other routes (the HTML pages) go through the framework's own layers (exception
+    handlers, its exit stack). The framework's outermost layer, its last-resort 500, is left
+    out: ServiceMiddleware answers what escapes (503 for a database outage)."""
+
+    def build() -> ASGIApp:
+        framework = type(app).build_middleware_stack(app)
+        assert isinstance(framework, ServerErrorMiddleware), framework
+        by_class = {k: v for k, v in app.exception_handlers.items() if not isinstance(k, int)}
+        by_class.pop(Exception, None)
+        by_status = {k: v for k, v in app.exception_handlers.items() if isinstance(k, int)}
+        by_status.pop(500, None)
+        return ServiceMiddleware(
+            ApiRouter(app.router, framework.app, (by_class, by_status)),
+            public_url=settings.public_url,
+            max_body_bytes=settings.max_body_bytes,
+            request_timeout=settings.request_timeout_seconds,
+            access_log=access_log_of(settings),
+            metrics=observe,
+        )
+
+    return build
 
 
 def _lifespan(

@@ -27,7 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from bankrail.core.metrics import HTTP_ERRORS, HTTP_LATENCY, HTTP_REQUESTS, WEBHOOK_ATTEMPTS
 from bankrail.http.auth import require_operator
@@ -35,7 +35,7 @@ from bankrail.http.deps import AppContext
 from bankrail.http.openapi import Needs
 from bankrail.http.pipeline import Authenticator, Call, Endpoint, routes
 
-__all__ = ["ROUTES", "MetricsMiddleware", "observe_request"]
+__all__ = ["ROUTES", "observe", "observe_request"]
 
 
 # Served by a plain Starlette route, which FastAPI's router does not record in the scope.
@@ -56,29 +56,11 @@ def _route_template(scope: Scope) -> str:
     return "unmatched"
 
 
-class MetricsMiddleware:
-    """Observes every HTTP request's route, status and duration."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 0
-
-        async def observe(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observe)
-        finally:
-            observe_request(scope["method"], _route_template(scope), status, started)
+def observe(scope: Scope, status: int, began: float) -> None:
+    """Count an HTTP request answered with `status` (0: none), begun at `began`
+    (time.perf_counter), under its route's template (ServiceMiddleware calls it for every
+    request it answered or saw answered)."""
+    observe_request(scope["method"], _route_template(scope), status, began)
 
 
 def observe_request(method: str, route: str, status: int, started: float) -> None:

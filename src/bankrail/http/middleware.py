@@ -1,14 +1,16 @@
-"""ASGI middleware: trace ids, body-size limit, request deadline, and the last-resort error
-answer."""
+"""The one ASGI middleware of an API process: trace ids, body-size limit, request deadline,
+the last-resort error answer, metrics and the access record (docs/architecture.md, "The
+request pipeline")."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import os
 import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -58,7 +60,11 @@ time.perf_counter() when the request arrived."""
 class ServiceMiddleware:
     """Adds `Svc-Trace-Id` to every response, caps request bodies, answers problem+json
     for anything that escapes the routes (503 when the database is unreachable), and hands
-    each answered request to `access_log` (`log_access`, an `access_line`, or None)."""
+    each answered request, its own answers included, to `metrics` (http/metrics.py
+    `observe`, or None) and to `access_log` (`log_access`, an `access_line`, or None).
+
+    It is the only layer between the server and the routes that every request passes
+    (app.py puts it outside the framework's own), so it is the one place these happen."""
 
     def __init__(
         self,
@@ -68,12 +74,15 @@ class ServiceMiddleware:
         max_body_bytes: int,
         request_timeout: float = 30.0,
         access_log: AccessLog | None = None,
+        metrics: AccessLog | None = None,
     ) -> None:
         self.access_log = access_log
+        self.metrics = metrics
         self.app = app
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
+        self.deadlines = Deadlines(request_timeout)
 
     # Long on purpose: the hot path of every request; helpers would add calls to each one.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -90,42 +99,41 @@ class ServiceMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((TRACE_HEADER, trace_id.encode()))
-                message = {**message, "headers": headers}
+                message = {**message, "headers": [*message.get("headers", ()), trace_header]}
             await send(message)
 
+        trace_header = (TRACE_HEADER, trace_id.encode())
         try:
             declared = _content_length(scope)
             if declared is not None and declared > self.max_body_bytes:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
                 return
-            deadline = asyncio.timeout(self.request_timeout)
             body = _Body(receive, self.max_body_bytes)
+            # The deadline covers receiving the body as well: a client that sends it too
+            # slowly does not hold the request (nor its connection) past it.
+            task = self.deadlines.enter()
             try:
-                # The deadline covers receiving the body as well: a client that sends it
-                # too slowly does not hold the request (nor its connection) past it.
-                async with deadline:
-                    receive = body.receive
-                    if declared is None and _has_chunked_body(scope):
-                        # Without a length, read the body here: an error raised from
-                        # receive() inside the framework would be turned into a 400, not the
-                        # 413 it is.
-                        whole: Message = {
-                            "type": "http.request",
-                            "body": await _read_body(body.receive),
-                            "more_body": False,
-                        }
-                        receive = replay([whole], body.receive)
-                    await self.app(scope, receive, send_with_trace)
-            except TimeoutError as exc:
-                if not deadline.expired():
-                    raise  # the route's own TimeoutError: a bug or an outage, not the deadline
+                receive = body.receive
+                if declared is None and _has_chunked_body(scope):
+                    # Without a length, read the body here: an error raised from receive()
+                    # inside the framework would be turned into a 400, not the 413 it is.
+                    whole: Message = {
+                        "type": "http.request",
+                        "body": await _read_body(body.receive),
+                        "more_body": False,
+                    }
+                    receive = replay([whole], body.receive)
+                await self.app(scope, receive, send_with_trace)
+            except asyncio.CancelledError as exc:
+                if not self.deadlines.expired(task):
+                    raise  # the server's own cancellation (a disconnect, a shutdown)
                 if body.waited_out:
                     raise RequestBodyTimedOut from exc
                 # The deadline cancelled the request: an open transaction was rolled back,
                 # so nothing is half-done; a retry with the same Idempotency-Key is safe.
                 raise RequestTimedOut from exc
+            finally:
+                self.deadlines.leave(task)
         except _BodyTooLarge:
             if not started:
                 await self._problem(send_with_trace, PAYLOAD_TOO_LARGE, self._too_large())
@@ -134,6 +142,8 @@ class ServiceMiddleware:
             if not started:
                 await self._problem(send_with_trace, problem, detail, extra)
         finally:
+            if self.metrics is not None:
+                self.metrics(scope, status, began)
             if self.access_log is not None:
                 self.access_log(scope, status, began)
             trace_id_var.reset(token)
@@ -154,6 +164,64 @@ class ServiceMiddleware:
         headers, body = problem_answer(problem, detail, self.public_url, extra_headers)
         await send({"type": "http.response.start", "status": problem.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class Deadlines:
+    """The request deadline of the requests in flight on an event loop: each is cancelled
+    once it has run `timeout` seconds (within a tenth of it, at most a second later).
+
+    One timer, while any request is in flight, checks them all every `period`: a request
+    costs two dictionary operations rather than a timer of its own (asyncio.timeout was a
+    twentieth of a small request's CPU, docs/performance.md). It serves one event loop at a
+    time (a process's server loop; in tests, each loop in turn)."""
+
+    __slots__ = ("_due", "_expired", "_loop", "_timer", "period", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.period = min(1.0, timeout / 10)
+        self._due: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def enter(self) -> asyncio.Task[Any]:
+        """Start the current task's deadline; returns the task, for `expired` and `leave`."""
+        task = asyncio.current_task()
+        assert task is not None, "a request runs in a task"
+        loop = task.get_loop()
+        if loop is not self._loop:  # a new loop: the old one's timer died with it
+            self._loop, self._due, self._expired, self._timer = loop, {}, set(), None
+        self._due[task] = loop.time() + self.timeout
+        if self._timer is None:
+            self._timer = loop.call_later(self.period, self._sweep)
+        return task
+
+    def expired(self, task: asyncio.Task[Any]) -> bool:
+        """Whether `task` was cancelled by its deadline (it is then no longer cancelling: the
+        request goes on to answer that)."""
+        if task not in self._expired:
+            return False
+        self._expired.discard(task)
+        task.uncancel()
+        return True
+
+    def leave(self, task: asyncio.Task[Any]) -> None:
+        """The task's request is over: no deadline for it any more."""
+        self._due.pop(task, None)
+        if task in self._expired:  # cancelled, but the cancellation was swallowed
+            self._expired.discard(task)
+            task.uncancel()
+
+    def _sweep(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        for task, due in list(self._due.items()):
+            if due <= now:
+                del self._due[task]
+                self._expired.add(task)
+                task.cancel()
+        self._timer = self._loop.call_later(self.period, self._sweep) if self._due else None
 
 
 class _Body:
@@ -207,9 +275,21 @@ def _begin_request() -> tuple[str, Token[str]]:
     return trace_id, trace_id_var.set(trace_id)
 
 
+_RANDOM = bytearray()  # os.urandom read ahead, 16 bytes per trace id
+
+
 def new_trace_id() -> str:
-    """A fresh trace id: 32 hex digits, unique per request."""
-    return secrets.token_hex(16)
+    """A fresh trace id: 32 hex digits, unique per request (from os.urandom, read 4 KiB
+    at a time: one system call per 256 requests rather than one each)."""
+    if not _RANDOM:
+        _RANDOM.extend(os.urandom(4096))
+    trace_id = _RANDOM[-16:].hex()
+    del _RANDOM[-16:]
+    return trace_id
+
+
+# A forked child must not hand out the trace ids its parent has read ahead.
+os.register_at_fork(after_in_child=_RANDOM.clear)
 
 
 def failure_problem(

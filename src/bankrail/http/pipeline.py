@@ -15,6 +15,11 @@ served by a plain Starlette route whose endpoint runs, in this order:
 6. call the handler with one `Call` (context, caller, body, raw bytes, key, params, query),
    which calls the area's service and renders the answer.
 
+An error raised by any step is answered through the application's exception handlers
+(http/problems.py) by the route itself. `ApiRouter` serves the pipeline routes straight from
+the router's table, inside the one service middleware (http/middleware.py) and outside the
+framework's own layers, which serve only the rest (the HTML pages).
+
 Every path under `/v3` also answers without the prefix (fidelity.md A): the same route, one
 handler, matched by one pattern. The OpenAPI document is built from these declarations
 (`openapi_routes`), not from a second list.
@@ -33,10 +38,12 @@ from fastapi import Header, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.convertors import StringConvertor
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
-from starlette.types import Scope
+from starlette.routing import BaseRoute, Match, Route, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bankrail.http.auth import (
     access_claims,
@@ -58,6 +65,7 @@ __all__ = [
     "MERCHANT",
     "NOBODY",
     "OPERATOR",
+    "ApiRouter",
     "Authenticator",
     "Call",
     "Endpoint",
@@ -241,6 +249,7 @@ class PipelineRoute(Route):
         self.declared = endpoint
         self.body_model = endpoint.body
         super().__init__(endpoint.path, self._serve, methods=[endpoint.method])
+        self.app = self._respond
         if endpoint.path.startswith(VERSION_PREFIX + "/"):
             pattern = self.path_regex.pattern
             assert pattern.startswith("^" + VERSION_PREFIX + "/"), pattern
@@ -248,6 +257,13 @@ class PipelineRoute(Route):
         self._params = {
             name: TypeAdapter(endpoint.params.get(name, str)) for name in self.param_convertors
         }
+        self._methods = frozenset(self.methods or ())
+        # The path's convertors that change what they match (`{name}` is a string as is).
+        self._convertors = [
+            (name, convertor)
+            for name, convertor in self.param_convertors.items()
+            if not isinstance(convertor, StringConvertor)
+        ]
         self._body = TypeAdapter(endpoint.body) if endpoint.body is not None else None
         # A signature that covers the Idempotency-Key makes the key required (optional when
         # only an access token's caller signs).
@@ -261,10 +277,33 @@ class PipelineRoute(Route):
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         """Starlette's match, naming this route in the scope (metrics label by its path)."""
-        match, child = super().matches(scope)
-        if match is not Match.NONE:
-            child["route"] = self
-        return match, child
+        if scope["type"] != "http":
+            return Match.NONE, {}
+        found = self.path_regex.match(_route_path(scope))
+        if found is None:
+            return Match.NONE, {}
+        params = found.groupdict()
+        for name, convertor in self._convertors:
+            params[name] = convertor.convert(params[name])
+        if "path_params" in scope:  # under a mount
+            params = {**scope["path_params"], **params}
+        child = {"endpoint": self.endpoint, "path_params": params, "route": self}
+        return (Match.FULL if scope["method"] in self._methods else Match.PARTIAL), child
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The route's ASGI app: the pipeline's answer, or the answer the application's
+        exception handler gives to the error it raised (one without a handler propagates,
+        to ServiceMiddleware)."""
+        request = Request(scope, receive, send)
+        try:
+            response = await self._serve(request)
+        except Exception as exc:
+            handler = _exception_handler(scope, exc)
+            if handler is None:
+                raise
+            response = await handler(request, exc)
+            exc.__traceback__ = None  # a reused exception would gather tracebacks
+        await response(scope, receive, send)
 
     async def _serve(self, request: Request) -> Response:
         """The pipeline, recorded in the request log when it is on (http/request_log.py)."""
@@ -361,6 +400,105 @@ class PipelineRoute(Route):
         except ValidationError as exc:
             errors += _errors(exc, "body")
             return None, sent
+
+
+ExceptionHandlers = tuple[Mapping[Any, Any], Mapping[int, Any]]
+"""(handlers by exception class, handlers by HTTP status), as Starlette's ExceptionMiddleware
+keeps them in the scope under `starlette.exception_handlers`."""
+
+
+def _exception_handler(scope: Scope, exc: Exception) -> Any:
+    """The handler the application registered for `exc` (by status for an HTTPException,
+    else by the nearest class), or None."""
+    by_class, by_status = scope.get("starlette.exception_handlers", ({}, {}))
+    if isinstance(exc, HTTPException) and exc.status_code in by_status:
+        return by_status[exc.status_code]
+    for cls in type(exc).__mro__:
+        if cls in by_class:
+            return by_class[cls]
+    return None
+
+
+def _route_path(scope: Scope) -> str:
+    """The request's path below the application's root path (as Starlette's routes read it)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
+
+
+def _section(path: str) -> str:
+    """The first segment of `path` after the version prefix, if any: `/v3/payouts/1` and
+    `/payouts/1` are both in `payouts`."""
+    if path.startswith(VERSION_PREFIX) and path[len(VERSION_PREFIX) : len(VERSION_PREFIX) + 1] in (
+        "",
+        "/",
+    ):
+        path = path[len(VERSION_PREFIX) :]
+    return path[1:].partition("/")[0]
+
+
+def _route_section(route: BaseRoute) -> str | None:
+    """The section every path `route` matches is in; None when it may match any path (a
+    parameter in its first segment, a mount, a host)."""
+    if not isinstance(route, Route):
+        return None
+    section = _section(route.path)
+    return None if "{" in section else section
+
+
+class ApiRouter:
+    """Serves a request whose route (the first in `router`'s table to match it fully) is a
+    pipeline route by calling that route directly, with the application's exception
+    `handlers`; every other request, and anything but HTTP, goes to `rest` (the
+    framework's own stack around the same router).
+
+    It tries only the routes that can match the path's section (`_section`: `payouts` for
+    `/v3/payouts/{id}`), in the table's order, rather than every route."""
+
+    def __init__(self, router: Router, rest: ASGIApp, handlers: ExceptionHandlers) -> None:
+        self.router = router
+        self.rest = rest
+        self.handlers = handlers
+        self._indexed: tuple[int, int] = (0, -1)
+        self._sections: dict[str, list[BaseRoute]] = {}
+        self._anywhere: list[BaseRoute] = []
+
+    def _candidates(self, path: str) -> list[BaseRoute]:
+        """The routes that may match `path`, in the table's order (the index is made again
+        whenever the table changed)."""
+        table = self.router.routes
+        if self._indexed != (id(table), len(table)):
+            self._index(table)
+        return self._sections.get(_section(path), self._anywhere)
+
+    def _index(self, table: list[BaseRoute]) -> None:
+        sections = {key for key in map(_route_section, table) if key is not None}
+        self._sections = {key: [] for key in sections}
+        self._anywhere = []
+        for route in table:
+            key = _route_section(route)
+            for section, candidates in self._sections.items():
+                if key is None or key == section:
+                    candidates.append(route)
+            if key is None:
+                self._anywhere.append(route)
+        self._indexed = (id(table), len(table))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for route in self._candidates(_route_path(scope)):
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    if isinstance(route, PipelineRoute):
+                        scope.update(child)
+                        scope["router"] = self.router
+                        scope["starlette.exception_handlers"] = self.handlers
+                        await route.app(scope, receive, send)
+                        return
+                    break
+        await self.rest(scope, receive, send)
 
 
 def routes(*endpoints: Endpoint | PipelineRoute) -> list[PipelineRoute]:

@@ -284,8 +284,9 @@ async def _on_validation(request: Request, exc: Exception) -> Response:
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
-    # Rarely reached: ServiceMiddleware, inside this handler's ServerErrorMiddleware,
-    # answers route errors itself (503 for a database outage, 500 otherwise).
+    # Not reached under create_app, whose stack leaves out the ServerErrorMiddleware that
+    # calls it: ServiceMiddleware answers what escapes (503 for a database outage, 500
+    # otherwise). Kept for the application served without that stack.
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(UNKNOWN_ERROR, "An unexpected error occurred.", _public_url(request))
 

@@ -5,6 +5,7 @@ state (with its status history and webhook event), and the payment resource rend
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,12 +24,16 @@ from bankrail.payments.sources import get_payment_source
 
 __all__ = [
     "PAYMENT_COLUMNS",
+    "RENDERED_TIMESTAMPS",
+    "Stamp",
     "get_payment_row",
     "lock_payment",
     "remember_next_action",
     "render",
     "render_row",
+    "rendered_at",
     "save",
+    "stamped_at",
     "state_of",
     "transition_conflict",
 ]
@@ -203,19 +208,42 @@ async def render(conn: Connection, row: Any) -> dict[str, Any]:
     return render_row(row, source)
 
 
-def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any]:
+RENDERED_TIMESTAMPS = ("created_at", "authorized_at", "executed_at", "settled_at", "failed_at")
+"""The timestamps of the payment resource."""
+
+Stamp = Callable[[Any, str], str | None]
+"""How `render_row` reads a timestamp column of a row: (row, column) -> its text, or None."""
+
+
+def stamped_at(row: Any, column: str) -> str | None:
+    """The row's `column` (a datetime) as the API writes it (`iso_utc`), or None."""
+    moment = row[column]
+    return iso_utc(moment) if moment is not None else None
+
+
+def rendered_at(row: Any, column: str) -> str | None:
+    """The row's `column` as PostgreSQL already rendered it, in `iso_utc`'s format, into
+    `<column>_utc` (payments/queries.py `LISTED_COLUMNS`), or None."""
+    text: str | None = row[column + "_utc"]
+    return text
+
+
+def render_row(
+    row: Any, payment_source: dict[str, Any] | None, stamp: Stamp = stamped_at
+) -> dict[str, Any]:
     """The payment resource of a payments row whose payment source (if it has one) is
-    `payment_source`. The request's own objects (provider selection, beneficiary, retry,
-    sub-merchants) read back as they were sent (fidelity P5)."""
-    state = state_of(row)
+    `payment_source`, its timestamps read by `stamp`. The request's own objects (provider
+    selection, beneficiary, retry, sub-merchants) read back as they were sent (fidelity
+    P5)."""
+    status = PaymentStatus(row["status"])
     payment: dict[str, Any] = {
         "id": str(row["id"]),
         "amount_in_minor": row["amount_in_minor"],
         "currency": row["currency"],
         "user": {"id": row["user_id"]},
         "payment_method": _method_of(row),
-        "created_at": iso_utc(row["created_at"]),
-        "status": state.status.value,
+        "created_at": stamp(row, "created_at"),
+        "status": status.value,
         "status_history": row["history"],
         "metadata": row["metadata"] or {},
         "refunded_amount_in_minor": row["refunded_amount_in_minor"],
@@ -229,16 +257,17 @@ def render_row(row: Any, payment_source: dict[str, Any] | None) -> dict[str, Any
         payment["provider_id"] = row["provider_id"]
     if row["scheme_id"]:
         payment["scheme_id"] = row["scheme_id"]
-    for column in ("authorized_at", "executed_at", "settled_at", "failed_at"):
-        if row[column]:
-            payment[column] = iso_utc(row[column])
+    for column in RENDERED_TIMESTAMPS[1:]:
+        text = stamp(row, column)
+        if text is not None:
+            payment[column] = text
     if row["settled_at"]:
         # The sandbox's funds are available to the beneficiary once settled (fidelity P7).
-        payment["creditable_at"] = iso_utc(row["settled_at"])
-    if state.status in (PaymentStatus.FAILED, PaymentStatus.ATTEMPT_FAILED):
+        payment["creditable_at"] = payment["settled_at"]
+    if status in (PaymentStatus.FAILED, PaymentStatus.ATTEMPT_FAILED):
         payment["failure_stage"] = row["failure_stage"]
         payment["failure_reason"] = row["failure_reason"]
-    if state.status is PaymentStatus.AUTHORIZING and row["next_action"] is not None:
+    if status is PaymentStatus.AUTHORIZING and row["next_action"] is not None:
         payment["authorization_flow"] = {"actions": {"next": row["next_action"]}}
     if payment_source is not None:
         payment["payment_source"] = payment_source

@@ -8,8 +8,10 @@ bytes and verify only with the key this process sends them, so they hold nothing
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -59,7 +61,31 @@ class _FreshCache(Generic[K, V]):
         self._entries: dict[K, tuple[float, V]] = {}
         self._ttl = ttl
         self._max_entries = max_entries
+        self._loading: dict[tuple[K, int], asyncio.Task[V]] = {}
         self.generation = 0
+
+    async def load_once(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        """What `load()` reads for `key`, read once for every request that asks at the same
+        time (at the same generation): when an entry goes stale under load, one query
+        refreshes it rather than one per request in flight."""
+        loading = (key, self.generation)
+        task = self._loading.get(loading)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+
+            async def run() -> V:
+                return await load()
+
+            task = asyncio.get_running_loop().create_task(run())
+            self._loading[loading] = task
+            task.add_done_callback(lambda done: self._finished(loading, done))
+        # Shielded: a request cancelled while it waits does not cancel the others' read.
+        return await asyncio.shield(task)
+
+    def _finished(self, loading: tuple[K, int], task: asyncio.Task[V]) -> None:
+        if self._loading.get(loading) is task:
+            del self._loading[loading]
+        if not task.cancelled():
+            task.exception()  # retrieved: each waiter raises it, none is left unread
 
     def fresh(self, key: K) -> tuple[bool, V | None]:
         """(True, value) when a fresh entry is held; (False, the stale value or None)."""
@@ -90,6 +116,7 @@ class PublicKeyCache:
         self._cache: _FreshCache[tuple[uuid.UUID, str], RegisteredKey | None] = _FreshCache(
             ttl, max_entries
         )
+        self._pem: _FreshCache[tuple[uuid.UUID, str], str | None] = _FreshCache(ttl, 0)
 
     async def get(
         self, pool: asyncpg.Pool, merchant_id: uuid.UUID, kid: str
@@ -99,12 +126,19 @@ class PublicKeyCache:
         if fresh:
             return cached
         generation = self._cache.generation
-        pem = await pool.fetchval(
-            "SELECT public_key_pem FROM signing_keys"
-            " WHERE merchant_id = $1 AND kid = $2 AND revoked_at IS NULL",
-            merchant_id,
-            kid,
-        )
+
+        async def read() -> str | None:
+            pem: str | None = await pool.fetchval(
+                "SELECT public_key_pem FROM signing_keys"
+                " WHERE merchant_id = $1 AND kid = $2 AND revoked_at IS NULL",
+                merchant_id,
+                kid,
+            )
+            return pem
+
+        pem = await self._pem.load_once((merchant_id, kid), read)
+        # Parsed once: another request that shared the read may have stored the key since.
+        cached = self._cache.fresh((merchant_id, kid))[1] or cached
         if pem is None:
             return None  # a miss is not kept: a key registered meanwhile is found at once
         if cached is None or cached.pem != pem:
@@ -119,6 +153,7 @@ class PublicKeyCache:
     def forget(self) -> None:
         """Forget every key (one was revoked)."""
         self._cache.forget()
+        self._pem.forget()
 
 
 class ActiveClients:
@@ -138,12 +173,16 @@ class ActiveClients:
         if fresh:
             return cached
         generation = self._cache.generation
-        row = await pool.fetchrow(
-            "SELECT merchant_id, scopes FROM api_clients"
-            " WHERE client_id = $1 AND revoked_at IS NULL",
-            client_id,
-        )
-        found = (row["merchant_id"], frozenset(row["scopes"])) if row else None
+
+        async def read() -> tuple[uuid.UUID, frozenset[str]] | None:
+            row = await pool.fetchrow(
+                "SELECT merchant_id, scopes FROM api_clients"
+                " WHERE client_id = $1 AND revoked_at IS NULL",
+                client_id,
+            )
+            return (row["merchant_id"], frozenset(row["scopes"])) if row else None
+
+        found = await self._cache.load_once(client_id, read)
         self._cache.store(client_id, found, generation)
         return found
 

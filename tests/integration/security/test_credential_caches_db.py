@@ -7,6 +7,7 @@ tests/e2e/test_revocation_many_hosts.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import UTC, datetime
@@ -79,3 +80,61 @@ async def test_a_lookup_that_raced_a_revocation_is_not_kept(pool: asyncpg.Pool) 
     async with pool.acquire() as conn, conn.transaction():
         await service.revoke_signing_key(conn, merchant_id, kid, NOW)
     assert await keys.get(pool, merchant_id, kid) is None
+
+
+class _CountingPool:
+    """A pool that counts the reads it is asked for."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.reads = 0
+
+    async def fetchrow(self, query: str, *args: object) -> object:
+        self.reads += 1
+        return await self.pool.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: object) -> object:
+        self.reads += 1
+        return await self.pool.fetchval(query, *args)
+
+
+async def test_requests_that_find_an_entry_stale_together_share_one_read(
+    pool: asyncpg.Pool,
+) -> None:
+    merchant_id, kid, client_id = await _merchant_with_key_and_client(pool)
+    keys, clients = PublicKeyCache(ttl=3600), ActiveClients(ttl=3600)
+    counting = _CountingPool(pool)
+    found = await asyncio.gather(
+        *(clients.get(counting, client_id) for _ in range(20)),  # type: ignore[arg-type]
+        *(keys.get(counting, merchant_id, kid) for _ in range(20)),  # type: ignore[arg-type]
+    )
+    assert found[:20] == [(merchant_id, frozenset({"payments"}))] * 20
+    assert all(key is not None and key is found[20] for key in found[20:])
+    assert counting.reads == 2  # one per cache, not one per request
+
+
+async def test_a_request_after_a_revocation_does_not_join_a_read_begun_before_it(
+    pool: asyncpg.Pool,
+) -> None:
+    merchant_id, _kid, client_id = await _merchant_with_key_and_client(pool)
+    clients = ActiveClients(ttl=3600)
+    release = asyncio.Event()
+
+    class SlowBeforeRevocation:
+        """A read that began before the client was revoked, and answers after."""
+
+        async def fetchrow(self, query: str, *args: object) -> object:
+            row = await pool.fetchrow(query, *args)
+            await release.wait()
+            return row
+
+    early = asyncio.ensure_future(clients.get(SlowBeforeRevocation(), client_id))  # type: ignore[arg-type]
+    while not clients._cache._loading:  # the early read is in flight
+        await asyncio.sleep(0)
+    async with pool.acquire() as conn, conn.transaction():
+        await service.revoke_client(conn, merchant_id, client_id, NOW)
+    clients.forget()
+    assert await clients.get(pool, client_id) is None  # read anew, not the early read's answer
+    release.set()
+    assert await early is not None  # the early request read it before the revocation
+    assert await clients.get(pool, client_id) is None  # and did not bring it back

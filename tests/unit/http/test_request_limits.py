@@ -242,3 +242,96 @@ async def test_a_wait_after_the_whole_body_past_the_deadline_is_503_not_408() ->
     )
     assert status == 503
     assert body["title"] == "Service Unavailable"
+
+
+async def test_a_cancellation_that_is_not_the_deadline_is_not_answered() -> None:
+    # A disconnect or a shutdown cancels the request's task: that is not a timed-out
+    # request, and must not be turned into a 503 written to a connection going away.
+    sent: list[Any] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await asyncio.sleep(30)
+
+    middleware = ServiceMiddleware(
+        app, public_url=PUBLIC_URL, max_body_bytes=1024, request_timeout=30.0
+    )
+    scope = {"type": "http", "method": "GET", "path": "/v3/payouts", "headers": []}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    task = asyncio.ensure_future(middleware(scope, _never, send))  # type: ignore[arg-type]
+    while not middleware.deadlines._due:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sent == []
+    assert not middleware.deadlines._due  # nothing left to watch
+
+
+async def _never() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+async def test_a_request_answered_after_its_deadline_leaves_its_task_uncancelled() -> None:
+    cancelling: list[int] = []
+
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    async def answer_and_look() -> httpx.Response:
+        answer = await _call(slow, timeout=0.1)
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling.append(task.cancelling())
+        await asyncio.sleep(0)  # a task still cancelling would be cancelled again here
+        return answer
+
+    answer = await answer_and_look()
+    _problem(answer, 503)
+    assert cancelling == [0]
+
+
+def test_the_deadline_holds_on_each_event_loop_in_turn() -> None:
+    # One application object served by one loop after another (as tests do): each loop's
+    # requests are still held to the deadline.
+    async def slow(scope: Scope, receive: Receive, send: Send) -> None:
+        await asyncio.sleep(30)
+
+    middleware = ServiceMiddleware(
+        slow, public_url=PUBLIC_URL, max_body_bytes=1024, request_timeout=0.1
+    )
+
+    async def one_request() -> int:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/v3/payouts", "headers": []}
+        await asyncio.wait_for(middleware(scope, _never, send), 10)  # type: ignore[arg-type]
+        return int(sent[0]["status"])
+
+    assert asyncio.run(one_request()) == 503
+    assert asyncio.run(one_request()) == 503
+
+
+async def test_metrics_see_the_answers_the_middleware_gives_itself() -> None:
+    observed: list[tuple[str, int]] = []
+
+    def metrics(scope: Scope, status: int, began: float) -> None:
+        observed.append((scope["path"], status))
+
+    async def never_called(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("the body is refused before the application")
+
+    middleware = ServiceMiddleware(
+        never_called, public_url=PUBLIC_URL, max_body_bytes=4, metrics=metrics
+    )
+    transport = httpx.ASGITransport(app=middleware)
+    async with httpx.AsyncClient(transport=transport, base_url=PUBLIC_URL) as client:
+        answer = await client.post("/v3/payouts", content=b"0123456789")
+    _problem(answer, 413)
+    assert observed == [("/v3/payouts", 413)]

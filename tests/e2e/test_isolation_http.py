@@ -81,6 +81,10 @@ PUBLIC = {
 }
 # Path parameters that name the shared provider catalogue, not a merchant's object.
 NOT_MERCHANT_OWNED = {"GET /v3/payments-providers/{provider_id}"}
+# A listener's id is chosen by the CLI and an unknown one is attached (made) by its first
+# stream, so another merchant's id cannot answer as a missing one does: it answers 404
+# (tests/e2e/test_listen_cli.py), which tells that the random id is in use, and nothing else.
+CLIENT_NAMED = {"GET /v3/webhook-listeners/{listener_id}/events"}
 OPERATOR_PREFIXES = ("/admin", "/sandbox")
 
 
@@ -302,6 +306,36 @@ def _sweeping_set(w: World) -> Target:
     return Target("GET", _sweeping(w), object_id=_account(w))
 
 
+def _a_listener(w: World) -> str:
+    """A webhook listener of A's: attached once (its stream opened, then left)."""
+    listener_id = str(uuid.uuid4())
+    with w.a.http.stream(
+        "GET", f"/v3/webhook-listeners/{listener_id}/events", headers=bearer(w.a.token())
+    ) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line == ": attached":
+                break
+    return listener_id
+
+
+def _listener_events(w: World) -> Target:
+    listener_id = _a_listener(w)
+    return Target("GET", f"/v3/webhook-listeners/{listener_id}/events", object_id=listener_id)
+
+
+def _listener_answer(w: World) -> Target:
+    # No delivery of A's listener exists here: the owner's control is the 404 of an unknown
+    # delivery, and B must get exactly the answer of an unknown listener.
+    listener_id = _a_listener(w)
+    return Target(
+        "POST",
+        f"/v3/webhook-listeners/{listener_id}/deliveries/{uuid.uuid4()}/answers",
+        {"status_code": 200},
+        object_id=listener_id,
+    )
+
+
 def _unowned(method: str, path: str, body: Any = None) -> Route:
     return Route(lambda _w: Target(method, path, body), 200, owned=False)
 
@@ -447,6 +481,10 @@ ROUTES: dict[str, Route] = {
     "GET /v3/payouts": _unowned("GET", "/v3/payouts"),
     # Only the caller's own requests (test_request_log_http.py proves another's are not).
     "GET /v3/request-log": _unowned("GET", "/v3/request-log"),
+    "GET /v3/webhook-listeners/{listener_id}/events": Route(_listener_events, 200, owned=False),
+    "POST /v3/webhook-listeners/{listener_id}/deliveries/{delivery_id}/answers": Route(
+        _listener_answer, 404
+    ),
     "GET /v3/payments": _unowned("GET", "/v3/payments"),
     "GET /payments": _unowned("GET", "/payments"),
     "POST /v3/payouts": Route(
@@ -586,6 +624,12 @@ PAYMENT_ROUTES = sorted(k for k in MERCHANT_ROUTES if "{payment_id}" in k)
 def _send(sender: MerchantClient, target: Target, token: str, path: str = "") -> httpx.Response:
     """The target's request with `token`, a POST or DELETE signed with the sender's key."""
     path = path or target.path
+    if target.method == "GET" and path.endswith("/events"):
+        # A listener's stream: its status and headers, without waiting for the stream's end.
+        with sender.http.stream("GET", path, headers=bearer(token)) as stream:
+            if stream.status_code != 200:
+                stream.read()
+            return stream
     if target.method == "GET":
         return sender.http.get(path, headers=bearer(token))
     if target.method == "DELETE":
@@ -640,7 +684,9 @@ def test_table_covers_every_route(server: RunningServer) -> None:
     }
     assert merchant_facing - PUBLIC - set(ROUTES) == set(), "routes missing from ROUTES/PUBLIC"
     assert (set(ROUTES) | PUBLIC) - operations == set(), "table rows for routes that do not exist"
-    with_ids = {op for op in merchant_facing if "{" in op} - PUBLIC - NOT_MERCHANT_OWNED
+    with_ids = (
+        {op for op in merchant_facing if "{" in op} - PUBLIC - NOT_MERCHANT_OWNED - CLIENT_NAMED
+    )
     assert with_ids <= set(OWNED), with_ids - set(OWNED)
     assert any(op.split(" ")[1].startswith("/admin") for op in operations)
     assert any(op.split(" ")[1].startswith("/sandbox") for op in operations)

@@ -118,19 +118,19 @@ async def test_a_request_after_a_revocation_does_not_join_a_read_begun_before_it
 ) -> None:
     merchant_id, _kid, client_id = await _merchant_with_key_and_client(pool)
     clients = ActiveClients(ttl=3600)
-    release = asyncio.Event()
+    read, release = asyncio.Event(), asyncio.Event()
 
     class SlowBeforeRevocation:
-        """A read that began before the client was revoked, and answers after."""
+        """A read that read the client before it was revoked, and answers after."""
 
         async def fetchrow(self, query: str, *args: object) -> object:
             row = await pool.fetchrow(query, *args)
+            read.set()
             await release.wait()
             return row
 
     early = asyncio.ensure_future(clients.get(SlowBeforeRevocation(), client_id))  # type: ignore[arg-type]
-    while not clients._cache._loading:  # the early read is in flight
-        await asyncio.sleep(0)
+    await asyncio.wait_for(read.wait(), 30)  # the early read has read it, and is in flight
     async with pool.acquire() as conn, conn.transaction():
         await service.revoke_client(conn, merchant_id, client_id, NOW)
     clients.forget()

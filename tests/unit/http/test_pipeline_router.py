@@ -7,6 +7,7 @@ found."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -59,7 +60,7 @@ class _Rest:
 
 def _served(routes: list[Any]) -> tuple[httpx.AsyncClient, _Rest, Router]:
     app = Starlette()
-    app.state.context = None
+    app.state.context = SimpleNamespace(request_log=None)  # the request log off
     router = Router(routes)
     rest = _Rest(router)
     api = ApiRouter(router, rest, ({ProblemError: _on_problem}, {}))

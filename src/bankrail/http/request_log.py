@@ -75,8 +75,8 @@ BODY_LIMIT = 256 * 1024
 that neither the buffer nor the table holds megabytes per request."""
 
 BUFFER_BYTES = 64 * 1024 * 1024
-"""The most body bytes the capture buffer holds at once (beside its count of entries): past
-it an entry is dropped and counted, as when the buffer is full."""
+"""The most bytes of bodies and request headers the capture buffer holds at once (beside its
+count of entries): past it an entry is dropped and counted, as when the buffer is full."""
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -131,9 +131,11 @@ class _Seen:
     response_body: bytes | int | None
 
     def size(self) -> int:
-        """The body bytes this entry holds in the buffer."""
+        """The bytes of the client's this entry holds in the buffer: the bodies and the
+        request's headers (the answer's are Bankrail's own, a few)."""
         sizes = (self.request_body, self.response_body)
-        return sum(len(body) for body in sizes if isinstance(body, bytes))
+        held = sum(len(body) for body in sizes if isinstance(body, bytes))
+        return held + sum(len(name) + len(value) for name, value in self.request_headers)
 
 
 def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
@@ -285,7 +287,7 @@ class RequestLog:
         self._interval = interval
         self._buffer: deque[_Seen] = deque()
         self._buffer_bytes = buffer_bytes
-        self._buffered_bytes = 0  # the body bytes the buffer holds now
+        self._buffered_bytes = 0  # the bytes the buffer holds now (`_Seen.size`)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False

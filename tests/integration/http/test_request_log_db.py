@@ -202,3 +202,18 @@ async def test_a_body_over_the_limit_is_kept_as_its_size_and_the_buffer_is_bound
     await journal.record(_request("/v3/payouts/half-3", small), _answer)
     assert await journal.flush() == 1
     await _forget(pool)
+
+
+async def test_request_headers_count_against_the_buffer_budget(pool: asyncpg.Pool) -> None:
+    journal = RequestLog(pool, ServiceClock(), buffer_bytes=64 * 1024)
+    before = _dropped()
+    for n in range(4):
+        request = _request(f"/v3/payouts/headers-{n}")
+        request.scope["headers"] = [
+            *request.scope["headers"],
+            *((b"x-padding-%d" % i, b"p" * 1000) for i in range(20)),
+        ]
+        await journal.record(request, _answer)
+    assert _dropped() == before + 1  # three of ~21 KB fit in 64 KiB, the fourth does not
+    assert await journal.flush() == 3
+    await _forget(pool)

@@ -119,18 +119,22 @@ async def test_a_request_after_a_revocation_does_not_join_a_read_begun_before_it
     merchant_id, _kid, client_id = await _merchant_with_key_and_client(pool)
     clients = ActiveClients(ttl=3600)
     release = asyncio.Event()
+    read = asyncio.Event()
 
     class SlowBeforeRevocation:
         """A read that began before the client was revoked, and answers after."""
 
         async def fetchrow(self, query: str, *args: object) -> object:
             row = await pool.fetchrow(query, *args)
+            read.set()
             await release.wait()
             return row
 
     early = asyncio.ensure_future(clients.get(SlowBeforeRevocation(), client_id))  # type: ignore[arg-type]
-    while not clients._cache._loading:  # the early read is in flight
-        await asyncio.sleep(0)
+    # The early read has its row (the task in `_loading` alone may not have reached the
+    # database yet: the revocation would then commit first and it would read None).
+    await read.wait()
+    assert clients._cache._loading  # and is still in flight
     async with pool.acquire() as conn, conn.transaction():
         await service.revoke_client(conn, merchant_id, client_id, NOW)
     clients.forget()

@@ -14,8 +14,9 @@ read as `_`):
   remitter's or beneficiary's name...), `date_of_birth`, `sort_code`, and any name containing
   `address`, `email` or `phone` (a whole address object included) are replaced by `[masked]`; the
   account numbers `iban`, `account_number`, `bban` and `nrb` keep only their last four
-  characters (`••••5555`), enough to tell two accounts apart; a true/false or a number under
-  such a name (`verify_name: true`) is no personal data and stays;
+  characters (`••••5555`), enough to tell two accounts apart (a number under such a name as
+  well: `"account_number": 12345678901`); a true/false under such a name (`verify_name:
+  true`) is no personal data and stays, a number (`"sort_code": 400004`) is masked;
 - every other text, in a field or free-standing (a log line), is searched for what looks like a
   credential: `client_secret=…`-style pairs, `Bearer …`, and JWTs are replaced by
   `[redacted]` (`redact`).
@@ -113,7 +114,9 @@ def redact_json(raw: bytes) -> Any:
     orjson.JSONDecodeError when it is not JSON. Text is searched for credentials only when
     the document holds a hint of one (most do not)."""
     value = orjson.loads(raw)
-    return _redacted(value, scan=_may_hold_credentials(raw.decode("utf-8", "replace")))
+    # An escape (`\u0074oken`) hides a hint from the raw text: such a document is searched.
+    scan = b"\\u" in raw or _may_hold_credentials(raw.decode("utf-8", "replace"))
+    return _redacted(value, scan=scan)
 
 
 def _redacted(value: Any, scan: bool) -> Any:
@@ -145,9 +148,10 @@ def _redacted_object(value: dict[str, Any], scan: bool) -> dict[str, Any]:
             redacted[name] = None
         elif kind == _SECRET:
             redacted[name] = REDACTED
-        elif isinstance(item, bool | int | float):
-            redacted[name] = item  # a flag or a count (`verify_name`), no personal data
-        elif kind == _LAST_FOUR and isinstance(item, str):
+        elif isinstance(item, bool):
+            redacted[name] = item  # a flag (`verify_name`), no personal data
+        elif kind == _LAST_FOUR and isinstance(item, str | int | float):
+            # An account number sent as a JSON number is one all the same.
             redacted[name] = _last_four(item)
         else:
             redacted[name] = MASKED

@@ -39,6 +39,7 @@ __all__ = [
     "LISTENER_LEASE",
     "ListenerDelivery",
     "attach",
+    "check_owner",
     "claim",
     "discard_abandoned",
     "record_answer",
@@ -98,6 +99,16 @@ async def attach(
         " AND status = 'pending' AND lease_until IS NOT NULL",
         listener_id,
     )
+
+
+async def check_owner(conn: Connection, merchant_id: uuid.UUID, listener_id: uuid.UUID) -> None:
+    """Nothing when `listener_id` is the merchant's listener or no listener yet (it would be
+    made on first use); NotFound when it is another merchant's. Reads only."""
+    owner = await conn.fetchval(
+        "SELECT merchant_id FROM webhook_listeners WHERE id = $1", listener_id
+    )
+    if owner is not None and owner != merchant_id:
+        raise NotFound(f"Webhook listener {listener_id} not found.")
 
 
 async def touch(conn: Connection | asyncpg.Pool, listener_id: uuid.UUID, now: datetime) -> None:

@@ -244,9 +244,19 @@ async def _stream(
 async def listen(call: Call[None, ListenQuery]) -> Response:
     """Attach the webhook listener (made on first use) and stream its deliveries as
     server-sent events; the stream ends by itself within the request deadline, and the
-    listener reconnects with the same id (docs/webhooks.md, "Listeners")."""
+    listener reconnects with the same id (docs/webhooks.md, "Listeners"). A HEAD (which
+    every GET route answers) says the same status and headers and does nothing: it neither
+    attaches the listener nor takes its deliveries, which its stream would send to no one."""
     context, query, merchant = call.context, call.query, call.merchant
     listener_id: uuid.UUID = call.params["listener_id"]
+    if call.request.method == "HEAD":
+        async with context.pool.acquire() as conn:
+            await listeners.check_owner(conn, merchant.merchant_id, listener_id)
+        return Response(
+            status_code=200,
+            media_type=EventStream.media_type,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
     types = [t.strip() for t in (query.events or "").split(",") if t.strip()] or None
     async with context.pool.acquire() as conn:
         await listeners.attach(

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qsl
 
 import asyncpg
 import orjson
@@ -38,13 +39,15 @@ from starlette.responses import Response
 
 from bankrail.core.clock import ServiceClock
 from bankrail.core.metrics import REQUEST_LOG_DROPPED, REQUEST_LOG_WRITTEN
-from bankrail.core.redaction import redact, redact_headers, redact_json
+from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
 from bankrail.db.pool import Connection
 from bankrail.http.auth import access_claims
 from bankrail.http.responses import ReplayedResponse
 from bankrail.security.tokens import AccessClaims
 
 __all__ = [
+    "BODY_LIMIT",
+    "BUFFER_BYTES",
     "CLAIMS",
     "NOT_LOGGED",
     "RequestLog",
@@ -66,6 +69,14 @@ NOT_LOGGED = frozenset(
 )
 """The declared paths whose requests are not captured: the debugging tools' own traffic
 (reading the log, a `bankrail listen` stream and its answers) does not add to the log."""
+
+BODY_LIMIT = 256 * 1024
+"""The largest body (bytes) an entry keeps; a larger one is kept as a note of its size, so
+that neither the buffer nor the table holds megabytes per request."""
+
+BUFFER_BYTES = 64 * 1024 * 1024
+"""The most bytes of bodies and request headers the capture buffer holds at once (beside its
+count of entries): past it an entry is dropped and counted, as when the buffer is full."""
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -114,9 +125,17 @@ class _Seen:
     duration_ms: float
     replayed: bool
     request_headers: list[tuple[bytes, bytes]]
-    request_body: bytes
+    # The body, or its size in bytes when it is over BODY_LIMIT (not kept).
+    request_body: bytes | int
     response_headers: list[tuple[bytes, bytes]]
-    response_body: bytes | None
+    response_body: bytes | int | None
+
+    def size(self) -> int:
+        """The bytes of the client's this entry holds in the buffer: the bodies and the
+        request's headers (the answer's are Bankrail's own, a few)."""
+        sizes = (self.request_body, self.response_body)
+        held = sum(len(body) for body in sizes if isinstance(body, bytes))
+        return held + sum(len(name) + len(value) for name, value in self.request_headers)
 
 
 def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
@@ -138,30 +157,71 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return None
 
 
-def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+def _media(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The body's media type, lower-case, without parameters (b"" when not said)."""
     value = _header(headers, b"content-type")
-    if value is None:
-        return False
-    media = value.partition(b";")[0].strip().lower()
+    return b"" if value is None else value.partition(b";")[0].strip().lower()
+
+
+def _is_json(media: bytes) -> bool:
     return media == b"application/json" or media.endswith(b"+json")
 
 
-def _body(raw: bytes | None, headers: list[tuple[bytes, bytes]]) -> Any:
-    """A body as the log keeps it: JSON as JSON, other text as a string, nothing as null;
-    redacted."""
-    if not raw:
+def _without_nul(value: Any) -> Any:
+    """`value` with every NUL character taken out of its texts (PostgreSQL's jsonb holds
+    none)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _form(raw: bytes) -> str:
+    """A form body (`a=1&b=2`) with the rule applied to each field by its name."""
+    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    return "&".join(f"{name}={redact_value({name: value})[name]}" for name, value in pairs)
+
+
+def _body(raw: bytes | int | None, headers: list[tuple[bytes, bytes]], *, sent: bool) -> Any:
+    """A body as the log keeps it, redacted: JSON as JSON, a form by its fields, other text as
+    a string, nothing as null, one over BODY_LIMIT as a note of its size.
+
+    The rule goes by field names, so a body the client `sent` is read as JSON whatever its
+    Content-Type said (a JSON document sent as text/plain has its names masked too), and one
+    that is neither JSON with names nor a form (free text, a bare JSON string) is not kept:
+    it may hold anything, a name or an IBAN included, under no name the rule knows. An
+    answer is Bankrail's own: its text is kept (credentials redacted)."""
+    if raw is None or raw == b"":
         return None
-    if _is_json(headers) and b"\\u0000" not in raw:  # PostgreSQL's jsonb holds no NUL
+    if isinstance(raw, int):
+        return f"[not kept: {raw} bytes, over the {BODY_LIMIT}-byte limit]"
+    media = _media(headers)
+    if sent or _is_json(media):
         try:
-            return redact_json(raw)
+            value = redact_json(raw)
         except orjson.JSONDecodeError:
             pass
+        else:
+            if not (sent and isinstance(value, str)):
+                return _without_nul(value) if b"\\u0000" in raw else value
+    if media == b"application/x-www-form-urlencoded":
+        return _without_nul(_form(raw))
+    if sent:
+        return f"{MASKED} {len(raw)} bytes, not JSON: not kept"
     return redact(raw.decode("utf-8", "replace").replace("\x00", ""))
+
+
+def _kept(body: bytes | bytearray | memoryview) -> bytes | int:
+    """`body` as the buffer keeps it: its bytes, or its size when it is over BODY_LIMIT."""
+    return bytes(body) if len(body) <= BODY_LIMIT else len(body)
 
 
 def _row(seen: _Seen) -> dict[str, Any]:
     """The entry as the table keeps it: parsed and redacted."""
-    answer = _body(seen.response_body, seen.response_headers)
+    answer = _body(seen.response_body, seen.response_headers, sent=False)
     key = _header(seen.request_headers, b"idempotency-key")
     return {
         "merchant_id": seen.claims.merchant_id,
@@ -175,7 +235,7 @@ def _row(seen: _Seen) -> dict[str, Any]:
         "replayed": seen.replayed,
         "request": {
             "headers": redact_headers(seen.request_headers),
-            "body": _body(seen.request_body, seen.request_headers),
+            "body": _body(seen.request_body, seen.request_headers, sent=True),
         },
         "response": {"headers": redact_headers(seen.response_headers), "body": answer},
         "object_ids": _array_literal(object_ids(seen.path, seen.method, seen.status, answer)),
@@ -218,6 +278,7 @@ class RequestLog:
         capacity: int = 10_000,
         batch: int = 500,
         interval: float = 0.1,
+        buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
         self._pool = pool
         self._clock = clock
@@ -225,6 +286,8 @@ class RequestLog:
         self._batch = batch
         self._interval = interval
         self._buffer: deque[_Seen] = deque()
+        self._buffer_bytes = buffer_bytes
+        self._buffered_bytes = 0  # the bytes the buffer holds now (`_Seen.size`)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -265,23 +328,28 @@ class RequestLog:
             return
         # References only: what the route read and answered is parsed and redacted later.
         scope = request.scope
-        self._buffer.append(
-            _Seen(
-                claims=claims,
-                created_at=self._clock.now(),
-                method=request.method,
-                path=scope["path"],
-                status=status,
-                duration_ms=duration_ms,
-                replayed=isinstance(response, ReplayedResponse),
-                request_headers=scope["headers"],
-                # The body as the route read it (none when it read none: a GET)
-                request_body=getattr(request, "_body", b""),
-                response_headers=response.raw_headers if response is not None else [],
-                # A streamed answer has no body to keep.
-                response_body=bytes(body) if (body := getattr(response, "body", None)) else None,
-            )
+        # A streamed answer has no body to keep.
+        answered = getattr(response, "body", None)
+        seen = _Seen(
+            claims=claims,
+            created_at=self._clock.now(),
+            method=request.method,
+            path=scope["path"],
+            status=status,
+            duration_ms=duration_ms,
+            replayed=isinstance(response, ReplayedResponse),
+            request_headers=scope["headers"],
+            # The body as the route read it (none when it read none: a GET)
+            request_body=_kept(getattr(request, "_body", b"")),
+            response_headers=response.raw_headers if response is not None else [],
+            response_body=_kept(answered) if answered else None,
         )
+        size = seen.size()
+        if self._buffered_bytes + size > self._buffer_bytes:
+            REQUEST_LOG_DROPPED.labels("full").inc()
+            return
+        self._buffered_bytes += size
+        self._buffer.append(seen)
         if len(self._buffer) >= self._batch:
             self._wake.set()
 
@@ -312,8 +380,13 @@ class RequestLog:
         written = 0
         while self._buffer:
             batch = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
+            self._buffered_bytes -= sum(seen.size() for seen in batch)
             try:
-                rows = [_row(seen) for seen in batch]
+                rows = []
+                for n, seen in enumerate(batch, 1):
+                    rows.append(_row(seen))
+                    if n % 50 == 0:
+                        await asyncio.sleep(0)  # the requests of the loop go on meanwhile
                 columns = [[row[name] for row in rows] for name in _COLUMNS]
                 async with self._pool.acquire() as conn:
                     await conn.execute(_INSERT, *columns)

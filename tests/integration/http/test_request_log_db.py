@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
-from bankrail.http.request_log import CLAIMS, RequestLog
+from bankrail.http.request_log import BODY_LIMIT, CLAIMS, RequestLog
 from bankrail.jobs.pruning import Pruner
 from bankrail.security.tokens import AccessClaims
 from bankrail.worker import retentions
@@ -34,7 +34,7 @@ CLAIMED = AccessClaims(
 )
 
 
-def _request(path: str, body: bytes = b"") -> Request:
+def _request(path: str, body: bytes = b"", media: bytes = b"application/json") -> Request:
     sent = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> dict[str, Any]:
@@ -48,7 +48,7 @@ def _request(path: str, body: bytes = b"") -> Request:
         "query_string": b"",
         "headers": [
             (b"authorization", b"Bearer secret-token"),
-            (b"content-type", b"application/json"),
+            (b"content-type", media),
         ],
         "server": ("test", 80),
         CLAIMS: CLAIMED,
@@ -66,6 +66,11 @@ def _dropped() -> float:
         REGISTRY.get_sample_value("bankrail_request_log_entries_dropped_total", {"reason": "full"})
         or 0.0
     )
+
+
+async def _forget(pool: asyncpg.Pool) -> None:
+    """Delete this module's entries (the other tests expect none at their start)."""
+    await pool.execute("DELETE FROM request_log WHERE merchant_id = $1", MERCHANT)
 
 
 async def _rows(pool: asyncpg.Pool) -> list[Any]:
@@ -120,11 +125,95 @@ async def test_the_pruning_job_deletes_entries_past_the_retention_in_service_tim
     assert await _rows(pool) == []
 
 
-async def test_a_body_postgresql_cannot_hold_as_json_is_kept_as_text(pool: asyncpg.Pool) -> None:
+async def test_a_body_postgresql_cannot_hold_as_json_is_kept_as_json_without_the_nul(
+    pool: asyncpg.Pool,
+) -> None:
     journal = RequestLog(pool, ServiceClock())
-    await journal.record(_request("/v3/payouts/nul", b'{"reference": "a\\u0000b"}'), _answer)
-    await journal.record(_request("/v3/payouts/text", b"not json"), _answer)
-    assert await journal.flush() == 2
+    sent = b'{"reference": "a\\u0000b", "beneficiary": {"account_holder_name": "Ada Lovelace"}}'
+    await journal.record(_request("/v3/payouts/nul", sent), _answer)
+    assert await journal.flush() == 1
     rows = {row["path"]: row for row in await _rows(pool)}
-    assert rows["/v3/payouts/nul"]["request"]["body"] == '{"reference": "a\\u0000b"}'
-    assert rows["/v3/payouts/text"]["request"]["body"] == "not json"
+    # Not kept as text: that would keep the name the rule masks in a JSON body.
+    assert rows["/v3/payouts/nul"]["request"]["body"] == {
+        "reference": "ab",
+        "beneficiary": {"account_holder_name": "[masked]"},
+    }
+    await _forget(pool)
+
+
+PERSONAL = (
+    b'{"beneficiary": {"account_holder_name": "Ada Lovelace", "iban": "GB33BUKB20201555555555",'
+    b' "address": {"city": "London"}}, "user": {"email": "ada@example.com"}}'
+)
+
+
+async def test_personal_data_sent_in_a_body_that_is_not_json_is_never_kept(
+    pool: asyncpg.Pool,
+) -> None:
+    journal = RequestLog(pool, ServiceClock())
+    # A JSON document sent as text/plain (the route refuses it, the log still keeps it).
+    await journal.record(_request("/v3/payouts/plain", PERSONAL, b"text/plain"), _answer)
+    # Nearly JSON (a trailing comma): the rule cannot read its names.
+    await journal.record(_request("/v3/payouts/broken", PERSONAL[:-1] + b",}"), _answer)
+    # A bare JSON string: free text under no name.
+    await journal.record(_request("/v3/payouts/string", b'"Ada Lovelace GB33BUKB2020"'), _answer)
+    form = b"client_secret=s3cr3t&account_holder_name=Ada+Lovelace&iban=GB33BUKB20201555555555&x=1"
+    await journal.record(
+        _request("/v3/payouts/form", form, b"application/x-www-form-urlencoded"), _answer
+    )
+    assert await journal.flush() == 4
+    rows = {row["path"]: row["request"]["body"] for row in await _rows(pool)}
+    assert rows["/v3/payouts/plain"] == {
+        "beneficiary": {
+            "account_holder_name": "[masked]",
+            "iban": "••••5555",
+            "address": "[masked]",
+        },
+        "user": {"email": "[masked]"},
+    }
+    for path in ("/v3/payouts/broken", "/v3/payouts/string"):
+        assert rows[path].startswith("[masked]"), rows[path]
+        assert "Lovelace" not in rows[path]
+        assert "GB33" not in rows[path]
+    assert rows["/v3/payouts/form"] == (
+        "client_secret=[redacted]&account_holder_name=[masked]&iban=••••5555&x=1"
+    )
+    await _forget(pool)
+
+
+async def test_a_body_over_the_limit_is_kept_as_its_size_and_the_buffer_is_bounded_in_bytes(
+    pool: asyncpg.Pool,
+) -> None:
+    big = b'{"reference": "' + b"x" * BODY_LIMIT + b'"}'
+    journal = RequestLog(pool, ServiceClock(), buffer_bytes=BODY_LIMIT)
+    before = _dropped()
+    await journal.record(_request("/v3/payouts/big", big), _answer)
+    small = b'{"reference": "' + b"y" * (BODY_LIMIT // 2) + b'"}'
+    await journal.record(_request("/v3/payouts/half-1", small), _answer)
+    await journal.record(_request("/v3/payouts/half-2", small), _answer)  # over the budget
+    assert _dropped() == before + 1
+    assert await journal.flush() == 2
+    rows = {row["path"]: row["request"]["body"] for row in await _rows(pool)}
+    kept = rows["/v3/payouts/big"]
+    assert kept == f"[not kept: {len(big)} bytes, over the {BODY_LIMIT}-byte limit]"
+    assert rows["/v3/payouts/half-1"] == {"reference": "y" * (BODY_LIMIT // 2)}
+    assert "/v3/payouts/half-2" not in rows
+    # Written: the budget is free again.
+    await journal.record(_request("/v3/payouts/half-3", small), _answer)
+    assert await journal.flush() == 1
+    await _forget(pool)
+
+
+async def test_request_headers_count_against_the_buffer_budget(pool: asyncpg.Pool) -> None:
+    journal = RequestLog(pool, ServiceClock(), buffer_bytes=64 * 1024)
+    before = _dropped()
+    for n in range(4):
+        request = _request(f"/v3/payouts/headers-{n}")
+        request.scope["headers"] = [
+            *request.scope["headers"],
+            *((b"x-padding-%d" % i, b"p" * 1000) for i in range(20)),
+        ]
+        await journal.record(request, _answer)
+    assert _dropped() == before + 1  # three of ~21 KB fit in 64 KiB, the fourth does not
+    assert await journal.flush() == 3
+    await _forget(pool)

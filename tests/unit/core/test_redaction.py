@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from bankrail.core.redaction import MASKED, REDACTED, redact, redact_headers, redact_value
+from bankrail.core.redaction import (
+    MASKED,
+    REDACTED,
+    redact,
+    redact_headers,
+    redact_json,
+    redact_value,
+)
 from bankrail.logs import redact as log_redact
 
 BODIES = sorted((Path(__file__).parents[2] / "fixtures" / "sdk-bodies").glob("*.json"))
@@ -126,6 +133,32 @@ def test_the_rule_field_by_field() -> None:
         "amount_in_minor": 100,
         "note": f"Bearer {REDACTED}",
     }
+
+
+def test_numbers_under_personal_names_are_personal_data() -> None:
+    # A client may send an account number or a sort code as a JSON number: the route refuses
+    # it, the request log keeps the request all the same.
+    assert redact_value(
+        {
+            "sort_code": 400004,
+            "account_number": 31926819,
+            "iban": 29601613319268190000,
+            "phone": 447700900000,
+            "verify_name": False,
+        }
+    ) == {
+        "sort_code": MASKED,
+        "account_number": MASKED,
+        "iban": "••••0000",
+        "phone": MASKED,
+        "verify_name": False,
+    }
+
+
+def test_an_escaped_credential_hint_does_not_skip_the_search() -> None:
+    # `\u0074oken` is `token`: the raw text holds no hint, the parsed text does.
+    raw = b'{"note": "access_\\u0074oken=abc123"}'
+    assert redact_json(raw) == {"note": f"access_token={REDACTED}"}
 
 
 def test_headers_of_a_signed_request() -> None:

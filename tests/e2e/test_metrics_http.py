@@ -251,6 +251,7 @@ def test_counts_from_every_api_process_are_summed(two_workers: RunningServer) ->
     assert len(per_process) == 2, per_process
 
     scraped_by: dict[int, Scrape] = {}
+    route = {"method": "GET", "route": "/healthz"}
 
     def scrapes_from_both() -> bool:
         scrape = _scrape(two_workers.base_url, two_workers.admin_token)
@@ -260,16 +261,20 @@ def test_counts_from_every_api_process_are_summed(two_workers: RunningServer) ->
             ),
             what="the scrape's access line",
         )
-        scraped_by[pid] = scrape
+        # Each process hands its counts to the shared directory within FLUSH_SECONDS: a
+        # scrape shows the other's latest requests once that has passed.
+        if scrape.value("bankrail_http_requests_total", **route, status="200") == len(
+            _access_pids(two_workers, "/healthz")
+        ):
+            scraped_by[pid] = scrape
         return len(scraped_by) == 2
 
-    wait_for(scrapes_from_both, timeout=60, what="a scrape answered by each process")
+    wait_for(scrapes_from_both, timeout=60, what="a scrape answered by each process, in full")
     # Every /healthz answered, by either process: the test's, and the one `serve` sends
     # itself before it says it is ready.
     answered = _access_pids(two_workers, "/healthz")
     assert len(answered) - len(sent) <= 1, (len(answered), len(sent))
     for pid, scrape in scraped_by.items():
-        route = {"method": "GET", "route": "/healthz"}
         total = scrape.value("bankrail_http_requests_total", **route, status="200")
         assert total == len(answered), (pid, total, len(answered), per_process)
         latency = scrape.value("bankrail_http_request_duration_seconds_count", **route)

@@ -47,7 +47,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bankrail.http.auth import (
     access_claims,
-    charge_client,
+    charge_cached_client,
+    confirm_client,
     require_mandates_audience,
     require_operator,
     require_payments_audience,
@@ -87,36 +88,43 @@ class Authenticator:
     """Step 1: who the caller is. `run(request, context)` returns the caller (what handlers
     read as `call.caller`: AccessClaims for a token, which step 2 charges), or raises the
     401/403/429 problem; `needs` is what the OpenAPI
-    document says the route requires."""
+    document says the route requires. `at_once`, when given, is the same check without a
+    coroutine (it reads nothing from the database), and the pipeline calls it instead."""
 
     run: Callable[[Request, AppContext], Awaitable[Any]]
     needs: Needs = field(default_factory=Needs)
+    at_once: Callable[[Request, AppContext], Any] | None = None
+
+    @classmethod
+    def of(cls, check: Callable[[Request, AppContext], Any], needs: Needs) -> Authenticator:
+        """The authenticator of a check that reads nothing from the database."""
+
+        async def run(request: Request, context: AppContext) -> Any:
+            return check(request, context)
+
+        return cls(run, needs, check)
 
 
-async def _nobody(request: Request, context: AppContext) -> None:
+def _nobody(request: Request, context: AppContext) -> None:
     return None
 
 
-async def _client(request: Request, context: AppContext) -> AccessClaims:
-    return access_claims(request, context)
-
-
-async def _merchant(request: Request, context: AppContext) -> AccessClaims:
+def _merchant(request: Request, context: AppContext) -> AccessClaims:
     return require_payments_audience(access_claims(request, context))
 
 
-async def _mandates(request: Request, context: AppContext) -> AccessClaims:
+def _mandates(request: Request, context: AppContext) -> AccessClaims:
     return require_mandates_audience(access_claims(request, context))
 
 
 _MERCHANT_TOKEN = Needs(schemes=("merchantToken",))
-NOBODY = Authenticator(_nobody)
+NOBODY = Authenticator.of(_nobody, Needs())
 """Open to anyone."""
-CLIENT = Authenticator(_client, _MERCHANT_TOKEN)
+CLIENT = Authenticator.of(access_claims, _MERCHANT_TOKEN)
 """Any valid access token (whatever its scopes), charged to its client's rate limit."""
-MERCHANT = Authenticator(_merchant, _MERCHANT_TOKEN)
+MERCHANT = Authenticator.of(_merchant, _MERCHANT_TOKEN)
 """An access token with the `payments` scope (payments, payouts, merchant accounts)."""
-MANDATES = Authenticator(_mandates, _MERCHANT_TOKEN)
+MANDATES = Authenticator.of(_mandates, _MERCHANT_TOKEN)
 """An access token with a `recurring_payments:*` scope or `payments`."""
 OPERATOR = Authenticator(require_operator, Needs(schemes=("operatorToken",)))
 """The operator token."""
@@ -317,11 +325,17 @@ class PipelineRoute(Route):
         parse, handle (the handler renders)."""
         declared = self.declared
         context: AppContext = request.app.state.context
-        caller = await declared.auth.run(request, context)
+        auth = declared.auth
+        if auth.at_once is not None:
+            caller = auth.at_once(request, context)
+        else:
+            caller = await auth.run(request, context)
         claims = _claims_of(caller)
         if claims is not None:
             request.scope[CLAIMS] = claims
-            await charge_client(context, claims)
+            # The client's active state from the process's cache when it is fresh; else read.
+            if not charge_cached_client(context, claims):
+                await confirm_client(context, claims)
         signed = declared.signed
         if signed is not None and (not signed.only_with_access_token or claims is not None):
             assert claims is not None, "a signed route authenticates an access token"

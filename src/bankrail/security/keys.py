@@ -165,6 +165,12 @@ class ActiveClients:
             ttl, max_entries
         )
 
+    def cached(self, client_id: str) -> tuple[bool, tuple[uuid.UUID, frozenset[str]] | None]:
+        """(True, what `get` would answer) when a fresh entry is held (no await, no query);
+        (False, None) when `get` must read the database."""
+        fresh, cached = self._cache.fresh(client_id)
+        return (True, cached) if fresh else (False, None)
+
     async def get(
         self, pool: asyncpg.Pool, client_id: str
     ) -> tuple[uuid.UUID, frozenset[str]] | None:

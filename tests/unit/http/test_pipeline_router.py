@@ -60,7 +60,8 @@ class _Rest:
 
 def _served(routes: list[Any]) -> tuple[httpx.AsyncClient, _Rest, Router]:
     app = Starlette()
-    app.state.context = SimpleNamespace(request_log=None)  # the request log off
+    # No service behind these routes: a context without a request log (http/request_log.py).
+    app.state.context = SimpleNamespace(request_log=None)
     router = Router(routes)
     rest = _Rest(router)
     api = ApiRouter(router, rest, ({ProblemError: _on_problem}, {}))

@@ -65,9 +65,15 @@ def redact(text: str) -> str:
     return text
 
 
-_SECRET_PARTS = ("authorization", "cookie", "signature", "secret", "token", "password")
+_SECRET_PARTS = ("cookie", "signature", "secret", "token", "password")
+# The credential headers by their whole name: a payment's `authorization_flow` (its next
+# action, what a developer reads the log for) is not one.
+_SECRET_NAMES = frozenset({"authorization", "proxy_authorization"})
 _NOT_SECRET = frozenset({"idempotency_key"})
-_PERSONAL = frozenset({"name", "date_of_birth", "sort_code"})
+# The client's address, as a proxy passes it on, is personal data too.
+_PERSONAL = frozenset(
+    {"name", "date_of_birth", "sort_code", "x_forwarded_for", "forwarded", "x_real_ip"}
+)
 _PERSONAL_PARTS = ("address", "email", "phone")
 _ACCOUNT_NUMBERS = frozenset({"iban", "account_number", "bban", "nrb"})
 _KEEP, _SECRET, _MASK, _LAST_FOUR = 0, 1, 2, 3
@@ -82,7 +88,10 @@ def _kind(name: str) -> int:
     folded = name.lower().replace("-", "_")
     kind = _KEEP
     if folded not in _NOT_SECRET and (
-        any(part in folded for part in _SECRET_PARTS) or folded == "key" or folded.endswith("_key")
+        folded in _SECRET_NAMES
+        or any(part in folded for part in _SECRET_PARTS)
+        or folded == "key"
+        or folded.endswith("_key")
     ):
         kind = _SECRET
     elif folded in _ACCOUNT_NUMBERS:

@@ -167,6 +167,8 @@ def test_headers_of_a_signed_request() -> None:
         (b"Svc-Signature", b"eyJhbGciOiJFUzUxMiJ9..sig"),
         (b"X-SVC-Signature", b"eyJhbGciOiJFUzUxMiJ9..sig"),
         (b"Cookie", b"console_session=abc"),
+        (b"Proxy-Authorization", b"Basic dXNlcjpwYXNz"),
+        (b"X-Forwarded-For", b"203.0.113.7"),
         (b"Idempotency-Key", b"k-1"),
         (b"Content-Type", b"application/json"),
         (b"Accept", b"a"),
@@ -177,10 +179,28 @@ def test_headers_of_a_signed_request() -> None:
         "svc-signature": REDACTED,
         "x-svc-signature": REDACTED,
         "cookie": REDACTED,
+        "proxy-authorization": REDACTED,
+        "x-forwarded-for": MASKED,
         "idempotency-key": "k-1",
         "content-type": "application/json",
         "accept": "a, b",
     }
+
+
+def test_a_payments_authorization_flow_is_kept_for_the_developer_to_read() -> None:
+    # What the flow asks for next is why a developer opens the log; only credentials within
+    # it (the resource token in the hosted page's fragment) go.
+    token = "eyJhbGciOiJFUzUxMiJ9.eyJzdWIiOiJwYXkifQ.c2lnbmF0dXJl"
+    answer = {
+        "status": "authorizing",
+        "authorization_flow": {
+            "actions": {"next": {"type": "redirect", "uri": "https://bank.example/auth?x=1"}}
+        },
+        "resource_token": token,
+    }
+    kept = redact_value(answer)
+    assert kept["authorization_flow"] == answer["authorization_flow"]
+    assert kept["resource_token"] == REDACTED
 
 
 def test_the_process_log_uses_the_same_text_rule() -> None:

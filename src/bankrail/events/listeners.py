@@ -220,7 +220,9 @@ async def record_answer(
 
 async def discard_abandoned(conn: Connection, detached_since: datetime, limit: int) -> int:
     """Discard up to `limit` pending deliveries of listeners last seen at or before
-    `detached_since` (a retention step: `DETACHED_AFTER` ago); returns how many."""
+    `detached_since` (a retention step: `DETACHED_AFTER` ago), then forget up to `limit` such
+    listeners that no delivery names any more (finished deliveries go with the webhook
+    retention); returns how many rows it changed."""
     discarded = await conn.fetchval(
         "WITH d AS (SELECT d.id FROM webhook_deliveries d"
         " JOIN webhook_listeners l ON l.id = d.listener_id"
@@ -233,4 +235,18 @@ async def discard_abandoned(conn: Connection, detached_since: datetime, limit: i
         limit,
         detached_since + DETACHED_AFTER,
     )
-    return int(discarded)
+    if discarded >= limit:
+        return int(discarded)
+    # A listener seen since is attached again: the lock and the re-check of last_seen_at keep
+    # a reattaching CLI's listener.
+    forgotten = await conn.fetchval(
+        "WITH f AS (SELECT l.id FROM webhook_listeners l WHERE l.last_seen_at <= $1"
+        " AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.listener_id = l.id)"
+        " LIMIT $2 FOR UPDATE OF l SKIP LOCKED),"
+        " g AS (DELETE FROM webhook_listeners w USING f WHERE w.id = f.id"
+        " AND w.last_seen_at <= $1 RETURNING w.id)"
+        " SELECT count(*) FROM g",
+        detached_since,
+        limit - discarded,
+    )
+    return int(discarded) + int(forgotten)

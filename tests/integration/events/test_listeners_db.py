@@ -231,6 +231,19 @@ async def test_a_detached_listener_gets_nothing_new_and_its_pending_deliveries_a
     [_, mine] = await deliveries(pool, waiting)
     assert mine["status"] == "discarded"
 
+    # Once the webhook retention has deleted its finished deliveries, the listener goes too.
+    listener_id = mine["listener_id"]
+    async with pool.acquire() as conn:
+        await listeners.discard_abandoned(conn, later - listeners.DETACHED_AFTER, 100)
+        assert await conn.fetchval(
+            "SELECT count(*) FROM webhook_listeners WHERE id = $1", listener_id
+        )
+        await conn.execute("DELETE FROM webhook_deliveries WHERE listener_id = $1", listener_id)
+        assert await listeners.discard_abandoned(conn, later - listeners.DETACHED_AFTER, 100) >= 1
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM webhook_listeners WHERE id = $1", listener_id
+        )
+
 
 async def test_the_listeners_order_is_its_own_and_never_holds_back_the_uri(
     pool: asyncpg.Pool, clock: ServiceClock

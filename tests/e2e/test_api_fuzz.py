@@ -530,6 +530,16 @@ def _fuzz(target: Target, route: Route, mode: GenerationMode) -> None:
         session.close()
 
 
+# A listener's stream answers for most of the request deadline whatever it is asked (fuzzing it
+# would hold each example for 24 s), and an answer names a delivery that only an attached
+# stream was sent. Their parameters, bodies, owners and headers are tested in
+# tests/e2e/test_listen_cli.py and tests/e2e/test_listener_head_http.py.
+NOT_FUZZED = {
+    ("GET", "/v3/webhook-listeners/{listener_id}/events"),
+    ("POST", "/v3/webhook-listeners/{listener_id}/deliveries/{delivery_id}/answers"),
+}
+
+
 def test_every_operation_is_fuzzed(shared: Target) -> None:
     """The route table names every operation the schema documents, and nothing else; a `/v3`
     route's path without the prefix is the same route (http/pipeline.py), fuzzed under its
@@ -546,7 +556,7 @@ def test_every_operation_is_fuzzed(shared: Target) -> None:
         for method in item
         if method in HTTP_METHODS and not unprefixed_twin(method, path)
     }
-    assert documented == tabled
+    assert documented - NOT_FUZZED == tabled
 
 
 @pytest.mark.parametrize(("route", "mode"), list(_cases()))

@@ -46,3 +46,24 @@ def test_a_head_of_the_stream_attaches_no_listener(
             assert stream.status_code == 200
         refused = client.head(path, headers=bearer(other.token()))
         assert refused.status_code == 404
+
+
+def test_an_answer_that_is_not_a_status_a_reason_or_a_latency_is_refused(
+    server: RunningServer, operator: Operator
+) -> None:
+    # The fuzzer leaves the answers route out (test_api_fuzz.py NOT_FUZZED): its body is
+    # checked here, before any delivery is looked up.
+    merchant = operator.new_merchant()
+    path = f"/v3/webhook-listeners/{uuid.uuid4()}/deliveries/{uuid.uuid4()}/answers"
+    for body in (
+        {"status_code": 99},
+        {"status_code": "two hundred"},
+        {"status_code": 200, "latency_ms": -1},
+        {"error": "x" * 501},
+        [200],
+    ):
+        answer = merchant.signed_post(path, body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json")
+    unknown = merchant.signed_post(path, {"status_code": 200})
+    assert unknown.status_code == 404, unknown.text

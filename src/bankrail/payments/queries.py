@@ -28,7 +28,7 @@ LISTED_COLUMNS = ", ".join(
     [
         "id, merchant_account_id, amount_in_minor, currency, user_id, selection_type,"
         " selection_filter, provider_id, scheme_id, metadata, status, failure_stage,"
-        " failure_reason, payment_source_id, created_at, settled_at, history,"
+        " failure_reason, payment_source_id, created_at, history,"
         " refunded_amount_in_minor, mandate_id, mandate_reference, mandate_retry,"
         " user_interaction, sent, next_action",
         *(_RENDERED_AT.format(column) for column in RENDERED_TIMESTAMPS),

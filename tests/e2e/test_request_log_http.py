@@ -223,3 +223,28 @@ def test_refusals_after_the_token_are_logged_with_their_problem(operator: Operat
         400,
         403,
     ]
+
+
+def test_a_listing_is_kept_as_its_items_ids_and_its_pagination(operator: Operator) -> None:
+    # Each item of a page can be read again by id; the log keeps which ones the page held.
+    merchant = funded_merchant(operator, gbp=10_000)
+    ids = [_signed_payout(merchant)[2].json()["id"] for _ in range(2)]
+    page = merchant.get(PATH, limit=1)
+    assert page.status_code == 200, page.text
+    [listed] = page.json()["items"]
+    assert listed["id"] in ids
+    assert listed["beneficiary"]
+
+    [entry] = _logged(merchant, 1, path=PATH, status="200")
+    assert entry["method"] == "GET"
+    assert entry["path"] == PATH
+    assert entry["response"]["body"] == {
+        "items": [{"id": listed["id"]}],
+        "pagination": page.json()["pagination"],
+    }
+    # A single object's answer is kept whole (redacted).
+    assert merchant.get(f"{PATH}/{ids[0]}").status_code == 200
+    [single] = _logged(merchant, 1, path=f"{PATH}/{ids[0]}")
+    kept = single["response"]["body"]
+    assert kept["id"] == ids[0]
+    assert kept["beneficiary"]["account_holder_name"] == "[masked]"

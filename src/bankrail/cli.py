@@ -6,10 +6,12 @@ and `serve --demo` in `_demo`; the names they had here are re-exported."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -350,6 +352,21 @@ SigningKey = Annotated[
 Kid = Annotated[
     str | None, typer.Option("--kid", help="The signing key's id.", envvar="BANKRAIL_KID")
 ]
+
+
+@contextlib.contextmanager
+def _exit_on_shell_error() -> Iterator[None]:
+    """End a merchant shell command (api, logs tail, listen) with its reason and exit code 1
+    when its credentials or its server fail it."""
+    from bankrail import _shell
+
+    try:
+        yield
+    except _shell.ShellError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 DemoDataDir = Annotated[
     Path,
     typer.Option(
@@ -385,7 +402,7 @@ def api(
 
     from bankrail import _shell
 
-    try:
+    with _exit_on_shell_error():
         who = _shell.credentials(
             url=url,
             client_id=client_id,
@@ -395,9 +412,6 @@ def api(
             data_dir=data_dir,
         )
         answer = _shell.call(who, method, path, _shell.request_body(data), idempotency_key)
-    except _shell.ShellError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(_shell.render(answer, pretty=sys.stdout.isatty()))
     if not answer.is_success:
         raise typer.Exit(1)
@@ -440,7 +454,7 @@ def logs_tail(
 
     signal.signal(signal.SIGINT, interrupted)
 
-    try:
+    with _exit_on_shell_error(), contextlib.suppress(KeyboardInterrupt):
         who = _shell.credentials(
             url=url,
             client_id=client_id,
@@ -459,47 +473,48 @@ def logs_tail(
                 err=True,
             ),
         )
-    except _shell.ShellError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+
+
+ForwardTo = Annotated[
+    str,
+    typer.Option(
+        help="The local URL each webhook is POSTed to, e.g. http://localhost:3000/webhooks."
+    ),
+]
+EventTypes = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated event types to receive (default: every event)."),
+]
+ListenerId = Annotated[
+    str | None,
+    typer.Option(
+        help="The listener's id, a UUID (default: the one kept in the data directory's "
+        "`listener-id`, made on first use). The same id resumes its deliveries.",
+        envvar="BANKRAIL_LISTENER_ID",
+    ),
+]
+ListenerDataDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir",
+        help="Whose demo merchant listens when no credentials are given, and where the "
+        "listener id is kept.",
+        envvar="BANKRAIL_DATA_DIR",
+    ),
+]
 
 
 @cli.command()
 def listen(
-    forward_to: Annotated[
-        str,
-        typer.Option(
-            help="The local URL each webhook is POSTed to, e.g. http://localhost:3000/webhooks."
-        ),
-    ],
-    events: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated event types to receive (default: every event)."),
-    ] = None,
-    listener_id: Annotated[
-        str | None,
-        typer.Option(
-            help="The listener's id, a UUID (default: the one kept in the data directory's "
-            "`listener-id`, made on first use). The same id resumes its deliveries.",
-            envvar="BANKRAIL_LISTENER_ID",
-        ),
-    ] = None,
+    forward_to: ForwardTo,
+    events: EventTypes = None,
+    listener_id: ListenerId = None,
     url: ServerUrl = None,
     client_id: ClientId = None,
     client_secret: ClientSecret = None,
     key: SigningKey = None,
     kid: Kid = None,
-    data_dir: Annotated[
-        Path,
-        typer.Option(
-            "--data-dir",
-            help="Whose demo merchant listens when no credentials are given, and where the "
-            "listener id is kept.",
-            envvar="BANKRAIL_DATA_DIR",
-        ),
-    ] = Path(".bankrail"),
+    data_dir: ListenerDataDir = Path(".bankrail"),
 ) -> None:
     """Receive the merchant's webhooks through a stream to the server and forward each to
     FORWARD_TO with its original headers and body, printing one line per delivery with the
@@ -512,28 +527,28 @@ def listen(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        who = _shell.credentials(
-            url=url,
-            client_id=client_id,
-            client_secret=client_secret,
-            key=key,
-            kid=kid,
-            data_dir=data_dir,
-        )
-        listener = _listen.listener_id(listener_id, data_dir)
-        forwarder = _listen.Forwarder(
-            who,
-            forward_to,
-            _listen.parse_event_types(events),
-            listener,
-            out=lambda line: typer.echo(line),
-            err=lambda line: typer.echo(line, err=True),
-        )
-        typer.echo(f"listening as {listener} on {who.url}; forwarding to {forward_to}", err=True)
-        forwarder.run()
-    except _shell.ShellError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        with _exit_on_shell_error():
+            who = _shell.credentials(
+                url=url,
+                client_id=client_id,
+                client_secret=client_secret,
+                key=key,
+                kid=kid,
+                data_dir=data_dir,
+            )
+            listener = _listen.listener_id(listener_id, data_dir)
+            forwarder = _listen.Forwarder(
+                who,
+                forward_to,
+                _listen.parse_event_types(events),
+                listener,
+                out=lambda line: typer.echo(line),
+                err=lambda line: typer.echo(line, err=True),
+            )
+            typer.echo(
+                f"listening as {listener} on {who.url}; forwarding to {forward_to}", err=True
+            )
+            forwarder.run()
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
 

@@ -13,15 +13,27 @@ Pool = asyncpg.Pool
 Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
 
 
-def _encode_json(value: Any) -> str:
-    return orjson.dumps(value).decode()
+# Both types travel in PostgreSQL's binary format: orjson's bytes go to the wire as they are
+# and come back as bytes orjson reads, with no text decoding and re-encoding in between; and
+# binary codecs let `copy_records_to_table` write them (the request log's writer).
+_JSONB_VERSION = b"\x01"  # jsonb's binary format: a version byte, then the JSON text
+
+
+def _encode_jsonb(value: Any) -> bytes:
+    return _JSONB_VERSION + orjson.dumps(value)
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return orjson.loads(memoryview(data)[1:])
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    for name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            name, encoder=_encode_json, decoder=orjson.loads, schema="pg_catalog"
-        )
+    await conn.set_type_codec(
+        "json", encoder=orjson.dumps, decoder=orjson.loads, schema="pg_catalog", format="binary"
+    )
+    await conn.set_type_codec(
+        "jsonb", encoder=_encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog", format="binary"
+    )
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -106,6 +106,20 @@ def test_payouts_payments_and_webhooks_through_the_pooler(
         for request in seen:
             verify_webhook(jwks, request)
         _ledger_clean(b)
+
+        # The request log's writer (one binary COPY per batch) works through the pooler too:
+        # each payout created is in the merchant's log, named by its id.
+        def logged(payout_id: str) -> bool:
+            answer = merchant.get("/v3/request-log", object_id=payout_id)
+            return answer.status_code == 200 and any(
+                entry["method"] == "POST" for entry in answer.json()["items"]
+            )
+
+        wait_for(
+            lambda: all(logged(payout_id) for payout_id in payouts),
+            timeout=10,
+            what="the request log to name every payout created",
+        )
     finally:
         receiver.close()
         operator.close()

@@ -359,3 +359,37 @@ def test_a_payout_whose_payee_never_acts_expires_and_releases_its_hold(
     ledger = operator.get("/admin/ledger/check")
     assert ledger.status_code == 200, ledger.text
     assert ledger.json() == {"ok": True, "violations": []}
+
+
+def test_a_blocked_payout_whose_payee_never_acts_fails_as_blocked_not_expired(
+    operator: Operator, http: httpx.Client, receiver: WebhookReceiver
+) -> None:
+    """A payout accepted with a failure pending (here its user is on the screening list, so
+    nothing was held) could never have been paid: when its window closes it fails with that
+    reason, not with `expired`, which would put it down to the payee."""
+    before = operator.get("/admin/screening-list")
+    assert before.status_code == 200, before.text
+    try:
+        # The mock provider's account holder, listed by another spelling of the name.
+        listed = operator.post("/admin/screening-list", {"names": ["JOHN  doe."]})
+        assert listed.status_code == 200, listed.text
+        merchant = verified_merchant(operator, "Verified Screening Ltd", receiver)
+        body = sdk_body("dotnet-payout-user-determined-name-verification", merchant)
+        assert body["beneficiary"]["user"]["name"] == "John Doe"
+        created = create_verified(merchant, body)
+        authorised = create_verified(merchant, body)
+        assert balances(merchant) == (10_000, 10_000)  # nothing held for a blocked payout
+        # Once its payee authorises, a blocked payout fails as any payout to a listed name.
+        decide_at_bank(http, authorised, "authorise", "John Doe")
+        payout = wait_payout_status(merchant, authorised["id"], TERMINAL)
+        assert (payout["status"], payout["failure_reason"]) == ("failed", "blocked"), payout
+
+        advance_clock(operator, WINDOW + 1)
+        merchant.forget_token()
+        payout = wait_payout_status(merchant, created["id"], TERMINAL)
+        assert (payout["status"], payout["failure_reason"]) == ("failed", "blocked"), payout
+        event = _wait_event(receiver, created["id"], "payout_failed")
+        assert event["failure_reason"] == "blocked"
+        assert balances(merchant) == (10_000, 10_000)
+    finally:
+        operator.post("/admin/screening-list", {"names": before.json()["names"]})

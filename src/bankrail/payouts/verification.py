@@ -184,10 +184,17 @@ def expires_at(created_at: datetime) -> datetime:
     return created_at + AUTHORIZATION_WINDOW
 
 
-def expiry(stage: str, created_at: datetime, now: datetime) -> Outcome | None:
-    """The outcome of the authorisation window's end at `now`: `failed` with `expired` for a
-    payout still before the rails (`authorization_required` or `authorizing`) once the window
-    has closed; None when the window is open or the payee has acted (nothing to do)."""
+def expiry(
+    stage: str,
+    created_at: datetime,
+    now: datetime,
+    pending_failure: FailureReason | None = None,
+) -> Outcome | None:
+    """The outcome of the authorisation window's end at `now`: `failed` for a payout still
+    before the rails (`authorization_required` or `authorizing`) once the window has closed,
+    with `expired`, or with the failure it was accepted with (`pending_failure`: insufficient
+    funds, a blocked beneficiary), the reason it could never have been paid; None when the
+    window is open or the payee has acted (nothing to do)."""
     if stage in BEFORE_RAILS and now >= expires_at(created_at):
-        return Outcome(Stage.FAILED, NOT_ACTED_ON)
+        return Outcome(Stage.FAILED, pending_failure or NOT_ACTED_ON)
     return None

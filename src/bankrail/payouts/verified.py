@@ -37,7 +37,7 @@ from bankrail.payouts.verification import (
     expiry,
 )
 from bankrail.rails.advancement import RailBatch, step_item
-from bankrail.rails.lifecycle import Advance, RailState, Stage
+from bankrail.rails.lifecycle import Advance, FailureReason, RailState, Stage
 from bankrail.rails.pay_ins import KnownAccount, settled_pay_ins
 from bankrail.security.tokens import TokenIssuer
 
@@ -144,7 +144,10 @@ async def expire_authorization(conn: Connection, payload: dict[str, Any], now: d
         row = await payout_row(conn, uuid.UUID(payload["payout_id"]), lock=True)
     except NotFound:
         return  # its merchant was deleted
-    outcome = expiry(row["stage"], row["created_at"], now)
+    pending = row["pending_failure"]
+    outcome = expiry(
+        row["stage"], row["created_at"], now, FailureReason(pending) if pending else None
+    )
     if outcome is not None:
         await _fail(conn, row, outcome, now)
 

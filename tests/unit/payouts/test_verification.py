@@ -174,6 +174,22 @@ def test_a_payout_still_waiting_expires_when_the_window_closes(stage: str) -> No
     assert (outcome.stage, outcome.failure_reason) == (Stage.FAILED, FailureReason.EXPIRED)
 
 
+@pytest.mark.parametrize("stage", ["authorization_required", "authorizing"])
+@pytest.mark.parametrize(
+    "pending", [FailureReason.BLOCKED, FailureReason.INSUFFICIENT_FUNDS], ids=str
+)
+def test_a_payout_that_could_never_be_paid_fails_with_its_own_reason_when_the_window_closes(
+    stage: str, pending: FailureReason
+) -> None:
+    # Accepted with a failure pending (a listed payee, no funds to hold): expiring it as
+    # `expired` would tell the merchant the payee was at fault.
+    closes = expires_at(CREATED)
+    assert expiry(stage, CREATED, closes - timedelta(microseconds=1), pending) is None
+    outcome = expiry(stage, CREATED, closes, pending)
+    assert outcome is not None
+    assert (outcome.stage, outcome.failure_reason) == (Stage.FAILED, pending)
+
+
 @pytest.mark.parametrize("stage", [s.value for s in Stage])
 def test_a_payout_on_the_rails_or_ended_never_expires(stage: str) -> None:
     assert expiry(stage, CREATED, expires_at(CREATED) + timedelta(days=30)) is None

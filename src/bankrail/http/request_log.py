@@ -54,6 +54,7 @@ __all__ = [
     "RequestLog",
     "delete_request_log_before",
     "object_ids",
+    "object_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,14 +131,22 @@ class _Seen:
         return held + sum(len(name) + len(value) for name, value in self.request_headers)
 
 
+def object_key(object_id: str) -> str:
+    """How the log keeps and looks up an object's id: a UUID lower-cased (`ABC…` and `abc…`
+    are the same UUID), any other id as it is."""
+    return object_id.lower() if _UUID.fullmatch(object_id) else object_id
+
+
 def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
-    """The ids an entry names: every UUID in its path (lower-cased), and the `id` of the
-    object a successful POST's answer created."""
+    """The ids an entry names (each as `object_key` keeps it): every UUID in its path, and
+    the `id` of the object a successful POST's answer created."""
     found = [match.lower() for match in _UUID.findall(path)]
     if method == "POST" and 200 <= status < 300 and isinstance(answer, dict):
         created = answer.get("id")
-        if isinstance(created, str) and created and created not in found:
-            found.append(created.lower() if _UUID.fullmatch(created) else created)
+        if isinstance(created, str) and created:
+            key = object_key(created)
+            if key not in found:
+                found.append(key)
     return found
 
 

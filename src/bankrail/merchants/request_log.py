@@ -17,6 +17,7 @@ from bankrail.db.pool import Connection
 from bankrail.http.listing import Pagination, WindowQuery
 from bankrail.http.openapi import ERRORS_AUTH
 from bankrail.http.pipeline import MERCHANT, Call, Endpoint, routes
+from bankrail.http.request_log import object_key
 from bankrail.http.responses import json_response
 
 __all__ = [
@@ -141,7 +142,7 @@ async def list_entries(
         low,
         high,
         filters.path,
-        filters.object_id.lower() if filters.object_id else None,
+        object_key(filters.object_id) if filters.object_id else None,
         window.limit + 1,
     )
     return newest_first_page(rows, window.limit)

@@ -17,8 +17,10 @@ from starlette.responses import Response
 
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
+from bankrail.core.pagination import Window
 from bankrail.http.request_log import BODY_LIMIT, CLAIMS, RequestLog
 from bankrail.jobs.pruning import Pruner
+from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
 from bankrail.worker import retentions
 
@@ -217,3 +219,41 @@ async def test_request_headers_count_against_the_buffer_budget(pool: asyncpg.Poo
     assert _dropped() == before + 1  # three of ~21 KB fit in 64 KiB, the fourth does not
     assert await journal.flush() == 3
     await _forget(pool)
+
+
+async def test_an_object_is_found_by_its_id_whatever_the_case_of_a_uuid_and_as_it_is_otherwise(
+    pool: asyncpg.Pool,
+) -> None:
+    created = uuid.uuid4()
+    answers = {
+        "/v3/payouts": f'{{"id": "{str(created).upper()}"}}'.encode(),
+        "/v3/mandates": b'{"id": "Mandate-ABC"}',
+    }
+
+    async def answer(request: Request) -> Response:
+        return Response(answers[request.url.path], status_code=201, media_type="application/json")
+
+    journal = RequestLog(pool, ServiceClock(), interval=60)
+    for path in answers:
+        await journal.record(_request(path, b"{}"), answer)
+    await journal.flush()
+    try:
+
+        async def found(object_id: str) -> list[str]:
+            window = Window(since=None, until=None, limit=10, cursor=None)
+            filters = RequestLogFilter(object_id=object_id)
+            async with pool.acquire() as conn:
+                rows, _next = await list_entries(conn, MERCHANT, window, filters)
+            return [row["path"] for row in rows]
+
+        # A UUID names the same object in any case; another id only as it was answered.
+        assert await found(str(created)) == ["/v3/payouts"]
+        assert await found(str(created).upper()) == ["/v3/payouts"]
+        assert await found("Mandate-ABC") == ["/v3/mandates"]
+        assert await found("mandate-abc") == []
+        assert [row["object_ids"] for row in await _rows(pool)] == [
+            [str(created)],
+            ["Mandate-ABC"],
+        ]
+    finally:
+        await _forget(pool)

@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-import httpx
+from console_helpers import settled_pay_in
 from playwright.sync_api import Browser, Page, expect
 
 from support.api import MerchantClient, Operator
@@ -24,44 +23,6 @@ from support.server import RunningServer
 CheckPage = Callable[[Page, str], None]
 Shot = Callable[[Page, str], Path]
 GB_IBAN = "GB29NWBK60161331926819"
-
-
-def _settled_payment(server: RunningServer, merchant: MerchantClient, amount: int) -> str:
-    """A payment authorised at the mock bank (headless) and settled into the GBP account."""
-    body = {
-        "amount_in_minor": amount,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {
-                "type": "preselected",
-                "provider_id": "mock-payments-gb-redirect",
-            },
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts["GBP"]["id"],
-            },
-        },
-        "user": {"id": "console-browser-payer", "name": "Pat Payer"},
-    }
-    created = merchant.signed_post("/v3/payments", body)
-    assert created.status_code == 201, created.text
-    payment_id = str(created.json()["id"])
-    flow = merchant.signed_post(
-        f"/v3/payments/{payment_id}/authorization-flow",
-        {"provider_selection": {}, "redirect": {"return_uri": "http://127.0.0.1:9/return"}},
-    )
-    assert flow.status_code == 200, flow.text
-    uri = flow.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).fragment)["token"][0]
-    action = httpx.post(
-        f"{server.base_url}/mock-bank/api/single-immediate-payments/{payment_id}/action",
-        headers={"Authorization": f"Bearer {token}"},
-        json={"action": "Execute"},
-        timeout=30,
-    )
-    assert action.status_code == 202, action.text
-    return payment_id
 
 
 def _payout(merchant: MerchantClient, amount: int) -> str:
@@ -129,11 +90,8 @@ def test_merchant_sets_webhooks_sees_a_delivery_and_replays_it(
     merchant = operator.new_merchant("Console Browser Ltd")
     account = merchant.accounts["GBP"]
     assert operator.top_up(account, 100_000).status_code == 201
-    payment_id = _settled_payment(server, merchant, 4_200)
+    payment_id = settled_pay_in(server, merchant, 4_200, "console-browser-payer")
     payout_id = _payout(merchant, 1_500)
-    _wait_until(
-        lambda: merchant.get(f"/v3/payments/{payment_id}").json()["status"] == "payment_settled"
-    )
     _wait_until(lambda: merchant.get(f"/v3/payouts/{payout_id}").json()["status"] == "executed")
 
     # signing in, with the keyboard only
@@ -246,10 +204,7 @@ def test_merchant_refunds_part_of_a_settled_payment(
     page: Page, server: RunningServer, operator: Operator, check_page: CheckPage
 ) -> None:
     merchant = operator.new_merchant("Console Refund Ltd", currencies=("GBP",))
-    payment_id = _settled_payment(server, merchant, 3_000)
-    _wait_until(
-        lambda: merchant.get(f"/v3/payments/{payment_id}").json()["status"] == "payment_settled"
-    )
+    payment_id = settled_pay_in(server, merchant, 3_000, "console-browser-payer")
     page.goto(f"{server.base_url}/console/payments/{payment_id}")
     page.wait_for_url(re.compile(r"/console/login\?next="))
     page.get_by_label("Client ID").fill(merchant.client_id)

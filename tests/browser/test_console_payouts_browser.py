@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
-import httpx
+from console_helpers import settled_pay_in
 from playwright.sync_api import Page, expect
 
 from support.api import MerchantClient, Operator
@@ -154,50 +154,6 @@ def test_the_console_shows_verified_payouts_in_each_status(
     check_page(page, "console-payout-verified-failed")
 
 
-def _settled_pay_in(server: RunningServer, merchant: MerchantClient, amount: int) -> str:
-    """A pay-in authorised at the mock bank (headless) and settled into the GBP account."""
-    body = {
-        "amount_in_minor": amount,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {
-                "type": "preselected",
-                "provider_id": "mock-payments-gb-redirect",
-            },
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts["GBP"]["id"],
-            },
-        },
-        "user": {"id": "console-shapes-payer", "name": "Pat Payer"},
-    }
-    created = merchant.signed_post("/v3/payments", body)
-    assert created.status_code == 201, created.text
-    payment_id = str(created.json()["id"])
-    flow = merchant.signed_post(
-        f"/v3/payments/{payment_id}/authorization-flow",
-        {"provider_selection": {}, "redirect": {"return_uri": "http://127.0.0.1:9/return"}},
-    )
-    assert flow.status_code == 200, flow.text
-    uri = flow.json()["authorization_flow"]["actions"]["next"]["uri"]
-    token = parse_qs(urlsplit(uri).fragment)["token"][0]
-    action = httpx.post(
-        f"{server.base_url}/mock-bank/api/single-immediate-payments/{payment_id}/action",
-        headers={"Authorization": f"Bearer {token}"},
-        json={"action": "Execute"},
-        timeout=30,
-    )
-    assert action.status_code == 202, action.text
-
-    def settled() -> bool:
-        answer = merchant.get(f"/v3/payments/{payment_id}").json()
-        return bool(answer["status"] == "payment_settled")
-
-    wait_for(settled, timeout=20)
-    return payment_id
-
-
 def _payout(merchant: MerchantClient, amount: int, reference: str) -> str:
     body = {
         "merchant_account_id": merchant.accounts["GBP"]["id"],
@@ -221,7 +177,7 @@ def test_an_accounts_transactions_show_the_real_shapes(
     merchant = operator.new_merchant("Console Shapes Ltd")
     account = merchant.accounts["GBP"]
     assert operator.top_up(account, 5_000, reference="console shapes").status_code == 201
-    payment_id = _settled_pay_in(server, merchant, 2_000)
+    payment_id = settled_pay_in(server, merchant, 2_000, "console-shapes-payer")
     executed = _payout(merchant, 700, "shapes paid")
     _wait_status(merchant, executed, {"executed"})
     pending = _payout(merchant, 300, "slow delay:600")  # stays with the scheme

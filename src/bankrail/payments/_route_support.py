@@ -5,6 +5,7 @@ authorisation-flow step."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from bankrail.http.pipeline import Authenticator
 from bankrail.payments import service
 from bankrail.security.tokens import AccessClaims, TokenError, TokenExpired
 
-__all__ = ["PAYMENT_CALLER", "PaymentCaller", "flow_answer"]
+__all__ = ["PAYMENT_CALLER", "FlowStep", "PaymentCaller", "flow_answer"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ async def _payment_caller(request: Request, context: AppContext) -> PaymentCalle
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer token.")
+    if context.tokens.verified_access_token(token):  # the merchant's, as most calls are
+        return PaymentCaller(require_payments_audience(access_claims(request, context)), payment_id)
     try:
         resource = context.tokens.read_resource_token(token, context.clock.now())
     except TokenExpired as exc:
@@ -93,3 +96,28 @@ def flow_answer(context: AppContext, row: Any) -> dict[str, Any]:
         )
         answer["authorization_flow"] = {"actions": {"next": action}}
     return answer
+
+
+class FlowStep:
+    """A step of the payer's journey as the merchant's or the hosted page's call answers it:
+    given to the service as its `journey` (payments/_store.py `Journey`), it makes the answer
+    (`flow_answer`) once, from the payments row as the step writes it, and gives the service
+    the next action to keep in the same UPDATE."""
+
+    def __init__(self, context: AppContext) -> None:
+        self._context = context
+        self._answer: dict[str, Any] | None = None
+
+    def __call__(self, planned: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The step's next action for the row as written (None when the payer has none)."""
+        self._answer = flow_answer(self._context, planned)
+        flow: dict[str, Any] | None = self._answer.get("authorization_flow")
+        return flow["actions"]["next"] if flow is not None else None
+
+    def answer(self, updated: Any) -> dict[str, Any]:
+        """The step's answer: the one made as the service wrote the step; else (a step the
+        service ended otherwise: the embedded provider's last form, once the payment has
+        expired) the status of the payment as `updated` has it."""
+        if self._answer is not None:
+            return self._answer
+        return flow_answer(self._context, updated)

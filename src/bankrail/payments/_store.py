@@ -5,7 +5,7 @@ state (with its status history and webhook event), and the payment resource rend
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,10 +25,10 @@ from bankrail.payments.sources import get_payment_source
 __all__ = [
     "PAYMENT_COLUMNS",
     "RENDERED_TIMESTAMPS",
+    "Journey",
     "Stamp",
     "get_payment_row",
     "lock_payment",
-    "remember_next_action",
     "render",
     "render_row",
     "rendered_at",
@@ -98,14 +98,23 @@ def transition_conflict(exc: InvalidTransition) -> Conflict:
     return Conflict(f"This action is not possible now: {exc}.")
 
 
+Journey = Callable[[Mapping[str, Any]], dict[str, Any] | None]
+"""A step of the payer's journey, given the payments row as `save` is about to write it
+(its history aside): the next action to keep in `next_action`, None to keep the one there."""
+
+
 async def save(
     conn: Connection,
     row: Any,
     state: PaymentState,
     now: datetime,
+    *,
+    journey: Journey | None = None,
     **extra: Any,
 ) -> Any:
-    """Persist a new state (and extra columns), append history, announce it if due."""
+    """Persist a new state (and extra columns), append history, announce it if due. With a
+    `journey`, the next action it gives for the row as written is kept by the same UPDATE
+    (a step of the payer's journey: one statement, not two)."""
     columns = {
         "status": state.status.value,
         "authorized_at": state.authorized_at,
@@ -116,6 +125,10 @@ async def save(
         "failure_reason": state.failure_reason.value if state.failure_reason else None,
         **extra,
     }
+    if journey is not None:
+        action = journey({**dict(row), **columns})
+        if action is not None:
+            columns["next_action"] = action
     names = list(columns)
     assignments = ", ".join(f"{name} = ${i + 2}" for i, name in enumerate(names))
     changed = state.status.value != row["status"]
@@ -135,14 +148,6 @@ async def save(
     if changed and state.status in ANNOUNCED:
         await _announce(conn, updated, state)
     return updated
-
-
-async def remember_next_action(conn: Connection, payment_id: uuid.UUID, answer: Any) -> None:
-    """Keep the next action a journey step answered (`authorization_flow.actions.next`, if
-    any), so that reading the `authorizing` payment gives it back (fidelity P6)."""
-    action = (answer.get("authorization_flow") or {}).get("actions", {}).get("next")
-    if action is not None:
-        await conn.execute("UPDATE payments SET next_action = $2 WHERE id = $1", payment_id, action)
 
 
 def _payment_method(row: Any) -> dict[str, Any]:

@@ -22,7 +22,13 @@ from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.merchants.return_uris import check_return_uri
-from bankrail.payments._store import get_payment_row, save, state_of, transition_conflict
+from bankrail.payments._store import (
+    Journey,
+    get_payment_row,
+    save,
+    state_of,
+    transition_conflict,
+)
 from bankrail.payments.jobs import ADVANCE_JOB
 from bankrail.payments.models import (
     AUTHORIZATION_WINDOW,
@@ -136,6 +142,7 @@ async def start_authorization(
     powers: SandboxPowers,
     field: str = "redirect.return_uri",
     consent: bool = False,
+    journey: Journey | None = None,
 ) -> Any:
     """The payer starts the journey: the payment becomes `authorizing`; with `consent` (the
     start request declared it) the payer consents once a provider is chosen.
@@ -143,7 +150,7 @@ async def start_authorization(
     `return_uri`, where the bank sends the payer back, must be an absolute http(s) URI; with
     `allow_listed_only` (production mode, for a URI the caller chose) one that the merchant's
     allowed return URIs cover, else 400 naming `field`. Then 409 when this deployment offers
-    no provider (`require_offered`).
+    no provider (`require_offered`). `journey` gives the next action the same UPDATE keeps.
     """
     if return_uri is not None:
         await check_return_uri(
@@ -163,6 +170,7 @@ async def start_authorization(
         row,
         state,
         now,
+        journey=journey,
         return_uri=return_uri or row["return_uri"],
         bank_action=None,
         flow=flow,
@@ -184,20 +192,34 @@ def _require_step(row: Any, step: str) -> dict[str, Any]:
     return flow
 
 
-async def give_consent(conn: Connection, row: Any, now: datetime, powers: SandboxPowers) -> Any:
+async def give_consent(
+    conn: Connection,
+    row: Any,
+    now: datetime,
+    powers: SandboxPowers,
+    journey: Journey | None = None,
+) -> Any:
     """The payer consents (the start request declared `consent`); 409 when no consent is
-    awaited: before a provider is chosen, once given, or when none was declared."""
+    awaited: before a provider is chosen, once given, or when none was declared. `journey`
+    gives the next action the same UPDATE keeps."""
     require_offered(powers)
     flow = _require_step(row, "consent")
-    return await save(conn, row, state_of(row), now, flow={**flow, "consent": CONSENT_GIVEN})
+    given = {**flow, "consent": CONSENT_GIVEN}
+    return await save(conn, row, state_of(row), now, journey=journey, flow=given)
 
 
 async def submit_form(
-    conn: Connection, row: Any, inputs: dict[str, str], now: datetime, powers: SandboxPowers
+    conn: Connection,
+    row: Any,
+    inputs: dict[str, str],
+    now: datetime,
+    powers: SandboxPowers,
+    journey: Journey | None = None,
 ) -> Any:
     """The payer's answers to the provider's current form: 400 naming each wrong input,
     409 when no form is awaited. The embedded provider's last form (the SCA code) decides
-    as the mock bank's usernames do."""
+    as the mock bank's usernames do; any other form's `journey` gives the next action the
+    same UPDATE keeps."""
     require_offered(powers)
     flow = _require_step(row, "form")
     forms = forms_of(row["provider_id"])
@@ -207,9 +229,14 @@ async def submit_form(
     errors = form_errors(forms[done], inputs)
     if errors:
         raise InvalidParameters("The form's inputs are not valid.", errors)
-    row = await save(conn, row, state_of(row), now, flow={**flow, "forms_done": done + 1})
     code = inputs.get(SCA_CODE_INPUT)
-    if code is not None and done + 1 == len(forms):
+    decides = code is not None and done + 1 == len(forms)
+    progress = {**flow, "forms_done": done + 1}
+    row = await save(
+        conn, row, state_of(row), now, journey=None if decides else journey, flow=progress
+    )
+    if decides:
+        assert code is not None
         await bank_action(conn, row, action_for_username(code), now, powers=powers)
         return await get_payment_row(conn, row["id"], None)
     return row
@@ -222,8 +249,10 @@ async def select_provider(
     scheme_id: str | None,
     now: datetime,
     powers: SandboxPowers,
+    journey: Journey | None = None,
 ) -> Any:
-    """Record the provider the payer chose from those offered (409 when none is)."""
+    """Record the provider the payer chose from those offered (409 when none is); `journey`
+    gives the next action the same UPDATE keeps."""
     require_offered(powers)
     if state_of(row).status is not PaymentStatus.AUTHORIZING or row["provider_id"] is not None:
         raise Conflict("A provider can be chosen only while authorizing, and only once.")
@@ -239,6 +268,7 @@ async def select_provider(
         row,
         state_of(row),
         now,
+        journey=journey,
         provider_id=provider.id,
         scheme_id=scheme_id or row["scheme_id"] or provider.schemes[0],
     )

@@ -21,7 +21,7 @@ from bankrail.http.responses import json_response
 from bankrail.http.schema_types import AuthorizationFlowAnswer
 from bankrail.mandates import service as mandates
 from bankrail.payments import service
-from bankrail.payments._route_support import PAYMENT_CALLER, PaymentCaller, flow_answer
+from bankrail.payments._route_support import PAYMENT_CALLER, FlowStep, PaymentCaller
 from bankrail.payments.schemas import (
     AuthorizationFlowRequest,
     FormSubmit,
@@ -65,6 +65,7 @@ async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
         return_uri = body.redirect.return_uri if body.redirect else None
+        step = FlowStep(context)
         updated = await service.start_authorization(
             conn,
             row,
@@ -73,10 +74,9 @@ async def start_authorization_flow(call: Call[AuthorizationFlowRequest, None]) -
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
             consent=body.consent is not None,
+            journey=step,
         )
-        answer = flow_answer(context, updated)
-        await service.remember_next_action(conn, updated["id"], answer)
-        return 200, answer
+        return 200, step.answer(updated)
 
     return await _act(request, context, caller, action)
 
@@ -86,6 +86,7 @@ async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -
     body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        step = FlowStep(context)
         updated = await service.select_provider(
             conn,
             row,
@@ -93,10 +94,9 @@ async def submit_provider_selection(call: Call[ProviderSelectionSubmit, None]) -
             body.scheme_id,
             context.clock.now(),
             context.settings.powers,
+            journey=step,
         )
-        answer = flow_answer(context, updated)
-        await service.remember_next_action(conn, updated["id"], answer)
-        return 200, answer
+        return 200, step.answer(updated)
 
     return await _act(request, context, caller, action)
 
@@ -107,11 +107,10 @@ async def submit_consent(call: Call[None, None]) -> Response:
     request, context, caller = call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        step = FlowStep(context)
         now = context.clock.now()
-        updated = await service.give_consent(conn, row, now, context.settings.powers)
-        answer = flow_answer(context, updated)
-        await service.remember_next_action(conn, updated["id"], answer)
-        return 200, answer
+        updated = await service.give_consent(conn, row, now, context.settings.powers, journey=step)
+        return 200, step.answer(updated)
 
     return await _act(request, context, caller, action)
 
@@ -122,14 +121,14 @@ async def submit_form(call: Call[FormSubmit, None]) -> Response:
     body, request, context, caller = call.body, call.request, call.context, call.caller
 
     async def action(conn: Connection, row: Any) -> tuple[int, Any]:
+        step = FlowStep(context)
         now = context.clock.now()
-        updated = await service.submit_form(conn, row, body.inputs, now, context.settings.powers)
+        powers = context.settings.powers
+        updated = await service.submit_form(conn, row, body.inputs, now, powers, journey=step)
         if updated["bank_action"] is not None:  # the last form decided: the bank acts now
             wait = {"actions": {"next": {"type": "wait"}}}
             return 200, {"status": updated["status"], "authorization_flow": wait}
-        answer = flow_answer(context, updated)
-        await service.remember_next_action(conn, updated["id"], answer)
-        return 200, answer
+        return 200, step.answer(updated)
 
     return await _act(request, context, caller, action)
 

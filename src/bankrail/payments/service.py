@@ -20,9 +20,9 @@ from bankrail.db.pool import Connection
 from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
+    Journey,
     get_payment_row,
     lock_payment,
-    remember_next_action,
     render,
     render_row,
     save,
@@ -50,6 +50,7 @@ __all__ = [
     "ADVANCE_JOB",
     "EXPIRE_JOB",
     "PAYMENT_COLUMNS",
+    "Journey",
     "advance_payment",
     "bank_action",
     "cancel_payment",
@@ -62,7 +63,6 @@ __all__ = [
     "offered_providers",
     "provider_token",
     "redirect_back",
-    "remember_next_action",
     "render",
     "render_row",
     "require_allowed_creation_return_uris",

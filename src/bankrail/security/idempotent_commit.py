@@ -4,8 +4,9 @@ API's writes) run in one transaction per batch, each exactly once per key.
 
 One statement takes the batch's keys' locks and reads their stored answers; each request
 whose key is free runs its effect in a savepoint of its own, so that its failure (a 4xx, or
-any other error) undoes only its own writes; one statement stores the answers. Every result
-is handed back only after the transaction that holds it has committed (db/group_commit.py).
+any other error) undoes only its own writes (the savepoints are released by the commit, not
+one by one); one statement stores the answers. Every result is handed back only after the
+transaction that holds it has committed (db/group_commit.py).
 The rules of a key (in flight, reused, replayed, expired) are `idempotency.claim`'s, as for
 every other request.
 """
@@ -60,6 +61,9 @@ payment a job is advancing) holds up its own batch, not every idempotent write o
 process."""
 _CLAIM = "SELECT * FROM bankrail_claim_idempotency_keys($1::jsonb)"
 _STORE = "SELECT bankrail_store_idempotent_answers($1)"
+# A request's effect runs after the first and is undone by the second (`_Steps.decide`).
+_SAVEPOINT = "SAVEPOINT idempotent_effect"
+_UNDO = "ROLLBACK TO SAVEPOINT idempotent_effect"
 
 
 class _Steps:
@@ -76,13 +80,18 @@ class _Steps:
         self, work: IdempotentWork, row: Any, conn: Connection
     ) -> tuple[tuple[int, bytes], None]:
         """The request's effect, in a savepoint of its own: its failure undoes only its own
-        writes, and is its own (`Unstored`) unless the batch's transaction is gone."""
+        writes, and is its own (`Unstored`) unless the batch's transaction is gone. The
+        savepoint is not released: the batch's commit releases it with the others, one
+        statement fewer per request (each effect's savepoint, of one name, is the latest)."""
+        await conn.execute(_SAVEPOINT)
         try:
-            async with conn.transaction():
-                return await work.effect(conn), None
-        except (ProblemError, *_BATCH_ERRORS):
-            raise
-        except Exception as error:
+            return await work.effect(conn), None
+        except BaseException as error:
+            await conn.execute(_UNDO)
+            if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(
+                error, Exception
+            ):
+                raise
             raise Unstored(error) from error
 
     async def write(self, conn: Connection, state: Connection, answers: AnswersToStore) -> None:

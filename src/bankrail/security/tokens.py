@@ -124,6 +124,12 @@ class TokenIssuer:
         self._verified[token] = (access.expires_at.timestamp(), access)
         return access
 
+    def verified_access_token(self, token: str) -> bool:
+        """True when this process has verified `token` as an access token of its own (so it
+        is no resource token): a dictionary lookup, where trying it as a resource token
+        would fail a JWT decode. Whether it has expired is `read_access_token`'s to say."""
+        return token in self._verified
+
     def _read_access_token(self, token: str, now: datetime) -> AccessClaims:
         claims = self._decode(token, self._access_key, "access", now)
         try:

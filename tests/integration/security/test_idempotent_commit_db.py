@@ -113,6 +113,26 @@ async def test_a_failing_request_undoes_only_its_own_writes(pool: asyncpg.Pool) 
     assert isinstance(retried, RuntimeError)
 
 
+async def test_a_statement_postgresql_refuses_undoes_only_its_own_request(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+
+    async def refused_by_storage(conn: Connection) -> tuple[int, bytes]:
+        await conn.execute("INSERT INTO effects (id, name) VALUES ($1, 'refused')", uuid.uuid4())
+        await conn.execute("SELECT 1 / 0")  # the transaction's error, not the request's code
+        return 201, b"{}"
+
+    refused = IdempotentWork(None, refused_by_storage, NOW)
+    results = await _batch(pool, _work("before", "k0"), refused, _work("after", "k1"))
+    assert isinstance(results[1], asyncpg.DataError)  # raised to its request alone
+    assert [result[0] for result in (results[0], results[2]) if isinstance(result, tuple)] == [
+        201,
+        201,
+    ]
+    assert await _effects(pool) == ["after", "before"]
+
+
 async def test_requests_sent_together_share_a_commit(pool: asyncpg.Pool) -> None:
     await _prepare(pool)
     commit = IdempotentCommit(pool, render)

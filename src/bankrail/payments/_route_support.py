@@ -4,10 +4,13 @@ authorisation-flow step."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 
@@ -53,6 +56,11 @@ async def _payment_caller(request: Request, context: AppContext) -> PaymentCalle
     token = bearer_token(request)
     if token is None:
         raise Unauthenticated("Missing bearer token.")
+    if _claimed_kind(token) == "access":
+        # Never a resource token (verifying it as one always fails): the merchant's
+        # token, verified once per token (security/tokens.py), not by a failed resource
+        # decode on every request (65 µs, a fifth of a GET by id's API CPU).
+        return PaymentCaller(require_payments_audience(access_claims(request, context)), payment_id)
     try:
         resource = context.tokens.read_resource_token(token, context.clock.now())
     except TokenExpired as exc:
@@ -64,6 +72,18 @@ async def _payment_caller(request: Request, context: AppContext) -> PaymentCalle
     if resource.payment_id != payment_id:
         raise Unauthenticated("The resource token was issued for another payment.")
     return PaymentCaller(None, payment_id)
+
+
+def _claimed_kind(token: str) -> str | None:
+    """The `typ` a JWT's payload claims, unverified (it only chooses which verification runs
+    first), or None when the token does not read as a JWT."""
+    try:
+        payload = token.split(".", 2)[1]
+        claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error, orjson.JSONDecodeError):
+        return None
+    kind = claims.get("typ") if isinstance(claims, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 PAYMENT_CALLER = Authenticator(

@@ -20,11 +20,10 @@ from bankrail.db.pool import Connection
 from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
+    get_payment_document,
     get_payment_row,
     lock_payment,
     remember_next_action,
-    render,
-    render_row,
     save,
     state_of,
 )
@@ -55,6 +54,7 @@ __all__ = [
     "cancel_payment",
     "create_payment",
     "expire_payment",
+    "get_payment_document",
     "get_payment_row",
     "give_consent",
     "lock_payment",
@@ -63,8 +63,6 @@ __all__ = [
     "provider_token",
     "redirect_back",
     "remember_next_action",
-    "render",
-    "render_row",
     "require_allowed_creation_return_uris",
     "resource_from_return",
     "select_provider",

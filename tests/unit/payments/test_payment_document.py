@@ -1,7 +1,8 @@
 """The payment resource as `GET /v3/payments/{id}` and each item of `GET /v3/payments` write
 it (bankrail.payments._store `render_row`, docs/api.md "Payments API v3 — pay-ins"), from a
 row as the one statement (`DOCUMENT_SELECT`) reads it: timestamps already in the API's format,
-the history as jsonb's text, the payment source joined."""
+the history as compact JSON text, the payment source joined (the statement itself:
+tests/integration/payments/test_payment_document_db.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,6 @@ HISTORY = [
 ]
 
 
-def _jsonb_text(value: Any) -> str:
-    """What PostgreSQL prints for a jsonb value: `, ` and `: ` between items and keys."""
-    return json.dumps(value, separators=(", ", ": "))
-
-
 def _settled_row(**changes: Any) -> dict[str, Any]:
     row: dict[str, Any] = {
         "id": PAYMENT_ID,
@@ -44,7 +40,7 @@ def _settled_row(**changes: Any) -> dict[str, Any]:
         "status": "payment_settled",
         "failure_stage": None,
         "failure_reason": None,
-        "history": _jsonb_text(HISTORY),
+        "history": json.dumps(HISTORY, separators=(",", ":")),
         "refunded_amount_in_minor": 0,
         "mandate_id": None,
         "mandate_reference": None,
@@ -70,7 +66,7 @@ def _settled_row(**changes: Any) -> dict[str, Any]:
     return row
 
 
-def test_the_status_history_reads_as_the_stored_history_in_compact_json() -> None:
+def test_the_status_history_is_written_as_read() -> None:
     body = dumps(render_row(_settled_row()))
 
     assert b'"status_history":' + dumps(HISTORY) + b',"metadata"' in body

@@ -8,8 +8,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from bankrail.core.problems import Conflict, NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
@@ -203,21 +201,14 @@ async def _source_document(conn: Connection, source_id: uuid.UUID | None) -> dic
 RENDERED_TIMESTAMPS = ("created_at", "authorized_at", "executed_at", "settled_at", "failed_at")
 """The timestamps of the payment resource."""
 
-# `history` as the API writes it, without decoding it in Python: jsonb's text of it is
-# `[{"at": "...", "status": "..."}]` (the keys in the order orjson writes the decoded value)
-# whose only spaces are the separators `, ` and `: `, since its values are statuses and
-# `iso_utc` timestamps (`save`, creation); PostgreSQL drops them (cheaper there than in
-# the API process, which is the page's bottleneck).
-_COMPACT_HISTORY = "replace(replace(p.history::text, ', ', ','), ': ', ':')"
 # The timestamps as PostgreSQL renders them, in `iso_utc`'s format (microseconds, `Z`):
 # formatting them in Python was a quarter of the API's CPU for a page (docs/performance.md).
 _RENDERED_AT = "to_char(p.{0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {0}_utc"
 DOCUMENT_SELECT = (
-    "SELECT p.id, p.created_at, p.merchant_account_id::text AS merchant_account_id,"
+    "SELECT p.id, p.created_at, p.merchant_account_id,"
     " p.amount_in_minor, p.currency, p.user_id, p.selection_type, p.selection_filter,"
     " p.provider_id, p.scheme_id, p.metadata, p.status, p.failure_stage, p.failure_reason,"
-    f" {_COMPACT_HISTORY} AS history, p.refunded_amount_in_minor,"
-    " p.mandate_id::text AS mandate_id, p.mandate_reference, p.mandate_retry,"
+    " p.history, p.refunded_amount_in_minor, p.mandate_id, p.mandate_reference, p.mandate_retry,"
     " p.user_interaction, p.sent, p.next_action, "
     + ", ".join(_RENDERED_AT.format(column) for column in RENDERED_TIMESTAMPS)
     + f", {JOINED_SOURCE_COLUMNS}"
@@ -225,7 +216,7 @@ DOCUMENT_SELECT = (
 )
 """The one statement's head that reads payments as `render_row` renders them (the single
 GET and the page add their WHERE): the payment, its timestamps rendered (`<column>_utc`),
-its history as compact JSON text, and its payment source joined."""
+and its payment source joined."""
 
 
 async def get_payment_document(
@@ -261,13 +252,13 @@ def render_row(row: Any) -> dict[str, Any]:
         "payment_method": _method_of(row, provider_id, scheme_id),
         "created_at": row["created_at_utc"],
         "status": status,
-        "status_history": orjson.Fragment(row["history"]),
+        "status_history": row["history"],
         "metadata": metadata if metadata else {},
         "refunded_amount_in_minor": row["refunded_amount_in_minor"],
     }
     merchant_account_id = row["merchant_account_id"]
     if merchant_account_id is not None:
-        payment["merchant_account_id"] = merchant_account_id
+        payment["merchant_account_id"] = str(merchant_account_id)
     sent = row["sent"]
     if sent and "sub_merchants" in sent:
         payment["sub_merchants"] = sent["sub_merchants"]
@@ -313,7 +304,7 @@ def _method_of(row: Any, provider_id: str | None, scheme_id: str | None) -> dict
             selection["filter"] = row["selection_filter"]
         beneficiary = {
             "type": "merchant_account",
-            "merchant_account_id": row["merchant_account_id"],
+            "merchant_account_id": str(row["merchant_account_id"]),
         }
     else:
         selection = dict(sent["provider_selection"])

@@ -43,7 +43,7 @@ def source_document(
 
 
 JOINED_SOURCE_COLUMNS = (
-    "s.id::text AS source_id, s.account_holder_name AS source_holder, s.iban AS source_iban,"
+    "s.id AS source_id, s.account_holder_name AS source_holder, s.iban AS source_iban,"
     " s.sort_code AS source_sort_code, s.account_number AS source_account_number"
 )
 """What `joined_source` reads of a statement that joined `payment_sources s`."""
@@ -53,13 +53,13 @@ def joined_source(row: Any) -> dict[str, Any] | None:
     """The payment source resource of a row that joined its source as
     `JOINED_SOURCE_COLUMNS` (one statement for a payment and its source); None when the
     row has no source."""
-    source_id: str | None = row["source_id"]
+    source_id = row["source_id"]
     if source_id is None:
         return None
     identifiers = AccountIdentifiers(
         row["source_iban"] or "", row["source_sort_code"], row["source_account_number"]
     )
-    return source_document(source_id, row["source_holder"], identifiers)
+    return source_document(str(source_id), row["source_holder"], identifiers)
 
 
 def _identity(identifiers: AccountIdentifiers) -> str:

@@ -1,9 +1,9 @@
 """The payment resource read in one statement (`payments._store.get_payment_document`, the
 same statement and `render_row` as each item of `GET /v3/payments`) on real PostgreSQL.
 
-Promise: `status_history` is the stored history, entry for entry, in the API's compact JSON
-(PostgreSQL hands it over as text, never decoded in Python), through every status a payment
-takes; the timestamps read as `iso_utc` writes them; another merchant's payment is not found.
+Promise: `status_history` is the stored history, entry for entry, through every status a
+payment takes; the timestamps read as `iso_utc` writes them; another merchant's payment is
+not found.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The payment resource as `GET /v3/payments/{id}` and each item of `GET /v3/payments` write
 it (bankrail.payments._store `render_row`, docs/api.md "Payments API v3 — pay-ins"), from a
 row as the one statement (`DOCUMENT_SELECT`) reads it: timestamps already in the API's format,
-the history as compact JSON text, the payment source joined (the statement itself:
+the payment source joined (the statement itself:
 tests/integration/payments/test_payment_document_db.py)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _settled_row(**changes: Any) -> dict[str, Any]:
         "status": "payment_settled",
         "failure_stage": None,
         "failure_reason": None,
-        "history": json.dumps(HISTORY, separators=(",", ":")),
+        "history": HISTORY,
         "refunded_amount_in_minor": 0,
         "mandate_id": None,
         "mandate_reference": None,

@@ -20,20 +20,17 @@ from bankrail.payments.models import (
     PaymentState,
     PaymentStatus,
 )
-from bankrail.payments.sources import get_payment_source
+from bankrail.payments.sources import JOINED_SOURCE_COLUMNS, get_payment_source, joined_source
 
 __all__ = [
+    "DOCUMENT_SELECT",
     "PAYMENT_COLUMNS",
-    "RENDERED_TIMESTAMPS",
     "Journey",
-    "Stamp",
+    "get_payment_document",
     "get_payment_row",
     "lock_payment",
-    "render",
     "render_row",
-    "rendered_at",
     "save",
-    "stamped_at",
     "state_of",
     "transition_conflict",
 ]
@@ -207,40 +204,48 @@ async def _source_document(conn: Connection, source_id: uuid.UUID | None) -> dic
     return source.to_api() if source else None
 
 
-async def render(conn: Connection, row: Any) -> dict[str, Any]:
-    """The payment resource (spec 2.7 and docs/api.md)."""
-    source = await _source_document(conn, row["payment_source_id"])
-    return render_row(row, source)
-
-
 RENDERED_TIMESTAMPS = ("created_at", "authorized_at", "executed_at", "settled_at", "failed_at")
 """The timestamps of the payment resource."""
 
-Stamp = Callable[[Any, str], str | None]
-"""How `render_row` reads a timestamp column of a row: (row, column) -> its text, or None."""
+# The timestamps as PostgreSQL renders them, in `iso_utc`'s format (microseconds, `Z`):
+# formatting them in Python was a quarter of the API's CPU for a page (docs/performance.md).
+_RENDERED_AT = "to_char(p.{0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {0}_utc"
+DOCUMENT_SELECT = (
+    "SELECT p.id, p.created_at, p.merchant_account_id,"
+    " p.amount_in_minor, p.currency, p.user_id, p.selection_type, p.selection_filter,"
+    " p.provider_id, p.scheme_id, p.metadata, p.status, p.failure_stage, p.failure_reason,"
+    " p.history, p.refunded_amount_in_minor, p.mandate_id, p.mandate_reference, p.mandate_retry,"
+    " p.user_interaction, p.sent, p.next_action, "
+    + ", ".join(_RENDERED_AT.format(column) for column in RENDERED_TIMESTAMPS)
+    + f", {JOINED_SOURCE_COLUMNS}"
+    " FROM payments p LEFT JOIN payment_sources s ON s.id = p.payment_source_id"
+)
+"""The one statement's head that reads payments as `render_row` renders them (the single
+GET and the page add their WHERE): the payment, its timestamps rendered (`<column>_utc`),
+and its payment source joined."""
 
 
-def stamped_at(row: Any, column: str) -> str | None:
-    """The row's `column` (a datetime) as the API writes it (`iso_utc`), or None."""
-    moment = row[column]
-    return iso_utc(moment) if moment is not None else None
-
-
-def rendered_at(row: Any, column: str) -> str | None:
-    """The row's `column` as PostgreSQL already rendered it, in `iso_utc`'s format, into
-    `<column>_utc` (payments/queries.py `LISTED_COLUMNS`), or None."""
-    text: str | None = row[column + "_utc"]
-    return text
-
-
-def render_row(
-    row: Any, payment_source: dict[str, Any] | None, stamp: Stamp = stamped_at
+async def get_payment_document(
+    conn: Connection, payment_id: uuid.UUID, merchant_id: uuid.UUID | None
 ) -> dict[str, Any]:
-    """The payment resource of a payments row whose payment source (if it has one) is
-    `payment_source`, its timestamps read by `stamp`. The request's own objects (provider
-    selection, beneficiary, retry, sub-merchants) read back as they were sent (fidelity
-    P5). A page of payments renders fifty of these: the row is read by name once per
-    column and the status compared as the text it is (docs/performance.md)."""
+    """The payment resource (spec 2.7 and docs/api.md) in one statement; 404 when absent
+    or another merchant's."""
+    row = await conn.fetchrow(
+        f"{DOCUMENT_SELECT} WHERE p.id = $1 AND ($2::uuid IS NULL OR p.merchant_id = $2)",
+        payment_id,
+        merchant_id,
+    )
+    if row is None:
+        raise NotFound(f"Payment {payment_id} not found.")
+    return render_row(row)
+
+
+def render_row(row: Any) -> dict[str, Any]:
+    """The payment resource (spec 2.7 and docs/api.md) of a row read by `DOCUMENT_SELECT`,
+    for `GET /v3/payments/{id}` and each item of a page alike. The request's own objects
+    (provider selection, beneficiary, retry, sub-merchants) read back as they were sent
+    (fidelity P5). A page of payments renders fifty of these: the row is read by name once
+    per column and the status compared as the text it is (docs/performance.md)."""
     status: str = row["status"]
     metadata = row["metadata"]
     provider_id = row["provider_id"]
@@ -251,7 +256,7 @@ def render_row(
         "currency": row["currency"],
         "user": {"id": row["user_id"]},
         "payment_method": _method_of(row, provider_id, scheme_id),
-        "created_at": stamp(row, "created_at"),
+        "created_at": row["created_at_utc"],
         "status": status,
         "status_history": row["history"],
         "metadata": metadata if metadata else {},
@@ -267,10 +272,10 @@ def render_row(
         payment["provider_id"] = provider_id
     if scheme_id:
         payment["scheme_id"] = scheme_id
-    for column in _LATER_TIMESTAMPS:
-        text = stamp(row, column)
+    for name, column in _LATER_TIMESTAMPS:
+        text = row[column]
         if text is not None:
-            payment[column] = text
+            payment[name] = text
     if "settled_at" in payment:
         # The sandbox's funds are available to the beneficiary once settled (fidelity P7).
         payment["creditable_at"] = payment["settled_at"]
@@ -281,12 +286,14 @@ def render_row(
         next_action = row["next_action"]
         if next_action is not None:
             payment["authorization_flow"] = {"actions": {"next": next_action}}
+    payment_source = joined_source(row)
     if payment_source is not None:
         payment["payment_source"] = payment_source
     return payment
 
 
-_LATER_TIMESTAMPS = RENDERED_TIMESTAMPS[1:]
+_LATER_TIMESTAMPS = tuple((name, f"{name}_utc") for name in RENDERED_TIMESTAMPS[1:])
+"""(field, column) of the timestamps after `created_at`, each present once reached."""
 _FAILED = frozenset({PaymentStatus.FAILED.value, PaymentStatus.ATTEMPT_FAILED.value})
 _AUTHORIZING = PaymentStatus.AUTHORIZING.value
 

@@ -141,8 +141,8 @@ async def get_payment(call: Call[None, None]) -> Response:
     """The payment with its status, failure fields, provider, scheme and payment source."""
     payment_id, context, caller = call.params["payment_id"], call.context, call.caller
     async with context.pool.acquire() as conn:
-        row = await service.get_payment_row(conn, payment_id, caller.merchant_id)
-        return json_response(200, await service.render(conn, row))
+        payment = await service.get_payment_document(conn, payment_id, caller.merchant_id)
+    return json_response(200, payment)
 
 
 async def payment_sources(call: Call[None, PaymentSourcesQuery]) -> Response:

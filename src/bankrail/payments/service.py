@@ -21,10 +21,9 @@ from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
     Journey,
+    get_payment_document,
     get_payment_row,
     lock_payment,
-    render,
-    render_row,
     save,
     state_of,
 )
@@ -56,6 +55,7 @@ __all__ = [
     "cancel_payment",
     "create_payment",
     "expire_payment",
+    "get_payment_document",
     "get_payment_row",
     "give_consent",
     "lock_payment",
@@ -63,8 +63,6 @@ __all__ = [
     "offered_providers",
     "provider_token",
     "redirect_back",
-    "render",
-    "render_row",
     "require_allowed_creation_return_uris",
     "resource_from_return",
     "select_provider",

@@ -27,11 +27,39 @@ class PaymentSource:
 
     def to_api(self) -> dict[str, Any]:
         """The payment source resource."""
-        return {
-            "id": str(self.id),
-            "account_holder_name": self.account_holder_name,
-            "account_identifiers": self.identifiers.as_list(),
-        }
+        return source_document(str(self.id), self.account_holder_name, self.identifiers)
+
+
+def source_document(
+    source_id: str, account_holder_name: str, identifiers: AccountIdentifiers
+) -> dict[str, Any]:
+    """The payment source resource (spec 2.8): what `PaymentSource.to_api` and a payment's
+    `payment_source` (`joined_source`) both write."""
+    return {
+        "id": source_id,
+        "account_holder_name": account_holder_name,
+        "account_identifiers": identifiers.as_list(),
+    }
+
+
+JOINED_SOURCE_COLUMNS = (
+    "s.id AS source_id, s.account_holder_name AS source_holder, s.iban AS source_iban,"
+    " s.sort_code AS source_sort_code, s.account_number AS source_account_number"
+)
+"""What `joined_source` reads of a statement that joined `payment_sources s`."""
+
+
+def joined_source(row: Any) -> dict[str, Any] | None:
+    """The payment source resource of a row that joined its source as
+    `JOINED_SOURCE_COLUMNS` (one statement for a payment and its source); None when the
+    row has no source."""
+    source_id = row["source_id"]
+    if source_id is None:
+        return None
+    identifiers = AccountIdentifiers(
+        row["source_iban"] or "", row["source_sort_code"], row["source_account_number"]
+    )
+    return source_document(str(source_id), row["source_holder"], identifiers)
 
 
 def _identity(identifiers: AccountIdentifiers) -> str:
@@ -99,18 +127,6 @@ async def get_payment_source(conn: Connection, source_id: uuid.UUID) -> PaymentS
         f"SELECT {_COLUMNS} FROM payment_sources s WHERE s.id = $1", source_id
     )
     return _source(row) if row else None
-
-
-async def payment_sources_by_id(
-    conn: Connection, source_ids: list[uuid.UUID]
-) -> dict[uuid.UUID, PaymentSource]:
-    """The payment sources with these ids, by id (one query for a whole page of payments)."""
-    if not source_ids:
-        return {}
-    rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM payment_sources s WHERE s.id = ANY($1::uuid[])", source_ids
-    )
-    return {row["id"]: _source(row) for row in rows}
 
 
 async def payable_source(

@@ -51,6 +51,7 @@ __all__ = [
     "BUFFER_BYTES",
     "CLAIMS",
     "NOT_LOGGED",
+    "NOT_STORED",
     "RequestLog",
     "delete_request_log_before",
     "object_ids",
@@ -252,28 +253,52 @@ def _answer(seen: _Seen) -> Any:
     return _body(raw, seen.response_headers, sent=False)
 
 
-def _row(seen: _Seen) -> tuple[Any, ...]:
-    """The entry as the table keeps it (`_COLUMNS`, in order): parsed and redacted."""
-    answer = _answer(seen)
+NOT_STORED = "[not kept: the log could not store this body]"
+"""What an entry keeps of a body PostgreSQL or the JSON encoder refused (nested past their
+limits, say), so that the rest of the entry, and the rest of its batch, are kept."""
+
+
+def _row(seen: _Seen, *, bodies: bool = True) -> tuple[Any, ...]:
+    """The entry as the table keeps it (`_COLUMNS`, in order): parsed and redacted; its
+    bodies as `NOT_STORED` when not `bodies`."""
+    answer = _answer(seen) if bodies else NOT_STORED
     key = _header(seen.request_headers, b"idempotency-key")
+    # PostgreSQL's text holds no NUL; a client may send one in the path (`%00`).
+    path = seen.path.replace("\x00", "") if "\x00" in seen.path else seen.path
     return (
         new_id(),  # time-ordered: a batch's ids land together at the end of the index
         seen.claims.merchant_id,
         seen.created_at,
         seen.method,
-        seen.path,
+        path,
         seen.status,
         round(seen.duration_ms, 3),
         seen.claims.client_id,
-        key.decode("latin-1") if key is not None else None,
+        key.decode("latin-1").replace("\x00", "") if key is not None else None,
         seen.replayed,
         {
             "headers": redact_headers(seen.request_headers),
-            "body": _body(seen.request_body, seen.request_headers, sent=True),
+            "body": _body(seen.request_body, seen.request_headers, sent=True)
+            if bodies
+            else NOT_STORED,
         },
         {"headers": redact_headers(seen.response_headers), "body": answer},
-        object_ids(seen.path, seen.method, seen.status, answer),
+        object_ids(path, seen.method, seen.status, answer),
     )
+
+
+def _entry(seen: _Seen) -> tuple[Any, ...]:
+    """The entry's row; without its bodies when they cannot be redacted (a body nested past
+    the redaction's recursion limit)."""
+    try:
+        return _row(seen)
+    except RecursionError:
+        return _row(seen, bodies=False)
+
+
+# What one entry's own content makes a write fail with: PostgreSQL refusing a value (a
+# data exception), or the JSON encoder refusing one (nested past its limit).
+_ENTRY_ERRORS = (asyncpg.exceptions.DataError, TypeError, ValueError)
 
 
 async def _rendered(request: Request, error: Exception) -> Response | None:
@@ -404,7 +429,9 @@ class RequestLog:
 
     async def flush(self) -> int:
         """Write what is buffered now, one statement per batch; returns how many entries were
-        written. A batch whose write fails is dropped, counted and logged."""
+        written. An entry the database or the encoder refuses is kept without its bodies, and
+        costs its batch nothing; a batch whose write fails otherwise (the database out of
+        reach) is dropped, counted and logged."""
         written = 0
         while self._buffer:
             batch = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
@@ -412,18 +439,41 @@ class RequestLog:
             try:
                 rows = []
                 for n, seen in enumerate(batch, 1):
-                    rows.append(_row(seen))
+                    rows.append(_entry(seen))
                     if n % 50 == 0:
                         await asyncio.sleep(0)  # the requests of the loop go on meanwhile
-                async with self._pool.acquire() as conn:
-                    await conn.copy_records_to_table("request_log", records=rows, columns=_COLUMNS)
+                kept = await self._write(batch, rows)
             except Exception:
                 REQUEST_LOG_DROPPED.labels("error").inc(len(batch))
                 log.exception("could not write %d request-log entries", len(batch))
                 continue
-            REQUEST_LOG_WRITTEN.inc(len(batch))
-            written += len(batch)
+            if kept < len(batch):
+                REQUEST_LOG_DROPPED.labels("error").inc(len(batch) - kept)
+            REQUEST_LOG_WRITTEN.inc(kept)
+            written += kept
         return written
+
+    async def _write(self, batch: list[_Seen], rows: list[tuple[Any, ...]]) -> int:
+        """Write the batch's rows in one COPY; when an entry's content makes it fail, entry by
+        entry, one refused again kept without its bodies. Returns how many were written."""
+        async with self._pool.acquire() as conn:
+            try:
+                await conn.copy_records_to_table("request_log", records=rows, columns=_COLUMNS)
+                return len(rows)
+            except _ENTRY_ERRORS:
+                log.warning("a request-log batch was refused: writing its entries one by one")
+            kept = 0
+            for seen, row in zip(batch, rows, strict=True):
+                for attempt in (row, _row(seen, bodies=False)):
+                    try:
+                        await conn.copy_records_to_table(
+                            "request_log", records=[attempt], columns=_COLUMNS
+                        )
+                    except _ENTRY_ERRORS:
+                        continue
+                    kept += 1
+                    break
+            return kept
 
 
 async def delete_request_log_before(conn: Connection, before: datetime, limit: int) -> int:

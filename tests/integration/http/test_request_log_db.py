@@ -18,7 +18,7 @@ from starlette.responses import Response
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
-from bankrail.http.request_log import BODY_LIMIT, CLAIMS, RequestLog
+from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -257,3 +257,49 @@ async def test_an_object_is_found_by_its_id_whatever_the_case_of_a_uuid_and_as_i
         ]
     finally:
         await _forget(pool)
+
+
+async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    """A client cannot hide its requests, or anyone's, by sending what PostgreSQL or the JSON
+    encoder refuses: a body nested past orjson's limit of 254 levels (or past the redaction's
+    recursion limit), a NUL in the path. Each such entry is kept without its bodies, the
+    others of its batch whole."""
+    deep = b"[" * 300 + b"]" * 300
+    deeper = b'{"a":' * 1000 + b"1" + b"}" * 1000
+    journal = RequestLog(pool, ServiceClock(), interval=60)
+    before = _dropped_errors()
+    for path, body in (
+        ("/v3/payments/1", b'{"a": 1}'),
+        ("/v3/payments/2", deep),
+        ("/v3/payments/\x00", b'{"b": 2}'),
+        ("/v3/payments/3", deeper),
+        ("/v3/payments/4", b'{"c": 3}'),
+    ):
+        await journal.record(_request(path, body), _answer)
+    try:
+        assert await journal.flush() == 5
+        rows = await _rows(pool)
+        assert [row["path"] for row in rows] == [
+            "/v3/payments/1",
+            "/v3/payments/2",
+            "/v3/payments/",
+            "/v3/payments/3",
+            "/v3/payments/4",
+        ]
+        bodies = [row["request"]["body"] for row in rows]
+        assert bodies == [{"a": 1}, NOT_STORED, {"b": 2}, NOT_STORED, {"c": 3}]
+        assert rows[1]["response"]["body"] == NOT_STORED
+        assert rows[4]["response"]["body"] == {"id": "p-1"}
+        assert rows[1]["request"]["headers"]["authorization"] == "[redacted]"
+        assert _dropped_errors() == before
+    finally:
+        await _forget(pool)
+
+
+def _dropped_errors() -> float:
+    return (
+        REGISTRY.get_sample_value("bankrail_request_log_entries_dropped_total", {"reason": "error"})
+        or 0.0
+    )

@@ -555,3 +555,25 @@ def test_expired_tokens_are_401(
             "payment_failed",
         }
         assert "authorized_at" not in _status(merchant, made["id"])
+
+
+def test_a_bank_chosen_on_the_hosted_page_is_the_next_action_the_payment_shows(
+    http: httpx.Client, merchant: MerchantClient
+) -> None:
+    """Choosing the bank on the hosted page is a step of the payer's journey like the API's:
+    `GET /v3/payments/{id}` then shows the redirect to that bank, not the provider list the
+    merchant's own call left (nor nothing, when the merchant made none)."""
+    started = _create(merchant)
+    flow = merchant.signed_post(
+        f"/v3/payments/{started['id']}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/api-flow"}},
+    )
+    assert flow.status_code == 200, flow.text
+    listed = _status(merchant, started["id"])["authorization_flow"]["actions"]["next"]
+    assert listed["type"] == "provider_selection"
+    for payment in (started, _create(merchant)):
+        chosen = _choose(http, payment, "mock-payments-gb-redirect")
+        assert chosen.status_code == 303, chosen.text
+        shown = _status(merchant, payment["id"])
+        assert shown["status"] == "authorizing"
+        assert shown["authorization_flow"]["actions"]["next"]["type"] == "redirect", shown

@@ -46,6 +46,7 @@ from bankrail.pages._hosted import (
     require_providers,
 )
 from bankrail.payments import service
+from bankrail.payments._route_support import FlowStep
 from bankrail.payments.models import PaymentStatus
 from bankrail.rails.mock_bank import login_uri
 
@@ -168,9 +169,13 @@ async def choose_provider(payment_id: str, request: Request, context: Context) -
                     now=now,
                     allow_listed_only=False,
                     powers=powers,
+                    journey=FlowStep(context),
                 )
             if row["provider_id"] is None:
-                row = await service.select_provider(conn, row, provider_id, None, now, powers)
+                # A step of the payer's journey as the API's: the payment shows its next action.
+                row = await service.select_provider(
+                    conn, row, provider_id, None, now, powers, journey=FlowStep(context)
+                )
             bank_token = service.provider_token(context.tokens, row["id"], context.clock.now())
     # Whatever the provider asks (a redirect, forms, a consent the merchant declared), the
     # payer gives it at the mock bank, whose login page opens the right form.

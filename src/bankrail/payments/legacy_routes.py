@@ -20,7 +20,7 @@ from bankrail.http.pipeline import MERCHANT, Call, Endpoint, Signed, routes
 from bankrail.http.schema_types import Amount, StrictModel
 from bankrail.merchants.service import account_in_currency
 from bankrail.payments import service
-from bankrail.payments._route_support import flow_answer
+from bankrail.payments._route_support import FlowStep, flow_answer
 from bankrail.payments.models import AUTHORIZATION_WINDOW
 from bankrail.payments.schemas import PaymentRequest
 
@@ -123,6 +123,7 @@ async def legacy_deposit(call: Call[LegacyDepositRequest, None]) -> Response:
             allow_listed_only=not context.settings.sandbox,
             powers=context.settings.powers,
             field="auth_flow.return_uri",
+            journey=FlowStep(context),
         )
         next_step = _redirect_step(context, row, created["id"], body.auth_flow.return_uri, now)
         return 201, {

@@ -46,7 +46,7 @@ from bankrail.pages._hosted import (
     require_providers,
 )
 from bankrail.payments import service
-from bankrail.payments._route_support import FlowStep
+from bankrail.payments.flow_routes import FlowStep
 from bankrail.payments.models import PaymentStatus
 from bankrail.rails.mock_bank import login_uri
 

@@ -30,7 +30,7 @@ from bankrail.payments.schemas import (
     ProviderSelectionSubmit,
 )
 
-__all__ = ["ROUTES"]
+__all__ = ["ROUTES", "FlowStep"]  # FlowStep: the hosted page takes the same journey steps
 
 Action = Callable[[Connection, Any], Awaitable[tuple[int, Any]]]
 

@@ -112,7 +112,12 @@ def report(figures: dict[str, Any]) -> str:
             f"  access line off: {rates['off']:8.1f} requests/s  p50 {p50['off']:.1f} ms"
             f"  API CPU {cpu['off']:.3f} ms/request",
             f"  ratio on/off (median over the rounds): {figures['ratio_on_off']:.3f};"
-            f" API CPU per request on/off: {cpu['on'] / cpu['off']:.3f}",
+            " API CPU per request on/off: "
+            + (
+                f"{cpu['on'] / cpu['off']:.3f}"
+                if cpu["off"] > 0
+                else "n/a (each turn under the CPU meter's 10 ms)"
+            ),
         ]
     )
 

@@ -75,6 +75,12 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     def median(name: str, field: str) -> float:
         return statistics.median(t[field] for t in turns[name])
 
+    cpu_ratios = [
+        on["all_cpu_ms"] / off["all_cpu_ms"]
+        for on, off in zip(turns["on"], turns["off"], strict=True)
+        if off["all_cpu_ms"] > 0
+    ]
+
     return {
         "median_requests_per_s": {name: median(name, "requests_per_s") for name in turns},
         "median_p50_ms": {name: median(name, "p50_ms") for name in turns},
@@ -86,10 +92,8 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             on["requests_per_s"] / off["requests_per_s"]
             for on, off in zip(turns["on"], turns["off"], strict=True)
         ),
-        "cpu_ratio_on_off": statistics.median(
-            on["all_cpu_ms"] / off["all_cpu_ms"]
-            for on, off in zip(turns["on"], turns["off"], strict=True)
-        ),
+        # A turn too short for the CPU meter's 10 ms ticks reads 0 ms: no ratio of it.
+        "cpu_ratio_on_off": statistics.median(cpu_ratios) if cpu_ratios else None,
     }
 
 
@@ -149,7 +153,12 @@ def report(figures: dict[str, Any]) -> str:
             )
         lines.append(
             f"    ratio on/off of the rates (median over the rounds): {f['ratio_on_off']:.3f};"
-            f" of all CPU per request: {f['cpu_ratio_on_off']:.3f}"
+            " of all CPU per request: "
+            + (
+                f"{f['cpu_ratio_on_off']:.3f}"
+                if f["cpu_ratio_on_off"] is not None
+                else "n/a (each turn under the CPU meter's 10 ms)"
+            )
         )
     return "\n".join(lines)
 

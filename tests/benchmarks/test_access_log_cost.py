@@ -17,7 +17,7 @@ def test_the_access_log_comparison_runs_both_settings_and_prints_the_ratio() -> 
             "bench",
             "--access-log",
             "--requests",
-            "20",
+            "60",
             "--repeats",
             "2",
             "--concurrency",
@@ -30,8 +30,9 @@ def test_the_access_log_comparison_runs_both_settings_and_prints_the_ratio() -> 
         cwd=Path(__file__).parents[2],
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    # 20 warm-up payouts, then 2 turns of 20: one line each on the server with the line on.
-    assert re.search(r"access line on: +[\d.]+ requests/s .*\(60 lines written\)", done.stdout)
+    # 60 warm-up payouts, then 2 turns of 60 (enough CPU per turn for the meter's 10 ms
+    # ticks to read it): one line each on the server with the line on.
+    assert re.search(r"access line on: +[\d.]+ requests/s .*\(180 lines written\)", done.stdout)
     assert re.search(r"access line off: +[\d.]+ requests/s", done.stdout), done.stdout
     ratio = r"ratio on/off \(median over the rounds\): \d\.\d{3}; API CPU per request on/off: "
     assert re.search(ratio + r"\d\.\d{3}$", done.stdout, re.M), done.stdout

@@ -20,7 +20,6 @@ from bankrail.db.pool import Connection
 from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
     PAYMENT_COLUMNS,
-    Journey,
     get_payment_document,
     get_payment_row,
     lock_payment,
@@ -49,7 +48,6 @@ __all__ = [
     "ADVANCE_JOB",
     "EXPIRE_JOB",
     "PAYMENT_COLUMNS",
-    "Journey",
     "advance_payment",
     "bank_action",
     "cancel_payment",

@@ -63,9 +63,10 @@ async def _answer(request: Request) -> Response:
     return Response(b'{"id": "p-1"}', status_code=201, media_type="application/json")
 
 
-def _dropped() -> float:
+def _dropped(reason: str = "full") -> float:
+    """The entries the log has dropped in this process for `reason` (full or error)."""
     return (
-        REGISTRY.get_sample_value("bankrail_request_log_entries_dropped_total", {"reason": "full"})
+        REGISTRY.get_sample_value("bankrail_request_log_entries_dropped_total", {"reason": reason})
         or 0.0
     )
 
@@ -269,7 +270,7 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
     deep = b"[" * 300 + b"]" * 300
     deeper = b'{"a":' * 1000 + b"1" + b"}" * 1000
     journal = RequestLog(pool, ServiceClock(), interval=60)
-    before = _dropped_errors()
+    before = _dropped("error")
     for path, body in (
         ("/v3/payments/1", b'{"a": 1}'),
         ("/v3/payments/2", deep),
@@ -293,13 +294,6 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
         assert rows[1]["response"]["body"] == NOT_STORED
         assert rows[4]["response"]["body"] == {"id": "p-1"}
         assert rows[1]["request"]["headers"]["authorization"] == "[redacted]"
-        assert _dropped_errors() == before
+        assert _dropped("error") == before
     finally:
         await _forget(pool)
-
-
-def _dropped_errors() -> float:
-    return (
-        REGISTRY.get_sample_value("bankrail_request_log_entries_dropped_total", {"reason": "error"})
-        or 0.0
-    )

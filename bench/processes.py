@@ -42,8 +42,8 @@ def rss_mb(pid: int) -> float:
 
 
 def server_processes(root: int, data_dir: Path) -> dict[int, str]:
-    """The processes of a `bankrail serve`: pid -> group (`api`, `verifier`, `worker`,
-    `postgres`, and `supervisor` for the parent of `--workers N > 1`)."""
+    """The processes of a `bankrail serve`: pid -> group (`api`, `verifier`, `request_log`,
+    `worker`, `postgres`, and `supervisor` for the parent of `--workers N > 1`)."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -70,6 +70,8 @@ def server_processes(root: int, data_dir: Path) -> dict[int, str]:
             groups[pid] = "worker"
         elif "bankrail.security.verifier" in command:
             groups[pid] = "verifier"  # each serving process's signature verifiers
+        elif "bankrail.http.request_log_writer" in command:
+            groups[pid] = "request_log"  # each serving process's request-log writer
         elif "bankrail serve" in command or "spawn_main" in command:
             groups[pid] = "api"
     if any(g == "api" for p, g in groups.items() if p != root) and root in groups:

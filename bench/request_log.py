@@ -85,6 +85,8 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         "median_requests_per_s": {name: median(name, "requests_per_s") for name in turns},
         "median_p50_ms": {name: median(name, "p50_ms") for name in turns},
         "median_api_cpu_ms": {name: median(name, "api_cpu_ms") for name in turns},
+        "median_writer_cpu_ms": {name: median(name, "writer_cpu_ms") for name in turns},
+        "median_postgres_cpu_ms": {name: median(name, "postgres_cpu_ms") for name in turns},
         "median_all_cpu_ms": {name: median(name, "all_cpu_ms") for name in turns},
         # Each round's two turns ran back to back: the median of their ratios discounts the
         # machine's change of speed across rounds.
@@ -122,6 +124,8 @@ def _summary(measured_run: dict[str, Any]) -> dict[str, float]:
         "requests_per_s": measured_run["requests_per_s"],
         "p50_ms": measured_run["p50_ms"],
         "api_cpu_ms": cpu.get("api", 0.0),
+        "writer_cpu_ms": cpu.get("request_log", 0.0),
+        "postgres_cpu_ms": cpu.get("postgres", 0.0),
         "all_cpu_ms": round(sum(cpu.values()), 3),
     }
 
@@ -145,11 +149,13 @@ def report(figures: dict[str, Any]) -> str:
         f = figures[kind]
         rates, p50 = f["median_requests_per_s"], f["median_p50_ms"]
         api, every = f["median_api_cpu_ms"], f["median_all_cpu_ms"]
+        writer, postgres = f["median_writer_cpu_ms"], f["median_postgres_cpu_ms"]
         lines.append(f"  {title}:")
         for name in ("on", "off"):
             lines.append(
                 f"    log {name:<3}: {rates[name]:8.1f} requests/s  p50 {p50[name]:.1f} ms"
-                f"  API CPU {api[name]:.3f} ms/request  all CPU {every[name]:.3f} ms/request"
+                f"  CPU ms/request: API {api[name]:.3f}, log writer {writer[name]:.3f},"
+                f" PostgreSQL {postgres[name]:.3f}, all {every[name]:.3f}"
             )
         lines.append(
             f"    ratio on/off of the rates (median over the rounds): {f['ratio_on_off']:.3f};"

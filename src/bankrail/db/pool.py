@@ -65,3 +65,11 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+async def connect(dsn: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:
+    """Open one connection that decodes json/jsonb as the pool's do (for a process that
+    needs no pool: the request log's writer)."""
+    conn = await asyncpg.connect(dsn, statement_cache_size=statement_cache_size)
+    await _init_connection(conn)
+    return conn

@@ -5,12 +5,18 @@ is older than the retention on the service clock."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import uuid
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+import pytest_asyncio
 from prometheus_client import REGISTRY
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,7 +24,7 @@ from starlette.responses import Response
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
-from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog
+from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, LogDatabase, RequestLog
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -63,6 +69,24 @@ async def _answer(request: Request) -> Response:
     return Response(b'{"id": "p-1"}', status_code=201, media_type="application/json")
 
 
+Journals = Callable[..., RequestLog]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def journals(database: str) -> AsyncIterator[Journals]:
+    """Make request logs writing to the test's database (each `RequestLog(...)` with these
+    options); each is closed at the end, its writer process stopped."""
+    made: list[RequestLog] = []
+
+    def journal(clock: ServiceClock | None = None, **options: Any) -> RequestLog:
+        made.append(RequestLog(LogDatabase(database), clock or ServiceClock(), **options))
+        return made[-1]
+
+    yield journal
+    for journal_made in made:
+        await journal_made.close()
+
+
 def _dropped(reason: str = "full") -> float:
     """The entries the log has dropped in this process for `reason` (full or error)."""
     return (
@@ -83,9 +107,9 @@ async def _rows(pool: asyncpg.Pool) -> list[Any]:
 
 
 async def test_a_full_buffer_drops_and_counts_and_close_writes_the_rest(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
-    journal = RequestLog(pool, ServiceClock(), capacity=2, batch=10, interval=60)
+    journal = journals(capacity=2, batch=10, interval=60)
     before = _dropped()
     for n in range(3):
         answer = await journal.record(_request(f"/v3/payments/{n}", b'{"a": 1}'), _answer)
@@ -107,10 +131,10 @@ async def test_a_full_buffer_drops_and_counts_and_close_writes_the_rest(
 
 
 async def test_the_pruning_job_deletes_entries_past_the_retention_in_service_time(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
     clock = ServiceClock()
-    journal = RequestLog(pool, clock)
+    journal = journals(clock)
     await journal.record(_request("/v3/payouts/old"), _answer)
     await journal.flush()
     clock.set_offset(timedelta(days=6))
@@ -129,9 +153,9 @@ async def test_the_pruning_job_deletes_entries_past_the_retention_in_service_tim
 
 
 async def test_a_body_postgresql_cannot_hold_as_json_is_kept_as_json_without_the_nul(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
-    journal = RequestLog(pool, ServiceClock())
+    journal = journals()
     sent = b'{"reference": "a\\u0000b", "beneficiary": {"account_holder_name": "Ada Lovelace"}}'
     await journal.record(_request("/v3/payouts/nul", sent), _answer)
     assert await journal.flush() == 1
@@ -151,9 +175,9 @@ PERSONAL = (
 
 
 async def test_personal_data_sent_in_a_body_that_is_not_json_is_never_kept(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
-    journal = RequestLog(pool, ServiceClock())
+    journal = journals()
     # A JSON document sent as text/plain (the route refuses it, the log still keeps it).
     await journal.record(_request("/v3/payouts/plain", PERSONAL, b"text/plain"), _answer)
     # Nearly JSON (a trailing comma): the rule cannot read its names.
@@ -185,10 +209,10 @@ async def test_personal_data_sent_in_a_body_that_is_not_json_is_never_kept(
 
 
 async def test_a_body_over_the_limit_is_kept_as_its_size_and_the_buffer_is_bounded_in_bytes(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
     big = b'{"reference": "' + b"x" * BODY_LIMIT + b'"}'
-    journal = RequestLog(pool, ServiceClock(), buffer_bytes=BODY_LIMIT)
+    journal = journals(buffer_bytes=BODY_LIMIT)
     before = _dropped()
     await journal.record(_request("/v3/payouts/big", big), _answer)
     small = b'{"reference": "' + b"y" * (BODY_LIMIT // 2) + b'"}'
@@ -207,8 +231,10 @@ async def test_a_body_over_the_limit_is_kept_as_its_size_and_the_buffer_is_bound
     await _forget(pool)
 
 
-async def test_request_headers_count_against_the_buffer_budget(pool: asyncpg.Pool) -> None:
-    journal = RequestLog(pool, ServiceClock(), buffer_bytes=64 * 1024)
+async def test_request_headers_count_against_the_buffer_budget(
+    pool: asyncpg.Pool, journals: Journals
+) -> None:
+    journal = journals(buffer_bytes=64 * 1024)
     before = _dropped()
     for n in range(4):
         request = _request(f"/v3/payouts/headers-{n}")
@@ -223,7 +249,7 @@ async def test_request_headers_count_against_the_buffer_budget(pool: asyncpg.Poo
 
 
 async def test_an_object_is_found_by_its_id_whatever_the_case_of_a_uuid_and_as_it_is_otherwise(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
     created = uuid.uuid4()
     answers = {
@@ -234,7 +260,7 @@ async def test_an_object_is_found_by_its_id_whatever_the_case_of_a_uuid_and_as_i
     async def answer(request: Request) -> Response:
         return Response(answers[request.url.path], status_code=201, media_type="application/json")
 
-    journal = RequestLog(pool, ServiceClock(), interval=60)
+    journal = journals(interval=60)
     for path in answers:
         await journal.record(_request(path, b"{}"), answer)
     await journal.flush()
@@ -261,7 +287,7 @@ async def test_an_object_is_found_by_its_id_whatever_the_case_of_a_uuid_and_as_i
 
 
 async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_nothing(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, journals: Journals
 ) -> None:
     """A client cannot hide its requests, or anyone's, by sending what PostgreSQL or the JSON
     encoder refuses: a body nested past orjson's limit of 254 levels (or past the redaction's
@@ -269,7 +295,7 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
     others of its batch whole."""
     deep = b"[" * 300 + b"]" * 300
     deeper = b'{"a":' * 1000 + b"1" + b"}" * 1000
-    journal = RequestLog(pool, ServiceClock(), interval=60)
+    journal = journals(interval=60)
     before = _dropped("error")
     for path, body in (
         ("/v3/payments/1", b'{"a": 1}'),
@@ -295,5 +321,54 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
         assert rows[4]["response"]["body"] == {"id": "p-1"}
         assert rows[1]["request"]["headers"]["authorization"] == "[redacted]"
         assert _dropped("error") == before
+    finally:
+        await _forget(pool)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_the_writer_is_a_process_of_its_own_that_outlives_sigterm_and_is_replaced(
+    pool: asyncpg.Pool, journals: Journals
+) -> None:
+    """Parsing, redacting and writing run in a process of their own; it ends when the log
+    closes, not on a signal to the process group, and one that died is replaced."""
+    journal = journals(interval=60)
+    assert journal.writer_pid is None  # started on the first batch
+    await journal.record(_request("/v3/payouts/a", b"{}"), _answer)
+    assert await journal.flush() == 1
+    writer = journal.writer_pid
+    assert writer is not None
+    assert writer != os.getpid()
+    assert _running(writer)
+    try:
+        # Its answer to the next batch comes after the signal was delivered to it.
+        os.kill(writer, signal.SIGTERM)
+        await journal.record(_request("/v3/payouts/b", b"{}"), _answer)
+        assert await journal.flush() == 1
+        assert journal.writer_pid == writer
+
+        os.kill(writer, signal.SIGKILL)
+        while _running(writer):
+            await asyncio.sleep(0.01)  # polling for the kernel to end it
+        await journal.record(_request("/v3/payouts/c", b"{}"), _answer)
+        assert await journal.flush() == 1
+        replacement = journal.writer_pid
+        assert replacement not in (None, writer)
+        assert [row["path"] for row in await _rows(pool)] == [
+            "/v3/payouts/a",
+            "/v3/payouts/b",
+            "/v3/payouts/c",
+        ]
+
+        await journal.close()
+        assert journal.writer_pid is None
+        assert replacement is not None
+        assert not _running(replacement)
     finally:
         await _forget(pool)

@@ -1,0 +1,437 @@
+"""The request log's writer process (docs/operations.md, "Request log").
+
+Each API process with the request log on hands the entries it captured (http/request_log.py)
+to a process of its own, started on first use: this module. It parses each entry's bodies,
+redacts them by the one rule (core/redaction.py) and writes a batch in one binary `COPY` on a
+connection of its own, then answers how many entries it kept. The API process only captured
+references and pickles a batch to a socket: parsing, redacting and encoding an entry cost a
+GET by id a third of its API CPU when they ran on the API's event loop, and this process runs
+them on another core (docs/performance.md, "The request log").
+
+The serving process is the only client: the channel is a socket pair it made, so what comes
+through it is trusted (pickled tuples of plain values). The writer exits when its end closes,
+whatever signal its process group receives meanwhile, so that a graceful stop can hand it the
+last entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import pickle
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl
+
+import asyncpg
+import orjson
+
+from bankrail.core.ids import new_id
+from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
+from bankrail.db.pool import connect
+
+__all__ = [
+    "BODY_LIMIT",
+    "NOT_STORED",
+    "Entry",
+    "LogDatabase",
+    "WriterProcess",
+    "object_ids",
+    "object_key",
+]
+
+log = logging.getLogger(__name__)
+
+BODY_LIMIT = 256 * 1024
+"""The largest body (bytes) an entry keeps; a larger one is kept as a note of its size, so
+that neither the buffer nor the table holds megabytes per request."""
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+# One COPY per batch, in the binary format (db/pool.py gives json its binary codec): PostgreSQL
+# parses no arrays and no statement, which an INSERT ... unnest(...) of the same rows made it do.
+_COLUMNS = (
+    "id",
+    "merchant_id",
+    "created_at",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "client_id",
+    "idempotency_key",
+    "replayed",
+    "request",
+    "response",
+    "object_ids",
+)
+
+
+class Entry(NamedTuple):
+    """One request as the pipeline saw it, unparsed: what the API process hands over."""
+
+    merchant_id: bytes  # the UUID's 16 bytes
+    client_id: str
+    created_at: datetime
+    method: str
+    path: str
+    status: int
+    duration_ms: float
+    replayed: bool
+    request_headers: list[tuple[bytes, bytes]]
+    # The body, or its size in bytes when it is over BODY_LIMIT (not kept).
+    request_body: bytes | int
+    response_headers: list[tuple[bytes, bytes]]
+    response_body: bytes | int | None
+
+
+def object_key(object_id: str) -> str:
+    """How the log keeps and looks up an object's id: a UUID lower-cased (`ABC…` and `abc…`
+    are the same UUID), any other id as it is."""
+    return object_id.lower() if _UUID.fullmatch(object_id) else object_id
+
+
+def object_ids(path: str, method: str, status: int, answer: Any) -> list[str]:
+    """The ids an entry names (each as `object_key` keeps it): every UUID in its path, and
+    the `id` of the object a successful POST's answer created."""
+    found = [match.lower() for match in _UUID.findall(path)]
+    if method == "POST" and 200 <= status < 300 and isinstance(answer, dict):
+        created = answer.get("id")
+        if isinstance(created, str) and created:
+            key = object_key(created)
+            if key not in found:
+                found.append(key)
+    return found
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of the header `name` (lower-case, as ASGI names them)."""
+    for sent, value in headers:
+        if sent.lower() == name:
+            return value
+    return None
+
+
+def _media(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The body's media type, lower-case, without parameters (b"" when not said)."""
+    value = _header(headers, b"content-type")
+    return b"" if value is None else value.partition(b";")[0].strip().lower()
+
+
+def _is_json(media: bytes) -> bool:
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+def _without_nul(value: Any) -> Any:
+    """`value` with every NUL character taken out of its texts (PostgreSQL's jsonb holds
+    none)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _form(raw: bytes) -> str:
+    """A form body (`a=1&b=2`) with the rule applied to each field by its name."""
+    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    return "&".join(f"{name}={redact_value({name: value})[name]}" for name, value in pairs)
+
+
+def _body(raw: bytes | int | None, headers: list[tuple[bytes, bytes]], *, sent: bool) -> Any:
+    """A body as the log keeps it, redacted: JSON as JSON, a form by its fields, other text as
+    a string, nothing as null, one over BODY_LIMIT as a note of its size.
+
+    The rule goes by field names, so a body the client `sent` is read as JSON whatever its
+    Content-Type said (a JSON document sent as text/plain has its names masked too), and one
+    that is neither JSON with names nor a form (free text, a bare JSON string) is not kept:
+    it may hold anything, a name or an IBAN included, under no name the rule knows. An
+    answer is Bankrail's own: its text is kept (credentials redacted)."""
+    if raw is None or raw == b"":
+        return None
+    if isinstance(raw, int):
+        return f"[not kept: {raw} bytes, over the {BODY_LIMIT}-byte limit]"
+    media = _media(headers)
+    if sent or _is_json(media):
+        try:
+            value = redact_json(raw)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if not (sent and isinstance(value, str)):
+                return _without_nul(value) if b"\\u0000" in raw else value
+    if media == b"application/x-www-form-urlencoded":
+        return _without_nul(_form(raw))
+    if sent:
+        return f"{MASKED} {len(raw)} bytes, not JSON: not kept"
+    return redact(raw.decode("utf-8", "replace").replace("\x00", ""))
+
+
+_LISTING = b'{"items":'
+
+
+def _answer(seen: Entry) -> Any:
+    """The answer as the log keeps it: a successful listing as its items' ids and its
+    pagination, since each item can be read again by id (walking fifty documents to redact
+    them was half of a page's cost, and storing them tripled PostgreSQL's); any other answer
+    whole, redacted."""
+    raw = seen.response_body
+    if (
+        isinstance(raw, bytes)
+        and seen.method == "GET"
+        and 200 <= seen.status < 300
+        and raw.startswith(_LISTING)
+    ):
+        try:
+            page = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            page = None
+        if isinstance(page, dict) and isinstance(page.get("items"), list):
+            kept: dict[str, Any] = {
+                "items": [
+                    redact_value({"id": item.get("id")}) if isinstance(item, dict) else None
+                    for item in page["items"]
+                ]
+            }
+            if "pagination" in page:
+                kept["pagination"] = redact_value(page["pagination"])
+            return kept
+    return _body(raw, seen.response_headers, sent=False)
+
+
+NOT_STORED = "[not kept: the log could not store this body]"
+"""What an entry keeps of a body PostgreSQL or the JSON encoder refused (nested past their
+limits, say), so that the rest of the entry, and the rest of its batch, are kept."""
+
+
+def _row(seen: Entry, *, bodies: bool = True) -> tuple[Any, ...]:
+    """The entry as the table keeps it (`_COLUMNS`, in order): parsed and redacted; its
+    bodies as `NOT_STORED` when not `bodies`."""
+    answer = _answer(seen) if bodies else NOT_STORED
+    key = _header(seen.request_headers, b"idempotency-key")
+    # PostgreSQL's text holds no NUL; a client may send one in the path (`%00`).
+    path = seen.path.replace("\x00", "") if "\x00" in seen.path else seen.path
+    return (
+        new_id(),  # time-ordered: a batch's ids land together at the end of the index
+        uuid.UUID(bytes=seen.merchant_id),
+        seen.created_at,
+        seen.method,
+        path,
+        seen.status,
+        round(seen.duration_ms, 3),
+        seen.client_id,
+        key.decode("latin-1").replace("\x00", "") if key is not None else None,
+        seen.replayed,
+        {
+            "headers": redact_headers(seen.request_headers),
+            "body": _body(seen.request_body, seen.request_headers, sent=True)
+            if bodies
+            else NOT_STORED,
+        },
+        {"headers": redact_headers(seen.response_headers), "body": answer},
+        object_ids(path, seen.method, seen.status, answer),
+    )
+
+
+def _entry(seen: Entry) -> tuple[Any, ...]:
+    """The entry's row; without its bodies when they cannot be redacted (a body nested past
+    the redaction's recursion limit)."""
+    try:
+        return _row(seen)
+    except RecursionError:
+        return _row(seen, bodies=False)
+
+
+# What one entry's own content makes a write fail with: PostgreSQL refusing a value (a
+# data exception), or the JSON encoder refusing one (nested past its limit).
+_ENTRY_ERRORS = (asyncpg.exceptions.DataError, TypeError, ValueError)
+
+
+async def _copy(conn: asyncpg.Connection, entries: list[Entry]) -> int:
+    """Write the entries' rows in one COPY; when an entry's content makes it fail, entry by
+    entry, one refused again kept without its bodies. Returns how many were written."""
+    rows = [_entry(seen) for seen in entries]
+    try:
+        await conn.copy_records_to_table("request_log", records=rows, columns=_COLUMNS)
+        return len(rows)
+    except _ENTRY_ERRORS:
+        log.warning("a request-log batch was refused: writing its entries one by one")
+    kept = 0
+    for seen, row in zip(entries, rows, strict=True):
+        for attempt in (row, _row(seen, bodies=False)):
+            try:
+                await conn.copy_records_to_table("request_log", records=[attempt], columns=_COLUMNS)
+            except _ENTRY_ERRORS:
+                continue
+            kept += 1
+            break
+    return kept
+
+
+# The channel: each frame its length, then the frame. The serving process sends the
+# database to write to (a pickled LogDatabase), then batches (a pickled list of Entry
+# tuples); the writer answers each batch with (kept, refused).
+_LENGTH = struct.Struct("!I")
+_ANSWER = struct.Struct("!II")
+
+
+@dataclass(frozen=True, slots=True)
+class LogDatabase:
+    """Where the writer writes: the serving process's DSN, and its statement cache size (0
+    behind a transaction pooler: db/pool.py)."""
+
+    dsn: str
+    statement_cache_size: int = 100
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    return await reader.readexactly(length)
+
+
+class _Writer:
+    """The writer's side: one connection, opened when needed and again after it failed."""
+
+    def __init__(self, database: LogDatabase) -> None:
+        self._database = database
+        self._conn: asyncpg.Connection | None = None
+
+    async def write(self, entries: list[Entry]) -> int:
+        """Write a batch; returns how many entries were kept (all of them, unless the
+        database was out of reach: none, logged)."""
+        try:
+            if self._conn is None or self._conn.is_closed():
+                self._conn = await connect(
+                    self._database.dsn, statement_cache_size=self._database.statement_cache_size
+                )
+            return await _copy(self._conn, entries)
+        except Exception:
+            log.exception("could not write %d request-log entries", len(entries))
+            await self.close()
+            return 0
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close(timeout=5)
+
+
+async def _serve(sock: socket.socket) -> None:
+    """The writer's loop: write each batch as it comes and answer it, until the serving
+    process closes its end."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    # The socket pair's other end is the serving process that started this one: trusted.
+    database: LogDatabase = pickle.loads(await _read_frame(reader))  # noqa: S301
+    journal = _Writer(database)
+    try:
+        while True:
+            try:
+                frame = await _read_frame(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the serving process closed its end, or exited
+            entries = [Entry(*values) for values in pickle.loads(frame)]  # noqa: S301
+            kept = await journal.write(entries)
+            writer.write(_ANSWER.pack(kept, len(entries) - kept))
+            await writer.drain()
+    finally:
+        await journal.close()
+        writer.close()
+
+
+class WriterProcess:
+    """The writer process of one serving process, started on the first `write` and again
+    after it died."""
+
+    def __init__(self, database: LogDatabase) -> None:
+        self._database = database
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The writer's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    async def write(self, entries: list[tuple[Any, ...]]) -> tuple[int, int]:
+        """Hand `entries` (each an `Entry`'s values) to the writer and wait until it has
+        written them: (kept, refused). Raises ConnectionError when the writer could not be
+        started or died before answering (the next call starts another). One call at a
+        time."""
+        if self._writer is None or self._writer.is_closing() or self._exited():
+            await self._spawn()  # the first batch, or the writer died since the last one
+        assert self._reader is not None
+        assert self._writer is not None
+        frame = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self._writer.write(_LENGTH.pack(len(frame)))
+            self._writer.write(frame)
+            await self._writer.drain()
+            kept, refused = _ANSWER.unpack(await self._reader.readexactly(_ANSWER.size))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            code = await self._stop()
+            raise ConnectionError(f"the request-log writer exited (code {code})") from exc
+        return kept, refused
+
+    def _exited(self) -> bool:
+        return self._process is not None and self._process.poll() is not None
+
+    async def close(self) -> None:
+        """Stop the writer (it exits when its end of the channel closes) and wait for it."""
+        await self._stop()
+
+    async def _spawn(self) -> None:
+        await self._stop()
+        # A fresh interpreter that imports this module alone, not the serving process's.
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._process = await asyncio.to_thread(
+                subprocess.Popen,
+                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self._reader, self._writer = await asyncio.open_connection(sock=ours)
+        database = pickle.dumps(self._database, protocol=pickle.HIGHEST_PROTOCOL)
+        self._writer.write(_LENGTH.pack(len(database)) + database)
+
+    async def _stop(self) -> int | None:
+        writer, process = self._writer, self._process
+        self._reader = self._writer = self._process = None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        if process is None:
+            return None
+        try:
+            return await asyncio.to_thread(process.wait, 10.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return await asyncio.to_thread(process.wait)
+
+
+def _main() -> None:
+    # The serving process decides when the writer ends (by closing the channel once it has
+    # handed over what it buffered); a Ctrl-C or SIGTERM sent to the whole group must not
+    # end the writer first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(socket.socket(fileno=int(sys.argv[1]))))
+
+
+if __name__ == "__main__":
+    _main()

@@ -34,7 +34,7 @@ from bankrail.http.oauth import ROUTES as AUTH_ROUTES
 from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.pipeline import ApiRouter, openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
-from bankrail.http.request_log import LogDatabase, RequestLog
+from bankrail.http.request_log import RequestLog, WriterSettings
 from bankrail.logs import write_access_line
 from bankrail.mandates.routes import MOCK_BANK_CONSENT_ROUTES
 from bankrail.mandates.routes import ROUTES as MANDATES_ROUTES
@@ -199,8 +199,13 @@ def _lifespan(
                 clients,
             )
             if settings.request_log_retention > 0:
-                database = LogDatabase(dsn, settings.db_statement_cache_size)
-                context.request_log = RequestLog(database, process.clock)
+                writer = WriterSettings(
+                    dsn,
+                    settings.db_statement_cache_size,
+                    production=not settings.sandbox,
+                    host=settings.host_id,
+                )
+                context.request_log = RequestLog(writer, process.clock)
                 context.request_log.start()
             app.state.context = context
             try:

@@ -40,8 +40,8 @@ from bankrail.http.auth import access_claims
 from bankrail.http.request_log_writer import (
     BODY_LIMIT,
     NOT_STORED,
-    LogDatabase,
     WriterProcess,
+    WriterSettings,
     object_ids,
     object_key,
 )
@@ -53,8 +53,8 @@ __all__ = [
     "CLAIMS",
     "NOT_LOGGED",
     "NOT_STORED",
-    "LogDatabase",
     "RequestLog",
+    "WriterSettings",
     "delete_request_log_before",
     "object_ids",
     "object_key",
@@ -78,6 +78,10 @@ NOT_LOGGED = frozenset(
 BUFFER_BYTES = 64 * 1024 * 1024
 """The most bytes of bodies and request headers the capture buffer holds at once (beside its
 count of entries): past it an entry is dropped and counted, as when the buffer is full."""
+
+CLOSE_SECONDS = 30.0
+"""How long a stop waits for the writer to write what is buffered (a database that does not
+answer must not hold the process up forever): past it, the rest is dropped and counted."""
 
 _DELETE_BEFORE = (
     "DELETE FROM request_log WHERE id = ANY (ARRAY("
@@ -115,7 +119,7 @@ class RequestLog:
 
     def __init__(
         self,
-        database: LogDatabase,
+        writer: WriterSettings,
         clock: ServiceClock,
         *,
         capacity: int = 10_000,
@@ -123,7 +127,7 @@ class RequestLog:
         interval: float = 0.1,
         buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
-        self._writer = WriterProcess(database)
+        self._writer = WriterProcess(writer)
         self._clock = clock
         self._capacity = capacity
         self._batch = batch
@@ -135,6 +139,7 @@ class RequestLog:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
+        self._in_flight = 0  # entries handed to the writer, not yet answered for
         self._closing = False
 
     @property
@@ -222,7 +227,15 @@ class RequestLog:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.flush()
+        try:
+            async with asyncio.timeout(CLOSE_SECONDS):
+                await self.flush()
+        except TimeoutError:
+            lost = self._in_flight + len(self._buffer)
+            REQUEST_LOG_DROPPED.labels("error").inc(lost)
+            log.error(
+                "the request-log writer did not write %d entries within %s s", lost, CLOSE_SECONDS
+            )
         await self._writer.close()
 
     async def _run(self) -> None:
@@ -244,12 +257,15 @@ class RequestLog:
             while self._buffer:
                 taken = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
                 self._buffered_bytes -= sum(size for size, _ in taken)
+                self._in_flight = len(taken)
                 try:
                     kept, refused = await self._writer.write([entry for _, entry in taken])
                 except Exception:
                     REQUEST_LOG_DROPPED.labels("error").inc(len(taken))
                     log.exception("could not write %d request-log entries", len(taken))
                     continue
+                finally:
+                    self._in_flight = 0
                 if refused:
                     REQUEST_LOG_DROPPED.labels("error").inc(refused)
                 REQUEST_LOG_WRITTEN.inc(kept)

@@ -38,13 +38,14 @@ import orjson
 from bankrail.core.ids import new_id
 from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
 from bankrail.db.pool import connect
+from bankrail.logs import configure_logging
 
 __all__ = [
     "BODY_LIMIT",
     "NOT_STORED",
     "Entry",
-    "LogDatabase",
     "WriterProcess",
+    "WriterSettings",
     "object_ids",
     "object_key",
 ]
@@ -279,20 +280,23 @@ async def _copy(conn: asyncpg.Connection, entries: list[Entry]) -> int:
     return kept
 
 
-# The channel: each frame its length, then the frame. The serving process sends the
-# database to write to (a pickled LogDatabase), then batches (a pickled list of Entry
+# The channel: each frame its length, then the frame. The serving process sends its
+# settings (a pickled WriterSettings), then batches (a pickled list of Entry
 # tuples); the writer answers each batch with (kept, refused).
 _LENGTH = struct.Struct("!I")
 _ANSWER = struct.Struct("!II")
 
 
 @dataclass(frozen=True, slots=True)
-class LogDatabase:
-    """Where the writer writes: the serving process's DSN, and its statement cache size (0
-    behind a transaction pooler: db/pool.py)."""
+class WriterSettings:
+    """What the writer takes from its serving process: where to write (the DSN, and the
+    statement cache size: 0 behind a transaction pooler, db/pool.py) and how to log (as the
+    serving process does, logs.py: JSON lines in production, the host's name)."""
 
     dsn: str
     statement_cache_size: int = 100
+    production: bool = False
+    host: str | None = None
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
@@ -303,8 +307,8 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 class _Writer:
     """The writer's side: one connection, opened when needed and again after it failed."""
 
-    def __init__(self, database: LogDatabase) -> None:
-        self._database = database
+    def __init__(self, settings: WriterSettings) -> None:
+        self._settings = settings
         self._conn: asyncpg.Connection | None = None
 
     async def write(self, entries: list[Entry]) -> int:
@@ -313,7 +317,7 @@ class _Writer:
         try:
             if self._conn is None or self._conn.is_closed():
                 self._conn = await connect(
-                    self._database.dsn, statement_cache_size=self._database.statement_cache_size
+                    self._settings.dsn, statement_cache_size=self._settings.statement_cache_size
                 )
             return await _copy(self._conn, entries)
         except Exception:
@@ -333,8 +337,9 @@ async def _serve(sock: socket.socket) -> None:
     process closes its end."""
     reader, writer = await asyncio.open_connection(sock=sock)
     # The socket pair's other end is the serving process that started this one: trusted.
-    database: LogDatabase = pickle.loads(await _read_frame(reader))  # noqa: S301
-    journal = _Writer(database)
+    settings: WriterSettings = pickle.loads(await _read_frame(reader))  # noqa: S301
+    configure_logging(settings.production, settings.host)
+    journal = _Writer(settings)
     try:
         while True:
             try:
@@ -354,8 +359,8 @@ class WriterProcess:
     """The writer process of one serving process, started on the first `write` and again
     after it died."""
 
-    def __init__(self, database: LogDatabase) -> None:
-        self._database = database
+    def __init__(self, settings: WriterSettings) -> None:
+        self._settings = settings
         self._process: subprocess.Popen[bytes] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -404,8 +409,8 @@ class WriterProcess:
                 stdin=subprocess.DEVNULL,
             )
         self._reader, self._writer = await asyncio.open_connection(sock=ours)
-        database = pickle.dumps(self._database, protocol=pickle.HIGHEST_PROTOCOL)
-        self._writer.write(_LENGTH.pack(len(database)) + database)
+        settings = pickle.dumps(self._settings, protocol=pickle.HIGHEST_PROTOCOL)
+        self._writer.write(_LENGTH.pack(len(settings)) + settings)
 
     async def _stop(self) -> int | None:
         writer, process = self._writer, self._process
@@ -429,7 +434,6 @@ def _main() -> None:
     # end the writer first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     asyncio.run(_serve(socket.socket(fileno=int(sys.argv[1]))))
 
 

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
-from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, LogDatabase, RequestLog
+from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog, WriterSettings
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -79,7 +79,7 @@ async def journals(database: str) -> AsyncIterator[Journals]:
     made: list[RequestLog] = []
 
     def journal(clock: ServiceClock | None = None, **options: Any) -> RequestLog:
-        made.append(RequestLog(LogDatabase(database), clock or ServiceClock(), **options))
+        made.append(RequestLog(WriterSettings(database), clock or ServiceClock(), **options))
         return made[-1]
 
     yield journal

@@ -126,6 +126,7 @@ class RequestLog:
         batch: int = 500,
         interval: float = 0.1,
         buffer_bytes: int = BUFFER_BYTES,
+        close_seconds: float = CLOSE_SECONDS,
     ) -> None:
         self._writer = WriterProcess(writer)
         self._clock = clock
@@ -140,6 +141,7 @@ class RequestLog:
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
         self._in_flight = 0  # entries handed to the writer, not yet answered for
+        self._close_seconds = close_seconds
         self._closing = False
 
     @property
@@ -228,15 +230,19 @@ class RequestLog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         try:
-            async with asyncio.timeout(CLOSE_SECONDS):
+            async with asyncio.timeout(self._close_seconds):
                 await self.flush()
         except TimeoutError:
             lost = self._in_flight + len(self._buffer)
             REQUEST_LOG_DROPPED.labels("error").inc(lost)
             log.error(
-                "the request-log writer did not write %d entries within %s s", lost, CLOSE_SECONDS
+                "the request-log writer did not write %d entries within %s s",
+                lost,
+                self._close_seconds,
             )
-        await self._writer.close()
+            await self._writer.close(wait=0)
+        else:
+            await self._writer.close()
 
     async def _run(self) -> None:
         while not self._closing:
@@ -257,15 +263,16 @@ class RequestLog:
             while self._buffer:
                 taken = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
                 self._buffered_bytes -= sum(size for size, _ in taken)
+                # Counted as not written if a stop's time runs out meanwhile (`close`).
                 self._in_flight = len(taken)
                 try:
                     kept, refused = await self._writer.write([entry for _, entry in taken])
                 except Exception:
+                    self._in_flight = 0
                     REQUEST_LOG_DROPPED.labels("error").inc(len(taken))
                     log.exception("could not write %d request-log entries", len(taken))
                     continue
-                finally:
-                    self._in_flight = 0
+                self._in_flight = 0
                 if refused:
                     REQUEST_LOG_DROPPED.labels("error").inc(refused)
                 REQUEST_LOG_WRITTEN.inc(kept)

@@ -393,9 +393,10 @@ class WriterProcess:
     def _exited(self) -> bool:
         return self._process is not None and self._process.poll() is not None
 
-    async def close(self) -> None:
-        """Stop the writer (it exits when its end of the channel closes) and wait for it."""
-        await self._stop()
+    async def close(self, *, wait: float = 10.0) -> None:
+        """Stop the writer (it exits when its end of the channel closes) and wait for it,
+        `wait` seconds at most before killing it."""
+        await self._stop(wait)
 
     async def _spawn(self) -> None:
         await self._stop()
@@ -412,7 +413,7 @@ class WriterProcess:
         settings = pickle.dumps(self._settings, protocol=pickle.HIGHEST_PROTOCOL)
         self._writer.write(_LENGTH.pack(len(settings)) + settings)
 
-    async def _stop(self) -> int | None:
+    async def _stop(self, wait: float = 10.0) -> int | None:
         writer, process = self._writer, self._process
         self._reader = self._writer = self._process = None
         if writer is not None:
@@ -422,7 +423,7 @@ class WriterProcess:
         if process is None:
             return None
         try:
-            return await asyncio.to_thread(process.wait, 10.0)
+            return await asyncio.to_thread(process.wait, wait)
         except subprocess.TimeoutExpired:
             process.kill()
             return await asyncio.to_thread(process.wait)

@@ -372,3 +372,37 @@ async def test_the_writer_is_a_process_of_its_own_that_outlives_sigterm_and_is_r
         assert not _running(replacement)
     finally:
         await _forget(pool)
+
+
+async def test_a_stop_waits_for_a_database_that_does_not_answer_only_so_long(
+    pool: asyncpg.Pool,
+) -> None:
+    """A stop hands the writer what is buffered and waits, but not forever: against a
+    database that accepts the connection and never answers, it gives up after its time and
+    counts what was not written."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # and never answer
+
+    silent = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    journal = RequestLog(
+        WriterSettings(f"postgresql://nobody@127.0.0.1:{port}/nothing"),
+        ServiceClock(),
+        interval=60,
+        close_seconds=0.5,
+    )
+    before = _dropped("error")
+    try:
+        for n in range(3):
+            await journal.record(_request(f"/v3/payouts/silent-{n}", b"{}"), _answer)
+        async with asyncio.timeout(10):
+            await journal.close()
+        assert _dropped("error") == before + 3
+        assert journal.writer_pid is None
+    finally:
+        for writer in accepted:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()

@@ -10,34 +10,14 @@ import signal
 from pathlib import Path
 
 import asyncpg
+from bench.processes import server_processes
 
 from support.api import MerchantClient, operator_of
 from support.databases import run
-from support.server import own_server
+from support.server import RunningServer, own_server
 from support.waiting import wait_for
 
-WRITER = b"bankrail.http.request_log_writer"
 PATH = "/v3/merchant-accounts"
-
-
-def _tree(root: int) -> set[int]:
-    """`root` and every process under it."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rpartition(")")[2].split()[1])
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return tree
 
 
 def _alive(pid: int) -> bool:
@@ -48,17 +28,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _writers(root: int) -> list[int]:
-    """The request-log writers running under the server `root`."""
-    found = []
-    for pid in _tree(root):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if WRITER in command and _alive(pid):
-            found.append(pid)
-    return found
+def _writers(running: RunningServer) -> list[int]:
+    """The request-log writers running under the server."""
+    assert running.process is not None
+    groups = server_processes(running.process.pid, running.data_dir)
+    return [pid for pid, group in groups.items() if group == "request_log" and _alive(pid)]
 
 
 async def _logged(dsn: str, merchant_id: str) -> int:
@@ -90,7 +64,7 @@ def test_the_writer_is_replaced_when_it_dies_and_a_stop_of_the_group_writes_ever
             merchant = operator.new_merchant()
             _read(merchant, 3)
             assert wait_for(lambda: run(_logged(dsn, merchant.merchant_id)) == 3, what="3")
-            [writer] = _writers(root)
+            [writer] = _writers(running)
             assert writer != root
 
             # A writer that dies is replaced; what was captured after it died is written.
@@ -98,7 +72,7 @@ def test_the_writer_is_replaced_when_it_dies_and_a_stop_of_the_group_writes_ever
             wait_for(lambda: not _alive(writer), what="the writer's death")
             _read(merchant, 4)
             assert wait_for(lambda: run(_logged(dsn, merchant.merchant_id)) == 7, what="7")
-            [replacement] = wait_for(lambda: _writers(root), what="a new writer")
+            [replacement] = wait_for(lambda: _writers(running), what="a new writer")
             assert replacement != writer
 
             # Every process of the group is told to stop, as Ctrl-C or a service manager

@@ -50,7 +50,8 @@ __all__ = [
     "object_key",
 ]
 
-log = logging.getLogger(__name__)
+# Named, not `__name__`: run as `python -m`, this module is `__main__`.
+log = logging.getLogger("bankrail.http.request_log_writer")
 
 BODY_LIMIT = 256 * 1024
 """The largest body (bytes) an entry keeps; a larger one is kept as a note of its size, so
@@ -314,6 +315,8 @@ class _Writer:
     async def write(self, entries: list[Entry]) -> int:
         """Write a batch; returns how many entries were kept (all of them, unless the
         database was out of reach: none, logged)."""
+        if not entries:
+            return 0
         try:
             if self._conn is None or self._conn.is_closed():
                 self._conn = await connect(

@@ -76,7 +76,8 @@ def test_the_writer_is_replaced_when_it_dies_and_a_stop_of_the_group_writes_ever
             assert replacement != writer
 
             # Every process of the group is told to stop, as Ctrl-C or a service manager
-            # does; the writer outlives the signal and writes what the API hands it last.
+            # does: what the API captured is written before it exits (that the writer itself
+            # ignores the signal: tests/integration/http/test_request_log_db.py).
             _read(merchant, 50)
             os.killpg(root, signal.SIGTERM)
             assert running.stop() == 0

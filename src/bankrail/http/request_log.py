@@ -79,6 +79,9 @@ BUFFER_BYTES = 64 * 1024 * 1024
 """The most bytes of bodies and request headers the capture buffer holds at once (beside its
 count of entries): past it an entry is dropped and counted, as when the buffer is full."""
 
+FRAME_BYTES = 8 * 1024 * 1024
+"""The most bytes (`_size`) of the entries handed to the writer in one batch."""
+
 CLOSE_SECONDS = 30.0
 """How long a stop waits for the writer to write what is buffered (a database that does not
 answer must not hold the process up forever): past it, the rest is dropped and counted."""
@@ -223,15 +226,15 @@ class RequestLog:
         self._task = asyncio.create_task(self._run(), name="request-log-writer")
 
     async def close(self) -> None:
-        """Stop the writer once it has written everything buffered."""
+        """Stop the writer once it has written everything buffered, waiting `close_seconds`
+        at most: past it, what is not written is dropped and counted."""
         self._closing = True
         self._wake.set()
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
         try:
             async with asyncio.timeout(self._close_seconds):
-                await self.flush()
+                if self._task is not None:
+                    await self._task  # its last turn writes what was buffered
+                await self.flush()  # and this what came meanwhile
         except TimeoutError:
             lost = self._in_flight + len(self._buffer)
             REQUEST_LOG_DROPPED.labels("error").inc(lost)
@@ -252,6 +255,20 @@ class RequestLog:
             self._wake.clear()
             await self.flush()
 
+    def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
+        """The next batch off the buffer: `batch` entries, or fewer holding FRAME_BYTES (one
+        at least), so that no batch makes a frame of tens of megabytes at once."""
+        taken = [self._buffer.popleft()]
+        held = taken[0][0]
+        while (
+            self._buffer and len(taken) < self._batch and held + self._buffer[0][0] <= FRAME_BYTES
+        ):
+            entry = self._buffer.popleft()
+            held += entry[0]
+            taken.append(entry)
+        self._buffered_bytes -= held
+        return taken
+
     async def flush(self) -> int:
         """Have the writer process write what is buffered now, one statement per batch, and
         wait for it; returns how many entries were written. An entry the database or the
@@ -261,8 +278,7 @@ class RequestLog:
         written = 0
         async with self._flushing:
             while self._buffer:
-                taken = [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
-                self._buffered_bytes -= sum(size for size, _ in taken)
+                taken = self._take()
                 # Counted as not written if a stop's time runs out meanwhile (`close`).
                 self._in_flight = len(taken)
                 try:

@@ -26,8 +26,9 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
@@ -35,6 +36,7 @@ from urllib.parse import parse_qsl
 import asyncpg
 import orjson
 
+from bankrail.core.children import spawn_module
 from bankrail.core.ids import new_id
 from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
 from bankrail.db.pool import connect
@@ -282,10 +284,21 @@ async def _copy(conn: asyncpg.Connection, entries: list[Entry]) -> int:
 
 
 # The channel: each frame its length, then the frame. The serving process sends its
-# settings (a pickled WriterSettings), then batches (a pickled list of Entry
-# tuples); the writer answers each batch with (kept, refused).
+# settings (a pickled WriterSettings), the writer answers `_READY` once nothing but its
+# serving process can end it, then each batch (a pickled list of Entry tuples) is answered
+# with (kept, refused).
 _LENGTH = struct.Struct("!I")
+_READY = b"R"
 _ANSWER = struct.Struct("!II")
+
+BATCH_SECONDS = 60.0
+"""How long the serving process waits for the writer to answer a batch: past it the writer
+is taken to be stuck (a database that stopped answering mid-COPY, say), killed and replaced,
+and the batch counted as not written."""
+
+_READY_SECONDS = 30.0  # for a new writer to start (import, read its settings)
+_LIVED_SECONDS = 10.0  # a writer that died younger than this is restarted after a pause
+_MOST_PAUSE = 30.0  # seconds: the longest pause before starting another writer
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +307,7 @@ class WriterSettings:
     statement cache size: 0 behind a transaction pooler, db/pool.py) and how to log (as the
     serving process does, logs.py: JSON lines in production, the host's name)."""
 
-    dsn: str
+    dsn: str = field(repr=False)  # it may hold a password
     statement_cache_size: int = 100
     production: bool = False
     host: str | None = None
@@ -339,103 +352,165 @@ async def _serve(sock: socket.socket) -> None:
     """The writer's loop: write each batch as it comes and answer it, until the serving
     process closes its end."""
     reader, writer = await asyncio.open_connection(sock=sock)
-    # The socket pair's other end is the serving process that started this one: trusted.
-    settings: WriterSettings = pickle.loads(await _read_frame(reader))  # noqa: S301
-    configure_logging(settings.production, settings.host)
-    journal = _Writer(settings)
+    journal: _Writer | None = None
     try:
+        # The socket pair's other end is the serving process that started this one: trusted.
+        settings: WriterSettings = pickle.loads(await _read_frame(reader))  # noqa: S301
+        configure_logging(settings.production, settings.host)
+        journal = _Writer(settings)
+        writer.write(_READY)
         while True:
-            try:
-                frame = await _read_frame(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return  # the serving process closed its end, or exited
+            frame = await _read_frame(reader)
             entries = [Entry(*values) for values in pickle.loads(frame)]  # noqa: S301
             kept = await journal.write(entries)
             writer.write(_ANSWER.pack(kept, len(entries) - kept))
             await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return  # the serving process closed its end, or exited
+    except Exception:
+        # Through the process log's handler (redacted, JSON in production), not a bare
+        # traceback on stderr.
+        log.exception("the request-log writer failed")
+        raise SystemExit(1) from None
     finally:
-        await journal.close()
-        writer.close()
+        if journal is not None:
+            await journal.close()
+        writer.transport.abort()
 
 
 class WriterProcess:
-    """The writer process of one serving process, started on the first `write` and again
-    after it died."""
+    """The writer process of one serving process: started on the first `write`, replaced
+    when it dies or stops answering (after a pause that grows while new ones die young)."""
 
-    def __init__(self, settings: WriterSettings) -> None:
+    def __init__(self, settings: WriterSettings, *, batch_seconds: float = BATCH_SECONDS) -> None:
         self._settings = settings
+        self._batch_seconds = batch_seconds
         self._process: subprocess.Popen[bytes] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._started_at = 0.0
+        self._young_deaths = 0  # writers in a row that ended within _LIVED_SECONDS
+        self._not_before = 0.0  # monotonic: no writer is started before it
 
     @property
     def pid(self) -> int | None:
         """The writer's process id while it runs."""
-        return self._process.pid if self._process is not None else None
+        return self._process.pid if self._writer is not None and self._process else None
 
     async def write(self, entries: list[tuple[Any, ...]]) -> tuple[int, int]:
         """Hand `entries` (each an `Entry`'s values) to the writer and wait until it has
-        written them: (kept, refused). Raises ConnectionError when the writer could not be
-        started or died before answering (the next call starts another). One call at a
-        time."""
-        if self._writer is None or self._writer.is_closing() or self._exited():
-            await self._spawn()  # the first batch, or the writer died since the last one
+        written them: (kept, refused). Raises ConnectionError when no writer could take them
+        (it could not be started, died, or did not answer within `batch_seconds`: it is
+        replaced for the next call). One call at a time; cancelled, it ends the writer (what
+        the writer was answering is then unknown)."""
+        if self._process is not None and self._process.poll() is not None:
+            self._end("it exited")  # since its last batch
+        if self._writer is None:
+            await self._start()
         assert self._reader is not None
         assert self._writer is not None
         frame = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self._writer.write(_LENGTH.pack(len(frame)))
-            self._writer.write(frame)
-            await self._writer.drain()
-            kept, refused = _ANSWER.unpack(await self._reader.readexactly(_ANSWER.size))
+            async with asyncio.timeout(self._batch_seconds):
+                self._writer.write(_LENGTH.pack(len(frame)))
+                self._writer.write(frame)
+                await self._writer.drain()
+                kept, refused = _ANSWER.unpack(await self._reader.readexactly(_ANSWER.size))
+        except TimeoutError as exc:
+            self._end(f"it did not answer a batch within {self._batch_seconds} s")
+            raise ConnectionError("the request-log writer did not answer") from exc
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            code = await self._stop()
-            raise ConnectionError(f"the request-log writer exited (code {code})") from exc
+            self._end("it exited")
+            raise ConnectionError("the request-log writer exited") from exc
+        except BaseException:
+            self._end("its batch was cancelled")
+            raise
         return kept, refused
 
-    def _exited(self) -> bool:
-        return self._process is not None and self._process.poll() is not None
-
     async def close(self, *, wait: float = 10.0) -> None:
-        """Stop the writer (it exits when its end of the channel closes) and wait for it,
-        `wait` seconds at most before killing it."""
-        await self._stop(wait)
-
-    async def _spawn(self) -> None:
-        await self._stop()
-        # A fresh interpreter that imports this module alone, not the serving process's.
-        ours, theirs = socket.socketpair()
-        with theirs:
-            self._process = await asyncio.to_thread(
-                subprocess.Popen,
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-            )
-        self._reader, self._writer = await asyncio.open_connection(sock=ours)
-        settings = pickle.dumps(self._settings, protocol=pickle.HIGHEST_PROTOCOL)
-        self._writer.write(_LENGTH.pack(len(settings)) + settings)
-
-    async def _stop(self, wait: float = 10.0) -> int | None:
-        writer, process = self._writer, self._process
-        self._reader = self._writer = self._process = None
+        """Stop the writer (it exits when its end of the channel closes, after the batch it
+        is writing) and wait for it, `wait` seconds at most before killing it."""
+        writer, self._reader, self._writer = self._writer, None, None
         if writer is not None:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            writer.transport.abort()  # the end of the channel: the writer's last read ends
+        await self._reap(wait)
+
+    async def _start(self) -> None:
+        await self._reap(0)
+        if time.monotonic() < self._not_before:
+            raise ConnectionError("the request-log writer is being restarted")
+        settings = pickle.dumps(self._settings, protocol=pickle.HIGHEST_PROTOCOL)
+        # Twice at most: a signal sent to the whole group ends a writer that is still
+        # starting (before it ignores such signals); the one started after it is not.
+        for _attempt in range(2):
+            process, reader, writer = await spawn_module(__name__)
+            self._process = process
+            try:
+                writer.write(_LENGTH.pack(len(settings)) + settings)
+                async with asyncio.timeout(_READY_SECONDS):
+                    ready = await reader.readexactly(len(_READY))
+            except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+                ready = b""
+            except BaseException:
+                writer.transport.abort()
+                process.kill()
+                raise
+            if ready == _READY:
+                self._reader, self._writer = reader, writer
+                self._started_at = time.monotonic()
+                return
+            writer.transport.abort()
+            await self._reap(0)
+        self._pause_before_next()
+        raise ConnectionError("the request-log writer could not be started")
+
+    def _end(self, why: str) -> None:
+        """Give up on the running writer (`why`): close the channel and kill it; it is
+        reaped before the next one starts."""
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.transport.abort()
+        process = self._process
         if process is None:
-            return None
+            return
+        if process.poll() is None:
+            process.kill()
+        log.warning(
+            "the request-log writer (pid %s, exit code %s) ended: %s; starting another",
+            process.pid,
+            process.poll(),
+            why,
+        )
+        if time.monotonic() - self._started_at < _LIVED_SECONDS:
+            self._pause_before_next()
+        else:
+            self._young_deaths = 0
+
+    def _pause_before_next(self) -> None:
+        """One more writer ended young: from the second in a row, wait before starting the
+        next (0.5 s, doubled each time, 30 s at most), so that a writer that cannot run
+        does not cost an interpreter's start every batch."""
+        self._young_deaths += 1
+        if self._young_deaths > 1:
+            pause = min(0.5 * 2 ** (self._young_deaths - 2), _MOST_PAUSE)
+            self._not_before = time.monotonic() + pause
+
+    async def _reap(self, wait: float) -> None:
+        """Wait for the last writer to exit, `wait` seconds at most, then kill it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
         try:
-            return await asyncio.to_thread(process.wait, wait)
+            await asyncio.to_thread(process.wait, wait)
         except subprocess.TimeoutExpired:
             process.kill()
-            return await asyncio.to_thread(process.wait)
+            await asyncio.to_thread(process.wait)
 
 
 def _main() -> None:
     # The serving process decides when the writer ends (by closing the channel once it has
     # handed over what it buffered); a Ctrl-C or SIGTERM sent to the whole group must not
-    # end the writer first.
+    # end the writer first. It answers `_READY` only once these are ignored.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     asyncio.run(_serve(socket.socket(fileno=int(sys.argv[1]))))

@@ -32,6 +32,7 @@ from functools import partial
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bankrail.core.children import spawn_module
 from bankrail.core.threadlane import CRYPTO
 from bankrail.security.signing import verify_any
 
@@ -195,17 +196,7 @@ class VerifierProcesses:
                 self._workers.append(await self._spawn())
 
     async def _spawn(self) -> _Worker:
-        # A fresh interpreter that imports this module alone (not the serving process's
-        # modules, as multiprocessing's spawn would through the `bankrail` script).
-        ours, theirs = socket.socketpair()
-        with theirs:
-            process = await asyncio.to_thread(
-                subprocess.Popen,
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-            )
-        reader, writer = await asyncio.open_connection(sock=ours)
+        process, reader, writer = await spawn_module(__name__)
         worker = _Worker(process, writer)
         worker.reader_task = asyncio.create_task(self._read(worker, reader))
         return worker

@@ -6,6 +6,7 @@ is older than the retention on the service clock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -25,6 +26,7 @@ from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
 from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog, WriterSettings
+from bankrail.http.request_log_writer import WriterProcess
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -374,12 +376,9 @@ async def test_the_writer_is_a_process_of_its_own_that_outlives_sigterm_and_is_r
         await _forget(pool)
 
 
-async def test_a_stop_waits_for_a_database_that_does_not_answer_only_so_long(
-    pool: asyncpg.Pool,
-) -> None:
-    """A stop hands the writer what is buffered and waits, but not forever: against a
-    database that accepts the connection and never answers, it gives up after its time and
-    counts what was not written."""
+@contextlib.asynccontextmanager
+async def _silent_database() -> AsyncIterator[WriterSettings]:
+    """Settings of a writer whose database accepts the connection and never answers."""
     accepted: list[asyncio.StreamWriter] = []
 
     def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -387,22 +386,61 @@ async def test_a_stop_waits_for_a_database_that_does_not_answer_only_so_long(
 
     silent = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = silent.sockets[0].getsockname()[1]
-    journal = RequestLog(
-        WriterSettings(f"postgresql://nobody@127.0.0.1:{port}/nothing"),
-        ServiceClock(),
-        interval=60,
-        close_seconds=0.5,
-    )
-    before = _dropped("error")
     try:
-        for n in range(3):
-            await journal.record(_request(f"/v3/payouts/silent-{n}", b"{}"), _answer)
-        async with asyncio.timeout(10):
-            await journal.close()
-        assert _dropped("error") == before + 3
-        assert journal.writer_pid is None
+        yield WriterSettings(f"postgresql://nobody@127.0.0.1:{port}/nothing")
     finally:
         for writer in accepted:
             writer.close()
         silent.close()
         await silent.wait_closed()
+
+
+async def test_a_stop_waits_for_a_database_that_does_not_answer_only_so_long() -> None:
+    """A stop hands the writer what is buffered and waits, but not forever: against a
+    database that never answers, it gives up after its time (the batch the background task
+    was writing included) and counts what was not written."""
+    async with _silent_database() as settings:
+        journal = RequestLog(settings, ServiceClock(), interval=60, close_seconds=1)
+        before = _dropped("error")
+        for n in range(3):
+            await journal.record(_request(f"/v3/payouts/silent-{n}", b"{}"), _answer)
+        journal.start()  # woken by the stop, its turn takes the three entries
+        async with asyncio.timeout(10):
+            await journal.close()
+        assert _dropped("error") == before + 3
+        assert journal.writer_pid is None
+
+
+async def test_a_writer_that_does_not_answer_is_replaced_and_one_that_keeps_failing_waits() -> None:
+    """A batch not answered within its time is counted as not written and its writer
+    killed; from the second writer in a row that ends young, the next one starts only after
+    a pause (no interpreter started every batch meanwhile)."""
+    entry = (
+        MERCHANT.bytes,
+        "client",
+        ServiceClock().now(),
+        "GET",
+        "/v3/payouts/x",
+        200,
+        1.0,
+        False,
+        [],
+        b"",
+        [],
+        None,
+    )
+    async with _silent_database() as settings:
+        writer = WriterProcess(settings, batch_seconds=0.5)
+        try:
+            with pytest.raises(ConnectionError, match="did not answer"):
+                await writer.write([entry])
+            first = writer.pid
+            assert first is None  # killed, nothing running
+            with pytest.raises(ConnectionError, match="did not answer"):
+                await writer.write([entry])
+            # Two writers ended young in a row: the next waits for its pause.
+            with pytest.raises(ConnectionError, match="being restarted"):
+                await writer.write([entry])
+            assert writer.pid is None
+        finally:
+            await writer.close()

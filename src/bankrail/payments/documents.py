@@ -1,0 +1,95 @@
+"""The payment documents this process has rendered, kept as their JSON bytes by row version
+for the pages of `GET /v3/payments` (docs/performance.md "A page of 50 payments").
+
+A page reads which payments it lists and each one's row version (`queries.list_payments`),
+takes the documents it holds for those versions from here, renders only the others, and
+splices the bytes into its answer (`page_answer`). A version is what identifies the content
+`render_row` reads: the payments row's `xmin` and its joined payment source's (`_store`
+`DOCUMENT_VERSION`). Every UPDATE of a row writes a new version of it, stamped with the
+writing transaction's id, so a payment (or source) that changed has a new version and its
+old document is never served again; entries also expire after `max_age_seconds`, minutes,
+far less than the two billion transactions after which PostgreSQL could stamp the same id
+again. Per process and bounded (entries and bytes), least recently used out first.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["PaymentDocuments", "Version", "page_answer"]
+
+Version = tuple[int, int | None]
+"""A payment document's version: the `xmin` of its payments row and of its joined payment
+source (None without one)."""
+
+
+class PaymentDocuments:
+    """Rendered payment documents by payment id, each with the version it was rendered from
+    (served only for that version), at most `max_entries` of them and `max_bytes` of
+    documents, each for at most `max_age_seconds`. One per process (app.py wires it into the
+    context's services); an event loop's requests use it without awaiting in between."""
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = 10_000,
+        max_bytes: int = 16 * 1024 * 1024,
+        max_age_seconds: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
+        self._clock = clock
+        # payment id -> (version, document, when it was rendered); oldest used first.
+        self._entries: OrderedDict[uuid.UUID, tuple[Version, bytes, float]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size(self) -> int:
+        """The bytes of the documents held."""
+        return self._bytes
+
+    def get(self, payment_id: uuid.UUID, version: Version) -> bytes | None:
+        """The document of this payment at this version, if held and not too old."""
+        entry = self._entries.get(payment_id)
+        if entry is None or entry[0] != version or self._clock() - entry[2] > self.max_age_seconds:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(payment_id)
+        self.hits += 1
+        return entry[1]
+
+    def put(self, payment_id: uuid.UUID, version: Version, document: bytes) -> None:
+        """Keep the document of this payment at this version (in place of any other version
+        of it), then drop the least recently used while over a bound."""
+        old = self._entries.pop(payment_id, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+        if len(document) > self.max_bytes:
+            return
+        self._entries[payment_id] = (version, document, self._clock())
+        self._bytes += len(document)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, (_, dropped, _) = self._entries.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+def page_answer(items: Sequence[bytes], next_cursor: str | None) -> dict[str, Any]:
+    """The page's answer for `json_response`: the documents spliced as they are (the bytes
+    `dumps` gives for the same items as values) and the pagination."""
+    return {
+        "items": orjson.Fragment(b"[" + b",".join(items) + b"]"),
+        "pagination": {"next_cursor": next_cursor},
+    }

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -227,6 +228,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for tree in trees:
             tree.server.stop()
+            if tree.server.data_dir is not None:
+                shutil.rmtree(tree.server.data_dir, ignore_errors=True)
     return _report(trees)
 
 

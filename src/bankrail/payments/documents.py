@@ -8,8 +8,8 @@ splices the bytes into its answer (`page_answer`). A version is what identifies 
 `DOCUMENT_VERSION`). Every UPDATE of a row writes a new version of it, stamped with the
 writing transaction's id, so a payment (or source) that changed has a new version and its
 old document is never served again; entries also expire after `max_age_seconds`, minutes,
-far less than the two billion transactions after which PostgreSQL could stamp the same id
-again. Per process and bounded (entries and bytes), least recently used out first.
+while PostgreSQL's 32-bit transaction ids come round again only after four billion
+transactions. Per process and bounded (entries and bytes), least recently used out first.
 """
 
 from __future__ import annotations

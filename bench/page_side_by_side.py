@@ -193,6 +193,8 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 
 
 def _report(trees: list[Tree]) -> dict[str, Any]:
+    """Per tree: each figure's median over the rounds, each page's ratios to the GET by id
+    (the median of the rounds' ratios), and every round's figures under `runs`."""
     report: dict[str, Any] = {}
     for tree in trees:
         figures = {
@@ -203,9 +205,12 @@ def _report(trees: list[Tree]) -> dict[str, Any]:
         for name in ("cold walk", "hot walk", "hot first page"):
             pages = tree.figures[name]
             by_rate = [p["rate"] / g["rate"] for p, g in zip(pages, gets, strict=True)]
+            # A run too short for the meter's 10 ms ticks reads 0 ms: no ratio for it.
             by_cpu = [g["api"] / p["api"] for p, g in zip(pages, gets, strict=True) if p["api"]]
             figures[name]["page ÷ GET by rate"] = round(statistics.median(by_rate), 3)
-            figures[name]["page ÷ GET by API CPU"] = round(statistics.median(by_cpu), 3)
+            figures[name]["page ÷ GET by API CPU"] = (
+                round(statistics.median(by_cpu), 3) if by_cpu else None
+            )
         figures["runs"] = tree.figures
         report[tree.name] = figures
     return report

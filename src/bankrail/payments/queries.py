@@ -102,6 +102,8 @@ async def list_payments(
         user_id=user_id,
         select=PAGE_SELECT,
     )
+    # Any UPDATE of a payments row (or of its source) gives it a new `xmin`, so a payment that
+    # changed is not found at its new version and is rendered again: never served stale.
     found = [documents.get(row["id"], (row["version"], row["source_version"])) for row in page]
     missing = [row["id"] for row, document in zip(page, found, strict=True) if document is None]
     if missing:

@@ -11,6 +11,7 @@ merchant's page lists none of them.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,10 +22,16 @@ from bankrail.core.clock import ServiceClock
 from bankrail.core.jsonbody import dumps
 from bankrail.core.pagination import Window
 from bankrail.merchants.models import AccountIdentifiers, MerchantAccount
-from bankrail.payments._store import get_payment_document, lock_payment, save, state_of
+from bankrail.payments._store import (
+    HELD_DOCUMENT_SELECT,
+    get_payment_document,
+    lock_payment,
+    save,
+    state_of,
+)
 from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
 from bankrail.payments.documents import PaymentDocuments
-from bankrail.payments.queries import list_payments
+from bankrail.payments.queries import list_payments, payment_rows
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.payments.sources import record_payment_source
 from bankrail.security.idempotency import KeyedRequest
@@ -197,3 +204,68 @@ async def test_another_merchants_page_lists_none_of_the_kept_documents(
     assert len((await _page(pool, mine.merchant_id, documents, 50))[0]) == 3
     assert await _page(pool, theirs.merchant_id, documents, 50) == ([], None)
     assert documents.hits == 0
+
+
+async def test_postgresql_sends_only_ids_and_versions_of_the_documents_held(
+    pool: asyncpg.Pool,
+) -> None:
+    """A page read again is one statement that reads whole only the payments not held at
+    their version: the held ones come back as id, `created_at` and version, nothing else."""
+    now = ServiceClock().now()
+    account = await funded_account(pool, now)
+    merchant_id = account.merchant_id
+    created = await _new_payments(pool, account, now, 3)
+    documents = PaymentDocuments()
+    window = Window(None, None, 50, None)
+    await _page(pool, merchant_id, documents, 50)
+    async with pool.acquire() as conn, conn.transaction():
+        row = await lock_payment(conn, created[0])
+        await save(conn, row, state_of(row).start_authorization(), now)
+
+    held = documents.held_for((merchant_id, None, None, None, window))
+    assert len(held) == 3  # as listed: the change is not known until the statement runs
+    async with pool.acquire() as conn:
+        rows, _ = await payment_rows(
+            conn, merchant_id, window, select=HELD_DOCUMENT_SELECT, select_values=(held,)
+        )
+    by_id = {row["id"]: row for row in rows}
+    assert {payment: by_id[payment]["held"] for payment in created} == {
+        created[0]: False,
+        created[1]: True,
+        created[2]: True,
+    }
+    assert by_id[created[0]]["status"] == "authorizing"
+    for payment in created[1:]:
+        unsent = {name for name, value in by_id[payment].items() if value is None}
+        assert {"status", "history", "amount_in_minor", "created_at_utc"} <= unsent
+        assert by_id[payment]["created_at"] is not None
+        assert by_id[payment]["version"] is not None
+
+
+class _ForgetsEverything(PaymentDocuments):
+    """Documents that the statement is told are held, but are dropped before it answers
+    (another request's documents pushed them out meanwhile)."""
+
+    def __init__(self, held: list[str]) -> None:
+        super().__init__()
+        self._held = held
+
+    def held_for(self, page: Hashable) -> list[str]:
+        return self._held
+
+
+async def test_a_held_document_dropped_meanwhile_is_read_again(pool: asyncpg.Pool) -> None:
+    now = ServiceClock().now()
+    account = await funded_account(pool, now)
+    merchant_id = account.merchant_id
+    await _new_payments(pool, account, now, 3)
+    documents = PaymentDocuments()
+    first, _ = await _page(pool, merchant_id, documents, 50)
+    held = documents.held_for((merchant_id, None, None, None, Window(None, None, 50, None)))
+    assert len(held) == 3
+
+    forgetful = _ForgetsEverything(held)
+    again, _ = await _page(pool, merchant_id, forgetful, 50)
+    assert again == first
+    assert again == await _as_read_now(pool, merchant_id, again)
+    assert len(forgetful) == 3  # read again and kept

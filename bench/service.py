@@ -45,6 +45,8 @@ class Server:
     # default nowhere).
     env: dict[str, str] = field(default_factory=dict)
     output: Path | None = None
+    # The interpreter that runs it: another tree's, to measure two side by side.
+    python: str = sys.executable
 
     ready_seconds: float = 0.0
 
@@ -78,7 +80,7 @@ class Server:
         started = time.monotonic()
         self.process = subprocess.Popen(
             [
-                sys.executable,
+                self.python,
                 "-m",
                 "bankrail",
                 "serve",

@@ -50,6 +50,7 @@ from bankrail.pages.hpp_mandates import router as hpp_mandates_router
 from bankrail.pages.hpp_payouts import router as hpp_payouts_router
 from bankrail.pages.mock_bank import router as mock_bank_pages_router
 from bankrail.payments.creation import PaymentCreation
+from bankrail.payments.documents import PaymentDocuments
 from bankrail.payments.mandate_creation import MandatePaymentCreation
 from bankrail.payments.provider_routes import ROUTES as PROVIDER_ROUTES
 from bankrail.payments.routes import MOCK_BANK_ROUTES
@@ -244,6 +245,7 @@ def _app_context(
             PaymentCreation(process.pool, render),
             MandatePaymentCreation(process.pool, render),
             RefundAcceptance(process.pool, render),
+            PaymentDocuments(),
         ),
         idempotent_commit=IdempotentCommit(process.pool, render),
         public_keys=public_keys,

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from e2e_helpers import assert_invalid, get_record, service_now
+from e2e_helpers import assert_invalid, get_record, service_now, wait_record_status
 from pay_in_helpers import authorised_pay_in, payment_body, settled_payment
 from payout_helpers import (
     DE_IBAN,
@@ -126,6 +126,53 @@ def test_payments_are_listed_newest_first_with_filters(operator: Operator) -> No
     by_account = _page(merchant, "/v3/payments", merchant_account_id=merchant.accounts["EUR"]["id"])
     assert _ids(by_account["items"]) == [eur]
     assert _ids(_page(merchant, "/payments", user_id="bob")["items"]) == [settled]
+
+
+def test_a_payment_changed_between_two_page_reads_is_listed_as_it_is_now(
+    operator: Operator,
+) -> None:
+    # The server keeps the documents a page rendered (payments/documents.py): a payment that
+    # changed since is rendered again, here its status and, after a refund, its amount.
+    merchant = funded_merchant(operator)
+    settled = authorised_pay_in(merchant, 2_500, {"id": "bob", "name": "Bob Payer"})
+    settled_payment(merchant, settled)
+    waiting = [
+        merchant.signed_post("/v3/payments", payment_body(merchant)).json()["id"] for _ in range(4)
+    ]
+    created = [settled, *waiting]
+
+    for _ in range(2):  # the second read is served from what the first kept
+        first = [item for page in _every_page(merchant, "/v3/payments", limit=2) for item in page]
+        assert _ids(first) == list(reversed(created))
+    for item in first:
+        assert item == get_record(merchant, f"/v3/payments/{item['id']}")
+
+    started = merchant.signed_post(
+        f"/v3/payments/{waiting[1]}/authorization-flow",
+        {"provider_selection": {}, "redirect": {"return_uri": "https://shop.example/back"}},
+    )
+    assert started.status_code == 200, started.text
+    refund = merchant.signed_post(
+        f"/v3/payments/{settled}/refunds", {"amount_in_minor": 1_000, "reference": "refund"}
+    )
+    assert refund.status_code == 201, refund.text
+    wait_record_status(
+        merchant, f"/v3/payments/{settled}/refunds/{refund.json()['id']}", {"executed"}
+    )
+
+    pages = _every_page(merchant, "/v3/payments", limit=2)
+    assert [len(page) for page in pages] == [2, 2, 1]
+    listed = [item for page in pages for item in page]
+    assert _ids(listed) == list(reversed(created))
+    for item in listed:
+        assert item == get_record(merchant, f"/v3/payments/{item['id']}")
+    now = {item["id"]: item for item in listed}
+    assert now[waiting[1]]["status"] == "authorizing"
+    assert now[settled]["refunded_amount_in_minor"] == 1_000
+    before = {item["id"]: item for item in first}
+    assert before[waiting[1]]["status"] == "authorization_required"
+    assert before[settled]["refunded_amount_in_minor"] == 0
+    assert [now[i] == before[i] for i in created] == [False, True, False, True, True]
 
 
 def test_a_merchant_lists_only_its_own_payments_and_payouts(operator: Operator) -> None:

@@ -70,9 +70,9 @@ class ServiceSettings(Protocol):
 
 
 class Services:
-    """The areas' services of one process (their group commits), one per class: each area
-    names its own (`context.services.get(PayoutAcceptance)`), app.py assembles and wires
-    them, and this context names none."""
+    """The areas' services of one process (their group commits, the payment documents a page
+    keeps), one per class: each area names its own (`context.services.get(PayoutAcceptance)`),
+    app.py assembles and wires them, and this context names none."""
 
     def __init__(self, *services: object) -> None:
         self._by_class: dict[type, object] = {type(service): service for service in services}

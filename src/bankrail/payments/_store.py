@@ -20,12 +20,17 @@ from bankrail.payments.models import (
     PaymentState,
     PaymentStatus,
 )
-from bankrail.payments.sources import JOINED_SOURCE_COLUMNS, get_payment_source, joined_source
+from bankrail.payments.sources import JOINED_SOURCE_FIELDS, get_payment_source, joined_source
 
 __all__ = [
+    "DOCUMENT_FROM",
     "DOCUMENT_SELECT",
+    "DOCUMENT_VERSION",
+    "HELD_DOCUMENT_SELECT",
     "PAYMENT_COLUMNS",
+    "VERSIONED_DOCUMENT_SELECT",
     "Journey",
+    "document_key",
     "get_payment_document",
     "get_payment_row",
     "lock_payment",
@@ -209,20 +214,76 @@ RENDERED_TIMESTAMPS = ("created_at", "authorized_at", "executed_at", "settled_at
 
 # The timestamps as PostgreSQL renders them, in `iso_utc`'s format (microseconds, `Z`):
 # formatting them in Python was a quarter of the API's CPU for a page (docs/performance.md).
-_RENDERED_AT = "to_char(p.{0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {0}_utc"
-DOCUMENT_SELECT = (
-    "SELECT p.id, p.created_at, p.merchant_account_id,"
-    " p.amount_in_minor, p.currency, p.user_id, p.selection_type, p.selection_filter,"
-    " p.provider_id, p.scheme_id, p.metadata, p.status, p.failure_stage, p.failure_reason,"
-    " p.history, p.refunded_amount_in_minor, p.mandate_id, p.mandate_reference, p.mandate_retry,"
-    " p.user_interaction, p.sent, p.next_action, "
-    + ", ".join(_RENDERED_AT.format(column) for column in RENDERED_TIMESTAMPS)
-    + f", {JOINED_SOURCE_COLUMNS}"
-    " FROM payments p LEFT JOIN payment_sources s ON s.id = p.payment_source_id"
+_RENDERED_AT = "to_char(p.{0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+_DOCUMENT_FIELDS: tuple[tuple[str, str], ...] = (
+    *(
+        (f"p.{column}", column)
+        for column in (
+            "merchant_account_id",
+            "amount_in_minor",
+            "currency",
+            "user_id",
+            "selection_type",
+            "selection_filter",
+            "provider_id",
+            "scheme_id",
+            "metadata",
+            "status",
+            "failure_stage",
+            "failure_reason",
+            "history",
+            "refunded_amount_in_minor",
+            "mandate_id",
+            "mandate_reference",
+            "mandate_retry",
+            "user_interaction",
+            "sent",
+            "next_action",
+        )
+    ),
+    *((_RENDERED_AT.format(column), f"{column}_utc") for column in RENDERED_TIMESTAMPS),
+    *JOINED_SOURCE_FIELDS,
 )
+"""(expression, name) of what `render_row` reads besides the payment's id and `created_at`."""
+DOCUMENT_FROM = " FROM payments p LEFT JOIN payment_sources s ON s.id = p.payment_source_id"
+"""The rows `render_row` reads: the payment (`p`) and its payment source (`s`) joined."""
+_DOCUMENT_COLUMNS = "p.id, p.created_at, " + ", ".join(
+    f"{expression} AS {name}" for expression, name in _DOCUMENT_FIELDS
+)
+DOCUMENT_SELECT = f"SELECT {_DOCUMENT_COLUMNS}{DOCUMENT_FROM}"
 """The one statement's head that reads payments as `render_row` renders them (the single
 GET and the page add their WHERE): the payment, its timestamps rendered (`<column>_utc`),
 and its payment source joined."""
+
+# Every row `render_row` reads from, by its `xmin`: the id of the transaction that wrote that
+# version of it. Any UPDATE of a payment (or of its source: a later settlement from the same
+# account writes the holder's name again) writes a new version with a new `xmin`, so a
+# document kept by these versions (payments/documents.py) is never served once the payment
+# changed. A table joined into `DOCUMENT_FROM` must add its `xmin` here and to `_HELD`.
+DOCUMENT_VERSION = "p.xmin AS version, s.xmin AS source_version"
+"""The version of a payment's document, read with `DOCUMENT_FROM` (`version`,
+`source_version`: None without a source)."""
+VERSIONED_DOCUMENT_SELECT = f"SELECT {DOCUMENT_VERSION}, {_DOCUMENT_COLUMNS}{DOCUMENT_FROM}"
+"""`DOCUMENT_SELECT` with the version of each document it reads."""
+
+_HELD = "(p.id::text || ':' || p.xmin::text || ':' || coalesce(s.xmin::text, '')) = ANY($1)"
+HELD_DOCUMENT_SELECT = (
+    f"SELECT {DOCUMENT_VERSION}, h.held, p.id, p.created_at, "
+    + ", ".join(
+        f"CASE WHEN h.held THEN NULL ELSE {expression} END AS {name}"
+        for expression, name in _DOCUMENT_FIELDS
+    )
+    + f"{DOCUMENT_FROM} CROSS JOIN LATERAL (SELECT {_HELD} AS held) h"
+)
+"""`VERSIONED_DOCUMENT_SELECT` for the payments whose document the caller does not hold
+already: `$1` lists the documents it holds (`document_key` of each); a row of one of them
+(`held` true) has its id, `created_at` and version, and nulls for the rest, which PostgreSQL
+neither reads, formats nor sends."""
+
+
+def document_key(payment_id: uuid.UUID, version: int, source_version: int | None) -> str:
+    """How `HELD_DOCUMENT_SELECT` names a document held: the payment's id and its version."""
+    return f"{payment_id}:{version}:{'' if source_version is None else source_version}"
 
 
 async def get_payment_document(

@@ -1,4 +1,5 @@
-"""`GET /v3/payments`: a merchant's own payments, newest first, filtered and paged. The
+"""`GET /v3/payments`: a merchant's own payments, newest first, filtered and paged, each
+document rendered once per version of its rows and kept (payments/documents.py). The
 console's payments list reads the same rows through `payment_rows`."""
 
 from __future__ import annotations
@@ -7,9 +8,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from bankrail.core.jsonbody import dumps
 from bankrail.core.pagination import Window, newest_first_page
 from bankrail.db.pool import Connection
-from bankrail.payments._store import DOCUMENT_SELECT, PAYMENT_COLUMNS, render_row
+from bankrail.payments._store import (
+    HELD_DOCUMENT_SELECT,
+    PAYMENT_COLUMNS,
+    VERSIONED_DOCUMENT_SELECT,
+    render_row,
+)
+from bankrail.payments.documents import PaymentDocuments, Version
 
 __all__ = ["PAYMENT_SELECT", "list_payments", "payment_rows"]
 
@@ -26,15 +34,17 @@ async def payment_rows(
     status: str | None = None,
     user_id: str | None = None,
     select: str = PAYMENT_SELECT,
+    select_values: Sequence[Any] = (),
 ) -> tuple[Sequence[Any], str | None]:
-    """One page of payments rows as `select` (a statement's head whose payments are `p`)
-    reads them, newest first, of the merchant (None: of every merchant, the console
-    operator's view), and the cursor of the next page (None on the last)."""
+    """One page of payments rows as `select` (a statement's head whose payments are `p`,
+    its own parameters `select_values`, numbered from `$1`) reads them, newest first, of the
+    merchant (None: of every merchant, the console operator's view), and the cursor of the
+    next page (None on the last)."""
     after_time, after_id = window.after()
     # Only the filters given are in the statement: a catch-all `($n IS NULL OR ...)` form
     # cannot use the index once PostgreSQL settles on a generic plan for it.
     conditions: list[str] = []
-    values: list[Any] = []
+    values: list[Any] = list(select_values)
     for condition, value in (
         ("p.merchant_id = ${}", merchant_id),
         ("p.merchant_account_id = ${}", merchant_account_id),
@@ -64,14 +74,22 @@ async def list_payments(
     conn: Connection,
     merchant_id: uuid.UUID,
     window: Window,
+    documents: PaymentDocuments,
     *,
     merchant_account_id: uuid.UUID | None = None,
     status: str | None = None,
     user_id: str | None = None,
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[bytes], str | None]:
     """One page of the merchant's payments, each the document `GET /v3/payments/{id}` gives
-    (the same statement's head and `render_row`), and the cursor of the next page (None on
-    the last): one statement, the payment sources joined."""
+    (the same columns and `render_row`) as its JSON bytes, and the cursor of the next page
+    (None on the last), in one statement.
+
+    The statement is told which documents `documents` holds of the payments this page listed
+    when it was last read (`HELD_DOCUMENT_SELECT`); of those still at the version held it
+    reads only the id and version, and the page splices the document kept. Every other
+    payment (new on the page, or changed since) is read whole, rendered and kept by the
+    version read. A held document dropped from `documents` meanwhile is read again by id."""
+    page_key = (merchant_id, merchant_account_id, status, user_id, window)
     page, next_cursor = await payment_rows(
         conn,
         merchant_id,
@@ -79,6 +97,46 @@ async def list_payments(
         merchant_account_id=merchant_account_id,
         status=status,
         user_id=user_id,
-        select=DOCUMENT_SELECT,
+        select=HELD_DOCUMENT_SELECT,
+        select_values=(documents.held_for(page_key),),
     )
-    return [render_row(row) for row in page], next_cursor
+    found: list[bytes | None] = []
+    for row in page:
+        # Kept by the version the row has now: any UPDATE of a payments row (or of its
+        # source) gives it a new `xmin`, so a changed payment is never served stale.
+        version: Version = (row["version"], row["source_version"])
+        document = documents.get(row["id"], version)
+        if document is None and not row["held"]:
+            document = dumps(render_row(row))
+            documents.put(row["id"], version, document)
+        found.append(document)  # None: held when the statement began, dropped since
+    if None in found:
+        found = await _read_again(conn, merchant_id, page, found, documents)
+    documents.listed(page_key, [(row["id"], row["version"], row["source_version"]) for row in page])
+    return [document for document in found if document is not None], next_cursor
+
+
+async def _read_again(
+    conn: Connection,
+    merchant_id: uuid.UUID,
+    page: Sequence[Any],
+    found: list[bytes | None],
+    documents: PaymentDocuments,
+) -> list[bytes | None]:
+    """`found` with the documents it lacks (held when the statement began, dropped from
+    `documents` since) read and rendered again, at the version read now."""
+    missing = [row["id"] for row, document in zip(page, found, strict=True) if document is None]
+    rendered: dict[uuid.UUID, bytes] = {}
+    # The ids were read of this merchant; the merchant's condition keeps them so.
+    for row in await conn.fetch(
+        f"{VERSIONED_DOCUMENT_SELECT} WHERE p.id = ANY($1) AND p.merchant_id = $2",
+        missing,
+        merchant_id,
+    ):
+        document = dumps(render_row(row))
+        documents.put(row["id"], (row["version"], row["source_version"]), document)
+        rendered[row["id"]] = document
+    return [
+        document if document is not None else rendered.get(row["id"])
+        for row, document in zip(page, found, strict=True)
+    ]

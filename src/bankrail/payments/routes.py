@@ -33,6 +33,7 @@ from bankrail.payments.creation import (
     created_answer,
     return_uris,
 )
+from bankrail.payments.documents import PaymentDocuments, page_answer
 from bankrail.payments.flow_routes import ROUTES as FLOW_ROUTES
 from bankrail.payments.legacy_routes import ROUTES as LEGACY_ROUTES
 from bankrail.payments.mandate_creation import MandatePaymentCreation, MandatePaymentToCreate
@@ -125,16 +126,18 @@ async def list_payments(call: Call[None, PaymentListQuery]) -> Response:
         call.query.status,
         call.query.user_id,
     )
+    documents = context.services.get(PaymentDocuments)
     async with context.pool.acquire() as conn:
         items, next_cursor = await queries.list_payments(
             conn,
             merchant.merchant_id,
             window,
+            documents,
             merchant_account_id=merchant_account_id,
             status=status.value if status else None,
             user_id=user_id,
         )
-    return json_response(200, {"items": items, "pagination": {"next_cursor": next_cursor}})
+    return json_response(200, page_answer(items, next_cursor))
 
 
 async def get_payment(call: Call[None, None]) -> Response:

@@ -42,16 +42,20 @@ def source_document(
     }
 
 
-JOINED_SOURCE_COLUMNS = (
-    "s.id AS source_id, s.account_holder_name AS source_holder, s.iban AS source_iban,"
-    " s.sort_code AS source_sort_code, s.account_number AS source_account_number"
+JOINED_SOURCE_FIELDS = (
+    ("s.id", "source_id"),
+    ("s.account_holder_name", "source_holder"),
+    ("s.iban", "source_iban"),
+    ("s.sort_code", "source_sort_code"),
+    ("s.account_number", "source_account_number"),
 )
-"""What `joined_source` reads of a statement that joined `payment_sources s`."""
+"""(expression, name) of what `joined_source` reads of a statement that joined
+`payment_sources s`."""
 
 
 def joined_source(row: Any) -> dict[str, Any] | None:
     """The payment source resource of a row that joined its source as
-    `JOINED_SOURCE_COLUMNS` (one statement for a payment and its source); None when the
+    `JOINED_SOURCE_FIELDS` (one statement for a payment and its source); None when the
     row has no source."""
     source_id = row["source_id"]
     if source_id is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bankrail.config import Settings, settings_from_env
-from bankrail.logs import configure_logging
+from bankrail.core.logs import configure_logging
 
 __all__ = [
     "WORKER_NICENESS",

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp
 
 from bankrail import __version__
 from bankrail.config import Settings
+from bankrail.core.logs import write_access_line
 from bankrail.core.powers import SandboxPowers
 from bankrail.core.problems import ProblemError
 from bankrail.events.routes import ADMIN_ROUTES as EVENTS_ADMIN_ROUTES
@@ -35,7 +36,6 @@ from bankrail.http.openapi import problem_json_openapi
 from bankrail.http.pipeline import ApiRouter, openapi_routes
 from bankrail.http.problems import install_problem_handlers, render_problem_bytes
 from bankrail.http.request_log import RequestLog, WriterSettings
-from bankrail.logs import write_access_line
 from bankrail.mandates.routes import MOCK_BANK_CONSENT_ROUTES
 from bankrail.mandates.routes import ROUTES as MANDATES_ROUTES
 from bankrail.merchants.admin_routes import ROUTES as MERCHANT_ADMIN_ROUTES

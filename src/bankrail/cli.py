@@ -28,7 +28,7 @@ from bankrail._serve import (
     tune_gc_for_serving,
 )
 from bankrail.config import Settings, settings_from_env
-from bankrail.logs import configure_logging
+from bankrail.core.logs import configure_logging
 
 __all__ = [
     "DEMO_CREDENTIALS",

@@ -38,7 +38,6 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "_demo",
                 "_shell",
                 "_listen",
-                "logs",
                 "app",
                 "worker",
                 "config",

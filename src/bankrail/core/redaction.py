@@ -1,5 +1,5 @@
 """The one redaction rule of everything Bankrail keeps or writes about a request: the process
-log (logs.py) and the request log (http/request_log.py). docs/operations.md, "Redaction",
+log (core/logs.py) and the request log (http/request_log.py). docs/operations.md, "Redaction",
 states it for operators.
 
 The rule, by field name (a JSON key or a header name, compared case-insensitively with `-`

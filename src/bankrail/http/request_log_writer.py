@@ -38,9 +38,9 @@ import orjson
 
 from bankrail.core.children import spawn_module
 from bankrail.core.ids import new_id
+from bankrail.core.logs import configure_logging
 from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
 from bankrail.db.pool import connect
-from bankrail.logs import configure_logging
 
 __all__ = [
     "BODY_LIMIT",
@@ -305,7 +305,7 @@ _MOST_PAUSE = 30.0  # seconds: the longest pause before starting another writer
 class WriterSettings:
     """What the writer takes from its serving process: where to write (the DSN, and the
     statement cache size: 0 behind a transaction pooler, db/pool.py) and how to log (as the
-    serving process does, logs.py: JSON lines in production, the host's name)."""
+    serving process does, core/logs.py: JSON lines in production, the host's name)."""
 
     dsn: str = field(repr=False)  # it may hold a password
     statement_cache_size: int = 100

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bankrail.core.logs import redact as log_redact
 from bankrail.core.redaction import (
     MASKED,
     REDACTED,
@@ -19,7 +20,6 @@ from bankrail.core.redaction import (
     redact_json,
     redact_value,
 )
-from bankrail.logs import redact as log_redact
 
 BODIES = sorted((Path(__file__).parents[2] / "fixtures" / "sdk-bodies").glob("*.json"))
 SECRET_NAMES = {"client_secret", "password", "token", "access_token", "signature", "private_key"}

@@ -1,4 +1,4 @@
-"""Unit tests for bankrail.logs: credentials (client secrets, bearer and resource tokens,
+"""Unit tests for bankrail.core.logs: credentials (client secrets, bearer and resource tokens,
 JWTs) are replaced by `[redacted]` before anything is written, whatever shape they come in
 (form or query string, JSON body, Authorization header); in production every line is one
 JSON object carrying the trace id of the request it was written for (`trace_id`, null outside
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from bankrail.core.logs import configure_logging, redact, write_access_line
 from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY
 from bankrail.core.tracing import trace_id_var
 from bankrail.http.middleware import access_line
 from bankrail.http.problems import problem_document, problem_title_var
-from bankrail.logs import configure_logging, redact, write_access_line
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
 JWT = (

@@ -55,8 +55,11 @@ class PaymentDocuments:
         # payment id -> (version, document, when it was rendered); oldest used first.
         self._entries: OrderedDict[uuid.UUID, tuple[Version, bytes, float]] = OrderedDict()
         self._bytes = 0
-        # A listing (merchant, filters, window) -> what it listed when last read.
-        self._pages: OrderedDict[Hashable, list[tuple[uuid.UUID, int, int | None]]] = OrderedDict()
+        # A listing (merchant, filters, window) -> what it listed when last read: each
+        # payment's id and version, and the same as `document_key` names them.
+        self._pages: OrderedDict[Hashable, tuple[list[tuple[uuid.UUID, Version]], list[str]]] = (
+            OrderedDict()
+        )
         self.max_pages = max_pages
         self.hits = 0
         self.misses = 0
@@ -87,21 +90,24 @@ class PaymentDocuments:
         if listed is None:
             return []
         self._pages.move_to_end(page)
-        now = self._clock()
+        oldest = self._clock() - self.max_age_seconds
+        entries = self._entries
         held = []
-        for payment_id, version, source_version in listed:
-            entry = self._entries.get(payment_id)
-            if (
-                entry is not None
-                and entry[0] == (version, source_version)
-                and now - entry[2] <= self.max_age_seconds
-            ):
-                held.append(document_key(payment_id, version, source_version))
+        for (payment_id, version), key in zip(listed[0], listed[1], strict=True):
+            entry = entries.get(payment_id)
+            if entry is not None and entry[0] == version and entry[2] >= oldest:
+                held.append(key)
         return held
 
-    def listed(self, page: Hashable, payments: list[tuple[uuid.UUID, int, int | None]]) -> None:
-        """Remember what `page` listed now: each payment's id and version."""
-        self._pages[page] = payments
+    def listed(self, page: Hashable, payments: list[tuple[uuid.UUID, Version]]) -> None:
+        """Remember what `page` listed now: each payment's id and version (the keys named
+        again only when the listing changed: a page read again lists the same)."""
+        before = self._pages.get(page)
+        if before is not None and before[0] == payments:
+            self._pages.move_to_end(page)
+            return
+        keys = [document_key(payment_id, *version) for payment_id, version in payments]
+        self._pages[page] = (payments, keys)
         self._pages.move_to_end(page)
         while len(self._pages) > self.max_pages:
             self._pages.popitem(last=False)

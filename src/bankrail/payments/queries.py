@@ -101,18 +101,21 @@ async def list_payments(
         select_values=(documents.held_for(page_key),),
     )
     found: list[bytes | None] = []
+    listed: list[tuple[uuid.UUID, Version]] = []
     for row in page:
         # Kept by the version the row has now: any UPDATE of a payments row (or of its
         # source) gives it a new `xmin`, so a changed payment is never served stale.
         version: Version = (row["version"], row["source_version"])
-        document = documents.get(row["id"], version)
+        payment_id = row["id"]
+        document = documents.get(payment_id, version)
         if document is None and not row["held"]:
             document = dumps(render_row(row))
-            documents.put(row["id"], version, document)
+            documents.put(payment_id, version, document)
         found.append(document)  # None: held when the statement began, dropped since
+        listed.append((payment_id, version))
     if None in found:
         found = await _read_again(conn, merchant_id, page, found, documents)
-    documents.listed(page_key, [(row["id"], row["version"], row["source_version"]) for row in page])
+    documents.listed(page_key, listed)
     return [document for document in found if document is not None], next_cursor
 
 

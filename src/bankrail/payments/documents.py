@@ -82,6 +82,14 @@ class PaymentDocuments:
         self.hits += 1
         return entry[1]
 
+    def first_read(self, page: Hashable) -> bool:
+        """Whether `page` (a listing's merchant, filters and window) is read for the first
+        time now, as far as this process remembers; it is remembered as read from now on."""
+        if page in self._pages:
+            return False
+        self._remember(page, ([], []))
+        return True
+
     def held_for(self, page: Hashable) -> list[str]:
         """The documents held, at the version they were listed at, of the payments `page`
         (a listing's merchant, filters and window) listed when it was last read, each as
@@ -107,7 +115,12 @@ class PaymentDocuments:
             self._pages.move_to_end(page)
             return
         keys = [document_key(payment_id, *version) for payment_id, version in payments]
-        self._pages[page] = (payments, keys)
+        self._remember(page, (payments, keys))
+
+    def _remember(
+        self, page: Hashable, listed: tuple[list[tuple[uuid.UUID, Version]], list[str]]
+    ) -> None:
+        self._pages[page] = listed
         self._pages.move_to_end(page)
         while len(self._pages) > self.max_pages:
             self._pages.popitem(last=False)

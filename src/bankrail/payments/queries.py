@@ -88,8 +88,13 @@ async def list_payments(
     when it was last read (`HELD_DOCUMENT_SELECT`); of those still at the version held it
     reads only the id and version, and the page splices the document kept. Every other
     payment (new on the page, or changed since) is read whole, rendered and kept by the
-    version read. A held document dropped from `documents` meanwhile is read again by id."""
+    version read. A held document dropped from `documents` meanwhile is read again by id.
+
+    A listing read for the first time keeps nothing: its documents are rendered and kept from
+    its second read on, so that a walk through the history, which reads each page once,
+    pays nothing for keeping what it will not read again."""
     page_key = (merchant_id, merchant_account_id, status, user_id, window)
+    first = documents.first_read(page_key)
     page, next_cursor = await payment_rows(
         conn,
         merchant_id,
@@ -98,8 +103,10 @@ async def list_payments(
         status=status,
         user_id=user_id,
         select=HELD_DOCUMENT_SELECT,
-        select_values=(documents.held_for(page_key),),
+        select_values=([] if first else documents.held_for(page_key),),
     )
+    if first:
+        return [dumps(render_row(row)) for row in page], next_cursor
     found: list[bytes | None] = []
     listed: list[tuple[uuid.UUID, Version]] = []
     for row in page:

@@ -125,6 +125,11 @@ async def test_a_changed_payment_is_rendered_again_and_the_others_are_kept(
     first = await _every_page(pool, merchant_id, documents, 2)
     assert [uuid.UUID(orjson.loads(item)["id"]) for item in first] == created[::-1]
     assert first == await _as_read_now(pool, merchant_id, first)
+    # A listing read once keeps nothing (a walk through the history reads each page once).
+    assert (documents.hits, documents.misses, len(documents)) == (0, 0, 0)
+
+    second = await _every_page(pool, merchant_id, documents, 2)
+    assert second == first
     assert (documents.hits, documents.misses, len(documents)) == (0, 5, 5)
 
     again = await _every_page(pool, merchant_id, documents, 2)
@@ -218,6 +223,7 @@ async def test_postgresql_sends_only_ids_and_versions_of_the_documents_held(
     documents = PaymentDocuments()
     window = Window(None, None, 50, None)
     await _page(pool, merchant_id, documents, 50)
+    await _page(pool, merchant_id, documents, 50)  # kept from the second read on
     async with pool.acquire() as conn, conn.transaction():
         row = await lock_payment(conn, created[0])
         await save(conn, row, state_of(row).start_authorization(), now)
@@ -260,11 +266,13 @@ async def test_a_held_document_dropped_meanwhile_is_read_again(pool: asyncpg.Poo
     merchant_id = account.merchant_id
     await _new_payments(pool, account, now, 3)
     documents = PaymentDocuments()
-    first, _ = await _page(pool, merchant_id, documents, 50)
+    await _page(pool, merchant_id, documents, 50)
+    first, _ = await _page(pool, merchant_id, documents, 50)  # kept from the second read on
     held = documents.held_for((merchant_id, None, None, None, Window(None, None, 50, None)))
     assert len(held) == 3
 
     forgetful = _ForgetsEverything(held)
+    forgetful.first_read((merchant_id, None, None, None, Window(None, None, 50, None)))
     again, _ = await _page(pool, merchant_id, forgetful, 50)
     assert again == first
     assert again == await _as_read_now(pool, merchant_id, again)

@@ -28,7 +28,6 @@ __all__ = [
     "DOCUMENT_VERSION",
     "HELD_DOCUMENT_SELECT",
     "PAYMENT_COLUMNS",
-    "VERSIONED_DOCUMENT_SELECT",
     "Journey",
     "document_key",
     "get_payment_document",
@@ -263,8 +262,6 @@ and its payment source joined."""
 DOCUMENT_VERSION = "p.xmin AS version, s.xmin AS source_version"
 """The version of a payment's document, read with `DOCUMENT_FROM` (`version`,
 `source_version`: None without a source)."""
-VERSIONED_DOCUMENT_SELECT = f"SELECT {DOCUMENT_VERSION}, {_DOCUMENT_COLUMNS}{DOCUMENT_FROM}"
-"""`DOCUMENT_SELECT` with the version of each document it reads."""
 
 _HELD = "(p.id::text || ':' || p.xmin::text || ':' || coalesce(s.xmin::text, '')) = ANY($1)"
 HELD_DOCUMENT_SELECT = (
@@ -277,10 +274,10 @@ HELD_DOCUMENT_SELECT = (
     # `_HELD` once in every CASE (thirty times a row), which doubled the statement's cost.
     + f"{DOCUMENT_FROM} CROSS JOIN LATERAL (SELECT {_HELD} AS held OFFSET 0) h"
 )
-"""`VERSIONED_DOCUMENT_SELECT` for the payments whose document the caller does not hold
-already: `$1` lists the documents it holds (`document_key` of each); a row of one of them
-(`held` true) has its id, `created_at` and version, and nulls for the rest, which PostgreSQL
-neither reads, formats nor sends."""
+"""`DOCUMENT_SELECT` with the version of each document it reads, for the payments whose
+document the caller does not hold already: `$1` lists the documents it holds (`document_key`
+of each); a row of one of them (`held` true) has its id, `created_at` and version, and nulls
+for the rest, which PostgreSQL neither reads, formats nor sends."""
 
 
 def document_key(payment_id: uuid.UUID, version: int, source_version: int | None) -> str:

@@ -11,12 +11,7 @@ from typing import Any
 from bankrail.core.jsonbody import dumps
 from bankrail.core.pagination import Window, newest_first_page
 from bankrail.db.pool import Connection
-from bankrail.payments._store import (
-    HELD_DOCUMENT_SELECT,
-    PAYMENT_COLUMNS,
-    VERSIONED_DOCUMENT_SELECT,
-    render_row,
-)
+from bankrail.payments._store import HELD_DOCUMENT_SELECT, PAYMENT_COLUMNS, render_row
 from bankrail.payments.documents import PaymentDocuments, Version
 
 __all__ = ["PAYMENT_SELECT", "list_payments", "payment_rows"]
@@ -84,17 +79,18 @@ async def list_payments(
     (the same columns and `render_row`) as its JSON bytes, and the cursor of the next page
     (None on the last), in one statement.
 
-    The statement is told which documents `documents` holds of the payments this page listed
-    when it was last read (`HELD_DOCUMENT_SELECT`); of those still at the version held it
-    reads only the id and version, and the page splices the document kept. Every other
+    The statement is told which documents `documents` holds of the payments this listing
+    showed when it was last read (`HELD_DOCUMENT_SELECT`); of those still at the version held
+    it reads only the id and version, and the page splices the document held. Every other
     payment (new on the page, or changed since) is read whole, rendered and kept by the
-    version read. A held document dropped from `documents` meanwhile is read again by id.
-
-    A listing read for the first time keeps nothing: its documents are rendered and kept from
-    its second read on, so that a walk through the history, which reads each page once,
-    pays nothing for keeping what it will not read again."""
+    version read. A listing read for the first time keeps nothing: its documents are kept
+    from its second read on, so that a walk through the history, which reads each page once,
+    pays nothing for keeping what it will not read again. Nothing is kept or served inside a
+    transaction: a row written twice by one transaction has the same version twice."""
     page_key = (merchant_id, merchant_account_id, status, user_id, window)
-    first = documents.first_read(page_key)
+    keeps = not conn.is_in_transaction()
+    first = not keeps or documents.first_read(page_key)
+    held = documents.held_for(page_key) if not first else None
     page, next_cursor = await payment_rows(
         conn,
         merchant_id,
@@ -103,50 +99,25 @@ async def list_payments(
         status=status,
         user_id=user_id,
         select=HELD_DOCUMENT_SELECT,
-        select_values=([] if first else documents.held_for(page_key),),
+        select_values=(held.keys if held is not None else [],),
     )
-    if first:
+    if held is None:
         return [dumps(render_row(row)) for row in page], next_cursor
-    found: list[bytes | None] = []
+    found: list[bytes] = []
     listed: list[tuple[uuid.UUID, Version]] = []
     for row in page:
         # Kept by the version the row has now: any UPDATE of a payments row (or of its
         # source) gives it a new `xmin`, so a changed payment is never served stale.
         version: Version = (row["version"], row["source_version"])
         payment_id = row["id"]
-        document = documents.get(payment_id, version)
-        if document is None and not row["held"]:
-            document = dumps(render_row(row))
-            documents.put(payment_id, version, document)
-        found.append(document)  # None: held when the statement began, dropped since
+        if row["held"]:
+            document = documents.served(payment_id, held)
+        else:
+            kept = documents.get(payment_id, version)  # another listing's, say
+            document = kept if kept is not None else dumps(render_row(row))
+            if kept is None:
+                documents.put(payment_id, version, document)
+        found.append(document)
         listed.append((payment_id, version))
-    if None in found:
-        found = await _read_again(conn, merchant_id, page, found, documents)
     documents.listed(page_key, listed)
-    return [document for document in found if document is not None], next_cursor
-
-
-async def _read_again(
-    conn: Connection,
-    merchant_id: uuid.UUID,
-    page: Sequence[Any],
-    found: list[bytes | None],
-    documents: PaymentDocuments,
-) -> list[bytes | None]:
-    """`found` with the documents it lacks (held when the statement began, dropped from
-    `documents` since) read and rendered again, at the version read now."""
-    missing = [row["id"] for row, document in zip(page, found, strict=True) if document is None]
-    rendered: dict[uuid.UUID, bytes] = {}
-    # The ids were read of this merchant; the merchant's condition keeps them so.
-    for row in await conn.fetch(
-        f"{VERSIONED_DOCUMENT_SELECT} WHERE p.id = ANY($1) AND p.merchant_id = $2",
-        missing,
-        merchant_id,
-    ):
-        document = dumps(render_row(row))
-        documents.put(row["id"], (row["version"], row["source_version"]), document)
-        rendered[row["id"]] = document
-    return [
-        document if document is not None else rendered.get(row["id"])
-        for row, document in zip(page, found, strict=True)
-    ]
+    return found, next_cursor

@@ -30,7 +30,7 @@ from bankrail.payments._store import (
     state_of,
 )
 from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
-from bankrail.payments.documents import PaymentDocuments
+from bankrail.payments.documents import Held, PaymentDocuments
 from bankrail.payments.queries import list_payments, payment_rows
 from bankrail.payments.schemas import PaymentRequest
 from bankrail.payments.sources import record_payment_source
@@ -182,8 +182,10 @@ async def test_a_renamed_payment_source_renews_the_documents_that_show_it(
 
     documents = PaymentDocuments()
     await settle_from("Payer One")
-    (before,), _ = await _page(pool, merchant_id, documents, 50)
+    await _page(pool, merchant_id, documents, 50)
+    (before,), _ = await _page(pool, merchant_id, documents, 50)  # kept from this read on
     assert orjson.loads(before)["payment_source"]["account_holder_name"] == "Payer One"
+    assert len(documents.held_for(_FIRST_PAGE(merchant_id)).keys) == 1
     async with pool.acquire() as conn:
         version = await conn.fetchval("SELECT xmin::text FROM payments WHERE id = $1", payment_id)
 
@@ -201,14 +203,23 @@ async def test_a_renamed_payment_source_renews_the_documents_that_show_it(
 async def test_another_merchants_page_lists_none_of_the_kept_documents(
     pool: asyncpg.Pool,
 ) -> None:
+    """Even told that every document of another merchant's page is held, a merchant's page
+    lists none of them: the statement reads the merchant's own payments only."""
     now = ServiceClock().now()
     mine = await funded_account(pool, now)
     theirs = await funded_account(pool, now)
     await _new_payments(pool, mine, now, 3)
     documents = PaymentDocuments()
+    await _page(pool, mine.merchant_id, documents, 50)
     assert len((await _page(pool, mine.merchant_id, documents, 50))[0]) == 3
-    assert await _page(pool, theirs.merchant_id, documents, 50) == ([], None)
-    assert documents.hits == 0
+    held = documents.held_for(_FIRST_PAGE(mine.merchant_id))
+    assert len(held.keys) == 3
+    hits = documents.hits
+
+    told = _Told(held)
+    assert await _page(pool, theirs.merchant_id, told, 50) == ([], None)
+    assert told.hits == 0
+    assert documents.hits == hits
 
 
 async def test_postgresql_sends_only_ids_and_versions_of_the_documents_held(
@@ -228,7 +239,7 @@ async def test_postgresql_sends_only_ids_and_versions_of_the_documents_held(
         row = await lock_payment(conn, created[0])
         await save(conn, row, state_of(row).start_authorization(), now)
 
-    held = documents.held_for((merchant_id, None, None, None, window))
+    held = documents.held_for((merchant_id, None, None, None, window)).keys
     assert len(held) == 3  # as listed: the change is not known until the statement runs
     async with pool.acquire() as conn:
         rows, _ = await payment_rows(
@@ -248,19 +259,30 @@ async def test_postgresql_sends_only_ids_and_versions_of_the_documents_held(
         assert by_id[payment]["version"] is not None
 
 
-class _ForgetsEverything(PaymentDocuments):
-    """Documents that the statement is told are held, but are dropped before it answers
-    (another request's documents pushed them out meanwhile)."""
+def _FIRST_PAGE(merchant_id: uuid.UUID) -> Hashable:  # noqa: N802
+    """The listing key of a merchant's first page of 50, unfiltered."""
+    return (merchant_id, None, None, None, Window(None, None, 50, None))
 
-    def __init__(self, held: list[str]) -> None:
+
+class _Told(PaymentDocuments):
+    """Documents that say `held` is held for every listing, and keep nothing themselves:
+    what the statement is told and what the cache holds once it answers can differ (another
+    request's documents pushed them out meanwhile)."""
+
+    def __init__(self, held: Held) -> None:
         super().__init__()
-        self._held = held
+        self._told = held
 
-    def held_for(self, page: Hashable) -> list[str]:
-        return self._held
+    def first_read(self, page: Hashable) -> bool:
+        return False
+
+    def held_for(self, page: Hashable) -> Held:
+        return self._told
 
 
-async def test_a_held_document_dropped_meanwhile_is_read_again(pool: asyncpg.Pool) -> None:
+async def test_a_held_document_dropped_meanwhile_is_served_as_it_was_vouched_for(
+    pool: asyncpg.Pool,
+) -> None:
     now = ServiceClock().now()
     account = await funded_account(pool, now)
     merchant_id = account.merchant_id
@@ -268,12 +290,28 @@ async def test_a_held_document_dropped_meanwhile_is_read_again(pool: asyncpg.Poo
     documents = PaymentDocuments()
     await _page(pool, merchant_id, documents, 50)
     first, _ = await _page(pool, merchant_id, documents, 50)  # kept from the second read on
-    held = documents.held_for((merchant_id, None, None, None, Window(None, None, 50, None)))
-    assert len(held) == 3
+    held = documents.held_for(_FIRST_PAGE(merchant_id))
+    assert len(held.keys) == 3
 
-    forgetful = _ForgetsEverything(held)
-    forgetful.first_read((merchant_id, None, None, None, Window(None, None, 50, None)))
-    again, _ = await _page(pool, merchant_id, forgetful, 50)
+    told = _Told(held)  # holds nothing by the time the statement answers
+    again, _ = await _page(pool, merchant_id, told, 50)
     assert again == first
     assert again == await _as_read_now(pool, merchant_id, again)
-    assert len(forgetful) == 3  # read again and kept
+    assert told.hits == 3
+
+
+async def test_nothing_is_kept_or_served_inside_a_transaction(pool: asyncpg.Pool) -> None:
+    """A row written twice by one transaction has one version for both writes: a page read
+    inside a transaction neither keeps nor serves documents."""
+    now = ServiceClock().now()
+    account = await funded_account(pool, now)
+    merchant_id = account.merchant_id
+    await _new_payments(pool, account, now, 2)
+    documents = PaymentDocuments()
+    async with pool.acquire() as conn, conn.transaction():
+        for _ in range(3):
+            items, _ = await list_payments(
+                conn, merchant_id, Window(None, None, 50, None), documents
+            )
+            assert len(items) == 2
+    assert (len(documents), documents.hits, documents.listings) == (0, 0, 0)

@@ -100,3 +100,52 @@ def test_a_spliced_page_is_the_bytes_of_its_items_as_values() -> None:
         "items": [],
         "pagination": {"next_cursor": None},
     }
+
+
+def test_held_names_only_what_is_kept_at_the_version_listed_and_not_too_old() -> None:
+    clock = _Clock()
+    documents = PaymentDocuments(clock=clock, max_age_seconds=60)
+    kept, changed, aged, gone = _ids(4)
+    page = ("merchant", "first page")
+    assert documents.first_read(page)
+    assert not documents.first_read(page)  # read again: its listing is remembered
+    for payment in (kept, changed, aged):
+        documents.put(payment, (10, None), b"{}")
+    documents.listed(page, [(p, (10, None)) for p in (kept, changed, aged, gone)])
+    documents.put(changed, (11, None), b"{}")  # rendered again by another listing
+    clock.now += 61
+    documents.put(kept, (10, None), b'{"kept":1}')  # rendered again: young again
+    held = documents.held_for(page)
+    assert held.keys == [f"{kept}:10:"]
+    assert held.documents == {kept: b'{"kept":1}'}
+    assert documents.held_for(("merchant", "another page")).keys == []
+
+
+def test_a_listing_read_again_names_its_keys_once_and_listings_are_bounded() -> None:
+    documents = PaymentDocuments(max_listings=3, max_listed=5)
+    payments = [(payment, (1, None)) for payment in _ids(2)]
+    documents.listed("a", payments)
+    named = documents._listings["a"][1]
+    assert named == [f"{p}:1:" for p, _ in payments]
+    documents.listed("a", list(payments))  # the same listing: its keys are not named again
+    assert documents._listings["a"][1] is named
+    assert documents.held_for("a").keys == []  # nothing kept yet
+    documents.listed("b", payments)
+    documents.listed("c", payments[:1])
+    assert documents.listings == 3
+    documents.listed("d", payments[:1])  # over three listings: "a" goes
+    assert "a" not in documents._listings
+    documents.listed("e", payments)  # over five payments listed in all: "b" goes
+    assert sorted(documents._listings) == ["c", "d", "e"]
+
+
+def test_listings_read_once_do_not_push_out_those_read_again() -> None:
+    documents = PaymentDocuments(max_listings=2, max_first_reads=3)
+    for page in ("hot", "hot"):
+        documents.first_read(page)
+    documents.listed("hot", [])
+    for n in range(10):  # a walk through the history: each page read once
+        assert documents.first_read(("walk", n))
+    assert documents.listings == 1
+    assert not documents.first_read("hot")
+    assert documents.first_read(("walk", 0))  # forgotten: only the last three are remembered

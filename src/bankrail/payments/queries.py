@@ -110,14 +110,15 @@ async def list_payments(
         # source) gives it a new `xmin`, so a changed payment is never served stale.
         version: Version = (row["version"], row["source_version"])
         payment_id = row["id"]
-        if row["held"]:
-            document = documents.served(payment_id, held)
-        else:
-            kept = documents.get(payment_id, version)  # another listing's, say
-            document = kept if kept is not None else dumps(render_row(row))
-            if kept is None:
-                documents.put(payment_id, version, document)
-        found.append(document)
         listed.append((payment_id, version))
+        document = (
+            documents.served(payment_id, held)
+            if row["held"]
+            else documents.get(payment_id, version)  # another listing's, say
+        )
+        if document is None:
+            document = dumps(render_row(row))
+            documents.put(payment_id, version, document)
+        found.append(document)
     documents.listed(page_key, listed)
     return found, next_cursor

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 
-__all__ = ["spawn_module"]
+__all__ = ["reap", "spawn_module"]
 
 
 async def spawn_module(
@@ -33,3 +33,12 @@ async def spawn_module(
         ours.close()
         raise
     return process, reader, writer
+
+
+async def reap(process: subprocess.Popen[bytes], wait: float) -> int:
+    """Wait for `process` to exit, `wait` seconds at most, then kill it; its exit code."""
+    try:
+        return await asyncio.to_thread(process.wait, wait)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return await asyncio.to_thread(process.wait)

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl
 import asyncpg
 import orjson
 
-from bankrail.core.children import spawn_module
+from bankrail.core.children import reap, spawn_module
 from bankrail.core.ids import new_id
 from bankrail.core.logs import configure_logging
 from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
@@ -498,13 +498,8 @@ class WriterProcess:
     async def _reap(self, wait: float) -> None:
         """Wait for the last writer to exit, `wait` seconds at most, then kill it."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        try:
-            await asyncio.to_thread(process.wait, wait)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            await asyncio.to_thread(process.wait)
+        if process is not None:
+            await reap(process, wait)
 
 
 def _main() -> None:

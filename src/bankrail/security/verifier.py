@@ -32,7 +32,7 @@ from functools import partial
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from bankrail.core.children import spawn_module
+from bankrail.core.children import reap, spawn_module
 from bankrail.core.threadlane import CRYPTO
 from bankrail.security.signing import verify_any
 
@@ -182,11 +182,7 @@ class VerifierProcesses:
             *(w.reader_task for w in workers if w.reader_task is not None), return_exceptions=True
         )
         for worker in workers:
-            try:
-                await asyncio.to_thread(worker.process.wait, 2.0)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                await asyncio.to_thread(worker.process.wait)
+            await reap(worker.process, 2.0)
 
     async def _start(self) -> None:
         if self._starting is None:

@@ -4,35 +4,17 @@ and off, and the line is really written by the server where it is on (and only t
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
+
+from support.bench_runs import run_bench
 
 
 def test_the_access_log_comparison_runs_both_settings_and_prints_the_ratio() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--access-log",
-            "--requests",
-            "60",
-            "--repeats",
-            "2",
-            "--concurrency",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=Path(__file__).parents[2],
+    stdout = run_bench(
+        "bench", "--access-log", "--requests", "60", "--repeats", "2", "--concurrency", "4"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     # 60 warm-up payouts, then 2 turns of 60 (enough CPU per turn for the meter's 10 ms
     # ticks to read it): one line each on the server with the line on.
-    assert re.search(r"access line on: +[\d.]+ requests/s .*\(180 lines written\)", done.stdout)
-    assert re.search(r"access line off: +[\d.]+ requests/s", done.stdout), done.stdout
+    assert re.search(r"access line on: +[\d.]+ requests/s .*\(180 lines written\)", stdout)
+    assert re.search(r"access line off: +[\d.]+ requests/s", stdout), stdout
     ratio = r"ratio on/off \(median over the rounds\): \d\.\d{3}; API CPU per request on/off: "
-    assert re.search(ratio + r"\d\.\d{3}$", done.stdout, re.M), done.stdout
+    assert re.search(ratio + r"\d\.\d{3}$", stdout, re.M), stdout

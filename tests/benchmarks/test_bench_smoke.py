@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from support.bench_runs import run_bench
 
 
 def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=Path(__file__).parents[2],
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "signed webhook deliveries/s" in done.stdout
+    stdout = run_bench("bench", "--smoke", "--out", str(out))
+    assert "signed webhook deliveries/s" in stdout
     figures = json.loads(out.read_text())["figures"]
     assert figures["webhook_deliveries_delivered"] == 300
     assert figures["webhook_deliveries_received"] >= 300
@@ -56,22 +48,22 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
     # Payments on one mandate: every one accepted (its limits are out of reach).
     assert run["post_payments_mandate"]["ok_ratio"] == 1.0
     assert run["post_payments_mandate"]["cpu_ms_per_request"]["api"] > 0
-    assert "signed POST /v3/payments on a mandate" in done.stdout
-    assert "of the verify rate measured around it" in done.stdout
-    assert "machine busy" in done.stdout
+    assert "signed POST /v3/payments on a mandate" in stdout
+    assert "of the verify rate measured around it" in stdout
+    assert "machine busy" in stdout
     # 80 % of the target rate (0.6 of the verify rate), from the verify rate measured just
     # before the run: the machine's speed at that moment, not minutes earlier.
     paced = run["post_payouts_at_80pct_of_target"]
     assert paced["target_rate"] == 0.48 * paced["verify_per_s_around"]["before"]
     assert [r["target_rate"] for r in paced["runs"]] == [paced["target_rate"]]
     assert run["post_targets"]["p99_ms_at_80pct_of_target"] == paced["p99_ms"]
-    assert "POST /v3/payouts targets, 1 process(es)" in done.stdout
-    assert "executed end to end" in done.stdout
+    assert "POST /v3/payouts targets, 1 process(es)" in stdout
+    assert "executed end to end" in stdout
     assert run["seeded"]["rows_each"] == 1_000
     assert 0 < run["ready_seconds_existing"] < 60
     assert run["rss"]["processes"] == 1
     assert 0 < max(run["rss"]["max_mb"]) < 1_000
-    assert "with 1,000 payouts and payments stored" in done.stdout
+    assert "with 1,000 payouts and payments stored" in stdout
     # refunds and the payments listing, beside the others, against the verify rate
     for scenario, label in (
         ("post_refunds", "signed POST /v3/payments/{id}/refunds"),
@@ -80,19 +72,17 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         assert run[scenario]["ok_ratio"] == 1.0, scenario
         assert run[scenario]["cpu_ms_per_request"]["api"] > 0, scenario
         assert run[scenario]["verify_per_s_around"]["mean"] > 0, scenario
-        assert re.search(rf"^{re.escape(label)} +1 +32 ", done.stdout, re.M), label
-        assert f"{label}, 1 process(es): " in done.stdout
+        assert re.search(rf"^{re.escape(label)} +1 +32 ", stdout, re.M), label
+        assert f"{label}, 1 process(es): " in stdout
     assert run["get_payments_list"]["items_per_page"] == 50
     refunds = run["post_refunds"]["execution"]  # nothing lost: every 201 executed
     assert refunds["accepted"] == refunds["executed"] == 60
     assert refunds["failed"] == refunds["lost"] == refunds["unexecuted_after_drain"] == 0
     assert refunds["refunded_amount_matches"] is True
-    assert "60 of 60 accepted refunds executed" in done.stdout
+    assert "60 of 60 accepted refunds executed" in stdout
     assert run["post_payments"]["stored"] == {"created": 60, "stored": 60, "lost": 0}
     assert run["ledger_check"] == {"ok": True, "violations": []}
-    assert (
-        'GET /admin/ledger/check at the end of the run, 1 process(es): {"ok": true,' in done.stdout
-    )
+    assert 'GET /admin/ledger/check at the end of the run, 1 process(es): {"ok": true,' in stdout
     # Every signed write and main read: at saturation between two verify rates, then in an
     # open loop at 80 % of the rate it reached, and each write batch checked for losses.
     for scenario, check in (
@@ -113,10 +103,10 @@ def test_bench_smoke_run_prints_figures_and_writes_json(tmp_path: Path) -> None:
         assert run["targets"][scenario]["met"] in (True, False, None), scenario
     assert run["post_v1_payouts"]["execution"]["executed"] == 60
     assert run["post_authorization_flow"]["started"]["stored"] == 60
-    assert "Targets of every signed write and main read:" in done.stdout
+    assert "Targets of every signed write and main read:" in stdout
     assert re.search(
-        r"^signed POST /v1/payouts, 1 process\(es\): [\d.]+ of the verify", done.stdout, re.M
+        r"^signed POST /v1/payouts, 1 process\(es\): [\d.]+ of the verify", stdout, re.M
     )
-    assert "the ledger check clean): met" in done.stdout
+    assert "the ledger check clean): met" in stdout
     baseline = run["localstripe_get"]  # optional: measured when installed, else skipped
     assert "skipped" in baseline or baseline["requests_per_s"] > 0

@@ -9,11 +9,12 @@ back in time until there are `--payments` of them. Then, in each of `--rounds` r
 server in turn is restarted (nothing kept in its process) and measured with the bench's CPU
 meter (`bench.processes.CpuMeter`):
 
-- cold pages: a walk over `--walk` pages, each at its own cursor, read once (a page whose
-  payments this process never rendered), after a few other pages of the history and GETs
-  read to open the pool's connections and prepare their statements;
-- the same walk again (hot: every payment rendered once already);
-- `--pages` reads of the first page (hot);
+- first walk: `--walk` pages, each at its own cursor, read for the first time since the
+  restart, after a few other pages of the history and GETs read to open the pool's
+  connections and prepare their statements;
+- second walk: the same pages again (where a page's documents are kept from its second read
+  on, this is the read that renders and keeps them);
+- `--pages` reads of the first page (after the first two, its documents are held);
 - `--gets` GETs by id of the 50 latest payments awaiting authorisation.
 
 Rounds alternate the servers; the medians of the rounds are printed, with each tree's page
@@ -180,9 +181,9 @@ async def _round(tree: Tree) -> None:
     await run_load("127.0.0.1", server.port, tree.gets[:400], concurrency=_CONCURRENCY)
     await run_load("127.0.0.1", server.port, tree.warm, concurrency=_CONCURRENCY)
     for name, requests in (
-        ("cold walk", tree.walk),
-        ("hot walk", tree.walk),
-        ("hot first page", tree.first_page),
+        ("first walk", tree.walk),
+        ("second walk", tree.walk),
+        ("first page read again", tree.first_page),
         ("GET by id", tree.gets),
     ):
         tree.figures.setdefault(name, []).append(await _measured(server, requests))
@@ -202,7 +203,7 @@ def _report(trees: list[Tree]) -> dict[str, Any]:
             for name, runs in tree.figures.items()
         }
         gets = tree.figures["GET by id"]
-        for name in ("cold walk", "hot walk", "hot first page"):
+        for name in ("first walk", "second walk", "first page read again"):
             pages = tree.figures[name]
             by_rate = [p["rate"] / g["rate"] for p, g in zip(pages, gets, strict=True)]
             # A run too short for the meter's 10 ms ticks reads 0 ms: no ratio for it.
@@ -244,7 +245,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--base", type=int, default=400, help="payments made through the API")
     parser.add_argument("--payments", type=int, default=16_000)
-    parser.add_argument("--walk", type=int, default=150, help="cold pages per round")
+    parser.add_argument("--walk", type=int, default=150, help="pages per walk")
     parser.add_argument("--pages", type=int, default=600)
     parser.add_argument("--gets", type=int, default=2_000)
     parser.add_argument("--request-log-off", action="store_true")

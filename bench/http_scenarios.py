@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.loadgen import http_request, run, run_load
-from bench.localstripe_baseline import localstripe_get_rate
+from bench.localstripe_baseline import localstripe_rates
 from bench.measure import (
     LOAD_SHARE,
     Options,
@@ -90,10 +90,11 @@ async def scenarios(
             page = server.call("GET", "/v3/payments?limit=50", token=merchant.token)
             results.update(await reads(server, merchant, requests, concurrency, options))
             results["get_payments_list"]["items_per_page"] = len(page["items"])
-            # The read baseline, just after the reads: the same machine, at the same moment.
-            results["localstripe_get"] = await localstripe_get_rate(
-                requests * 3, concurrency, options.verify_seconds
+            # The peer's baselines, just after the reads: the same machine, at the same moment.
+            peer = await localstripe_rates(
+                requests * 3, requests, concurrency, options.verify_seconds
             )
+            results["localstripe_get"], results["localstripe_create"] = peer["get"], peer["create"]
             if options.soak_seconds:
                 results["soak"] = await _soak(server, merchant, concurrency, options.soak_seconds)
         results["rss"] = rss.summary()

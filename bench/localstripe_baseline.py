@@ -1,13 +1,14 @@
-"""The read baseline: localstripe 1.15 (a fake, stateful Stripe server on aiohttp, one
-process) answering GET /v1/customers/{id}, measured on this machine by the bench's own load
-generator with the same request count and connections as Bankrail's reads, so that each read
-can be stated as a multiple of it.
+"""The peer's baselines: localstripe 1.15 (a fake, stateful Stripe server on aiohttp, one
+process) answering GET /v1/customers/{id} and creating customers (POST /v1/customers), measured
+on this machine by the bench's own load generator at the same connections as Bankrail's
+scenarios, so that each read can be stated as a multiple of the GET and a payout as a multiple
+of the create.
 
 Optional: `pip install -e '.[bench]'` brings it; without it the baseline is skipped, with the
 reason in the figures. It runs as shipped (its access log on, to a discarded stderr) but for
 its snapshot of the store, a pickle at the fixed path /tmp/localstripe.pickle rewritten on
 every write: that is turned off, so that the run writes nothing to the machine's shared /tmp.
-The GETs measured never write it anyway."""
+The GETs measured never write it anyway; the creates would, once each."""
 
 from __future__ import annotations
 
@@ -61,11 +62,15 @@ def _start(port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("localstripe did not answer within 30 s")
 
 
+_CUSTOMER_FORM = b"email=bench%40example.com&name=Bench"
+"""A customer as Stripe takes it, form-encoded."""
+
+
 def _customer(port: int) -> str:
-    """Create a customer (form-encoded, as Stripe takes it) and return its id."""
+    """Create a customer and return its id."""
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/customers",
-        data=b"email=bench%40example.com&name=Bench",
+        data=_CUSTOMER_FORM,
         headers={"Authorization": f"Bearer {API_KEY}"},
     )
     with urllib.request.urlopen(request, timeout=5) as answer:  # noqa: S310
@@ -81,35 +86,49 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-async def localstripe_get_rate(
-    count: int, concurrency: int, verify_seconds: float
-) -> dict[str, Any]:
-    """`count` GET /v1/customers/{id} over `concurrency` connections (closed loop) against a
-    fresh localstripe, between two verify rates, with the CPU it and the load generator
-    spent per request; `{"skipped": reason}` when it is not installed or does not start."""
+async def localstripe_rates(
+    gets: int, creates: int, concurrency: int, verify_seconds: float
+) -> dict[str, dict[str, Any]]:
+    """Against one fresh localstripe, each in a closed loop at `concurrency` connections
+    between two verify rates: `gets` GET /v1/customers/{id} (under "get"), then `creates`
+    POST /v1/customers (under "create"), each with the CPU localstripe and the load generator
+    spent per request; both `{"skipped": reason}` when it is not installed or does not start."""
     reason = skipped_because()
     if reason is not None:
-        return {"skipped": reason}
+        return {"get": {"skipped": reason}, "create": {"skipped": reason}}
     port = free_port()
     try:
         process = _start(port)
     except (RuntimeError, OSError) as exc:
-        return {"skipped": f"localstripe did not start: {exc}"}
+        skipped = {"skipped": f"localstripe did not start: {exc}"}
+        return {"get": skipped, "create": dict(skipped)}
+    host, auth = f"127.0.0.1:{port}", {"Authorization": f"Bearer {API_KEY}"}
     try:
-        customer = _customer(port)
-        get = http_request(
-            "GET",
-            f"/v1/customers/{customer}",
-            f"127.0.0.1:{port}",
-            {"Authorization": f"Bearer {API_KEY}"},
-        )
-        before = verify_rate(verify_seconds)
-        cpu_before, own_before = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
-        result = await run_load("127.0.0.1", port, [get] * count, concurrency=concurrency)
-        cpu_after, own_after = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
-        after = verify_rate(verify_seconds)
+        get = http_request("GET", f"/v1/customers/{_customer(port)}", host, auth)
+        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
+        create = http_request("POST", "/v1/customers", host, form, _CUSTOMER_FORM)
+        return {
+            "get": await _measured(process, port, [get] * gets, concurrency, verify_seconds),
+            "create": await _measured(
+                process, port, [create] * creates, concurrency, verify_seconds
+            ),
+        }
     finally:
         _stop(process)
+
+
+async def _measured(
+    process: subprocess.Popen[bytes],
+    port: int,
+    requests: list[bytes],
+    concurrency: int,
+    verify_seconds: float,
+) -> dict[str, Any]:
+    before = verify_rate(verify_seconds)
+    cpu_before, own_before = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
+    result = await run_load("127.0.0.1", port, requests, concurrency=concurrency)
+    cpu_after, own_after = cpu_by_pid({process.pid: ""}), sum(os.times()[:2])
+    after = verify_rate(verify_seconds)
     summary: dict[str, Any] = dict(result.summary())
     spent = cpu_after.get(process.pid, 0.0) - cpu_before.get(process.pid, 0.0)
     summary["cpu_ms_per_request"] = {

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.http_scenarios import TARGET_P99_MS, TARGET_VERIFY_SHARE
 from bench.targets import (
+    CREATE_MULTIPLE,
     GROWTH_FLOOR,
     LABELS,
     READ_MULTIPLE,
@@ -83,7 +84,7 @@ def http_table(http: dict[str, Any], verify_rate: float) -> str:
             row = run.get(name)
             if row is not None and "requests_per_s" in row:
                 lines.append(_row(run, name, row))
-            elif row is not None and name == "localstripe_get":
+            elif row is not None and name.startswith("localstripe_"):
                 lines.append(f"{LABELS[name]:<50} {run['workers']:>5} skipped: {row['skipped']}")
     lines.append(
         "p99@80%: p99 ms in an open loop at 80 % of the rate reached; /verify: req/s ÷ the"
@@ -273,6 +274,8 @@ def target_lines(http: dict[str, Any]) -> list[str]:
                 + f" at 80 % of the rate reached ({_verdict(figure['p99_met'])},"
                 f" <= {TARGET_P99_MS:.0f} ms)"
             )
+        if "post_payouts" in targets:
+            lines.append(_create_line(run, targets["post_payouts"]))
         baseline = run.get("localstripe_get", {})
         for name in READS:
             if name not in targets:
@@ -292,6 +295,24 @@ def target_lines(http: dict[str, Any]) -> list[str]:
             )
     lines.extend(_workers_lines(http))
     return lines
+
+
+def _create_line(run: dict[str, Any], figure: dict[str, Any]) -> str:
+    """POST /v3/payouts against localstripe's create, or why it is not judged."""
+    procs, peer = run["workers"], run.get("localstripe_create", {})
+    multiple = figure.get("localstripe_create_multiple")
+    if multiple is None:
+        return (
+            f"{LABELS['post_payouts']}, {procs} process(es): not judged against localstripe's"
+            f" create, the baseline was skipped ({peer.get('skipped', 'not measured')})"
+        )
+    rate = run["post_payouts"]["requests_per_s"]
+    return (
+        f"{LABELS['post_payouts']}, {procs} process(es): {rate:,.0f} req/s,"
+        f" {multiple:.2f} x localstripe {peer['version']}'s create"
+        f" ({peer['requests_per_s']:,.0f}/s) ({_verdict(figure['localstripe_create_met'])},"
+        f" >= {CREATE_MULTIPLE:.0f} x)"
+    )
 
 
 def _workers_lines(http: dict[str, Any]) -> list[str]:

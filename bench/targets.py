@@ -14,6 +14,8 @@ PAYOUTS_VERIFY_SHARE = 0.75
 other signed writes: `TARGET_VERIFY_SHARE`)."""
 READ_MULTIPLE = 2.0
 """Each read must answer at least this many times localstripe's GET rate."""
+CREATE_MULTIPLE = 5.0
+"""Signed POST /v3/payouts must reach at least this many times localstripe's create rate."""
 
 LABELS = {
     "post_payouts": "signed POST /v3/payouts",
@@ -30,6 +32,7 @@ LABELS = {
     "get_payments_list": "GET /v3/payments?limit=50",
     "get_merchant_accounts": "GET /v3/merchant-accounts",
     "localstripe_get": "localstripe GET /v1/customers/{id}",
+    "localstripe_create": "localstripe POST /v1/customers",
     "post_payouts_grown": "signed POST /v3/payouts, grown database",
     "get_payout_grown": "GET /v3/payouts/{id}, grown database",
 }
@@ -117,8 +120,9 @@ def at_80pct(run: dict[str, Any], name: str) -> dict[str, Any] | None:
 def scenario_targets(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """For one process count: every signed write against its share of the verify rate (0.75
     for POST /v3/payouts, 0.6 for the others) and a p99 of 50 ms at 80 % of the rate it
-    reached; every read against twice localstripe's GET rate (`met` None when localstripe
-    was not measured)."""
+    reached, and POST /v3/payouts against 5 times localstripe's create rate
+    (`localstripe_create_met`); every read against twice localstripe's GET rate (`met` None
+    when localstripe was not measured)."""
     figures: dict[str, dict[str, Any]] = {}
     for name in WRITES:
         if name not in run:
@@ -136,6 +140,15 @@ def scenario_targets(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "p99_met": p99 is not None and p99 <= TARGET_P99_MS,
         }
         figures[name]["met"] = figures[name]["rate_met"] and figures[name]["p99_met"]
+    creates = run.get("localstripe_create", {}).get("requests_per_s")
+    if "post_payouts" in figures:
+        multiple = run["post_payouts"]["requests_per_s"] / creates if creates else None
+        figures["post_payouts"]["localstripe_create_multiple"] = (
+            None if multiple is None else round(multiple, 3)
+        )
+        figures["post_payouts"]["localstripe_create_met"] = (
+            None if multiple is None else multiple >= CREATE_MULTIPLE
+        )
     baseline = run.get("localstripe_get", {}).get("requests_per_s")
     for name in READS:
         if name not in run:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from bench import profiles
 from bench.baselines import verify_rate
 from bench.loadgen import LoadResult, run_load
 from bench.processes import CpuMeter
@@ -37,11 +38,13 @@ async def measured(
     assert server.process is not None
     assert server.data_dir is not None
     meter = CpuMeter(server.process.pid, server.data_dir)
-    meter.start()
-    result: LoadResult = await run_load(
-        "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
-    )
-    meter.stop()
+    # Sampled by py-spy under `python -m bench.profiles`, the closed loops only.
+    async with profiles.recording(server if rate is None else None):
+        meter.start()
+        result: LoadResult = await run_load(
+            "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
+        )
+        meter.stop()
     summary: dict[str, Any] = dict(result.summary())
     summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
     summary["machine"] = meter.machine

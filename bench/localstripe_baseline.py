@@ -107,7 +107,7 @@ async def localstripe_rates(
         get = http_request("GET", f"/v1/customers/{_customer(port)}", host, auth)
         form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
         create = http_request("POST", "/v1/customers", host, form, _CUSTOMER_FORM)
-        return {
+        measured = {
             "get": await _measured(process, port, [get] * gets, concurrency, verify_seconds),
             "create": await _measured(
                 process, port, [create] * creates, concurrency, verify_seconds
@@ -115,6 +115,13 @@ async def localstripe_rates(
         }
     finally:
         _stop(process)
+    # A baseline that answered anything but 2xx measured its errors, not its work.
+    return {
+        name: summary
+        if summary["ok_ratio"] == 1.0
+        else {"skipped": f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"}
+        for name, summary in measured.items()
+    }
 
 
 async def _measured(

@@ -125,7 +125,6 @@ async def recording(server: Server | None) -> AsyncIterator[None]:
             "--output",
             str(_current.out / f"{_current.label}-{pid}.txt"),
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
         )
         for pid in api_pids
     ]
@@ -133,9 +132,15 @@ async def recording(server: Server | None) -> AsyncIterator[None]:
         yield
     finally:
         for spy in spies:
-            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            if spy.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
         for spy in spies:
-            await asyncio.wait_for(spy.wait(), 60)
+            try:
+                await asyncio.wait_for(spy.wait(), 60)
+            except TimeoutError:
+                spy.kill()
+                await spy.wait()
 
 
 def _py_spy() -> str:
@@ -214,11 +219,10 @@ async def _profile(args: argparse.Namespace) -> dict[str, Any]:
             run = _scenarios()[name]
             with profiling(name, args.out):
                 summary = await run(server, merchant, args.requests, args.concurrency, options)
-            collapsed = [
-                line
-                for path in sorted(args.out.glob(f"{name}-*.txt"))
-                for line in path.read_text().splitlines()
-            ]
+            kept = _profile_files(args.out, name)
+            if not kept:
+                print(f"{name}: py-spy wrote no profile (see its error above)", file=sys.stderr)
+            collapsed = [line for path in kept for line in path.read_text().splitlines()]
             figures[name] = {"summary": summary, "api_areas": shares_by_area(collapsed)}
     finally:
         server.stop()
@@ -229,6 +233,12 @@ async def _profile(args: argparse.Namespace) -> dict[str, Any]:
 
 _PEER = {"post_payouts": "create", "get_payout": "get", "get_payment": "get"}
 """The scenarios judged against a multiple of localstripe's rate, and which."""
+
+
+def _profile_files(out: Path, label: str | None = None) -> list[Path]:
+    """The profiles `recording` wrote under `out` (of one scenario, or of any)."""
+    pattern = re.compile(rf"({re.escape(label) if label else '[a-z_]+'})-\d+\.txt")
+    return sorted(path for path in out.glob("*.txt") if pattern.fullmatch(path.name))
 
 
 def report(figures: dict[str, Any], cores: int) -> str:
@@ -246,7 +256,7 @@ def report(figures: dict[str, Any], cores: int) -> str:
         share = f" = {summary['requests_per_s'] / verify:.2f} of the verify rate" if verify else ""
         lines.append(f"{name}: {summary['requests_per_s']:,.0f} req/s{share}")
         lines.append(
-            "  CPU ms per request: "
+            "  CPU ms per request (the load generator's included): "
             + ", ".join(f"{k} {v:.3f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
             + f"; all {total:.3f}"
         )
@@ -277,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     _py_spy()
     args.out.mkdir(parents=True, exist_ok=True)
-    for old in args.out.glob("*.txt"):
+    for old in _profile_files(args.out):
         old.unlink()
     figures = run_loop(_profile(args))
-    print(report(figures, os.cpu_count() or 1))
+    print(report(figures, len(os.sched_getaffinity(0))))
     return 0
 
 

@@ -3,8 +3,10 @@ its file, the shares of a profile by area, and the report's ceiling arithmetic."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from bench.profiles import area_of, report, shares_by_area
+from bench.profiles import _profile_files, area_of, report, shares_by_area
 
 
 @pytest.mark.parametrize(
@@ -55,8 +57,19 @@ def test_the_report_gives_the_ceiling_of_all_cores_and_the_multiple_of_the_peer(
     }
     text = report(figures, cores=2)
     assert "post_payouts: 500 req/s = 0.50 of the verify rate" in text
-    assert "CPU ms per request: postgres 1.500, api 1.000; all 2.500" in text
+    assert "CPU ms per request (the load generator's included): postgres 1.500, api 1.000;" in text
+    assert "; all 2.500" in text
     # 2 cores * 1,000 ms / 2.5 ms = 800 requests/s with every core busy.
     assert "ceiling with all 2 cores busy: 800 req/s = 0.80 of the verify rate (1,000/s)" in text
     assert "against localstripe's create (200/s): 2.50 x, the ceiling 4.00 x" in text
     assert "API process by area: asyncpg (driver) 60%, other 40%" in text
+
+
+def test_only_the_profiles_it_wrote_are_taken_or_cleared(tmp_path: Path) -> None:
+    for name in ("get_payment-12.txt", "get_payments_list-13.txt", "requirements.txt", "a-b.txt"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in _profile_files(tmp_path, "get_payment")] == ["get_payment-12.txt"]
+    assert [p.name for p in _profile_files(tmp_path)] == [
+        "get_payment-12.txt",
+        "get_payments_list-13.txt",
+    ]

@@ -14,14 +14,18 @@ from bankrail.core.money import MAX_AMOUNT_IN_MINOR
 
 __all__ = [
     "PROVIDER_RETURN_URL",
+    "AccountNumber",
     "Address",
     "Amount",
     "AuthorizationFlowAnswer",
     "Currency",
+    "DateOfBirth",
     "MerchantAccountBeneficiary",
     "Metadata",
     "Redirect",
     "ShortText",
+    "SortCode",
+    "SortCodeAccountNumber",
     "StrictModel",
     "Uuid",
 ]
@@ -44,6 +48,18 @@ Metadata = Annotated[
     Field(max_length=50),
 ]
 ShortText = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+# Digits are written [0-9]: the patterns' \d would take any script's digits ("١٢٣٤٥٦").
+DateOfBirth = Annotated[StrictStr, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
+SortCode = Annotated[StrictStr, Field(pattern=r"^[0-9]{6}$")]
+AccountNumber = Annotated[StrictStr, Field(pattern=r"^[0-9]{8}$")]
+
+
+class SortCodeAccountNumber(StrictModel):
+    """A UK account: 6-digit sort code and 8-digit account number."""
+
+    type: Literal["sort_code_account_number"]
+    sort_code: SortCode
+    account_number: AccountNumber
 
 
 class Address(StrictModel):

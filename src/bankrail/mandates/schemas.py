@@ -13,10 +13,12 @@ from bankrail.http.schema_types import (
     Address,
     Amount,
     Currency,
+    DateOfBirth,
     MerchantAccountBeneficiary,
     Metadata,
     Redirect,
     ShortText,
+    SortCodeAccountNumber,
     StrictModel,
 )
 
@@ -46,15 +48,7 @@ class MandateProviderSelection(StrictModel):
     filter: MandateProviderFilter | None = None
 
 
-class SortCodeAccountNumber(StrictModel):
-    """A UK account: six-digit sort code and eight-digit account number."""
-
-    type: Literal["sort_code_account_number"]
-    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")]
-    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")]
-
-
-class ExternalAccountBeneficiary(StrictModel):
+class MandateExternalAccountBeneficiary(StrictModel):
     """An account outside Bankrail that the mandate's payments pay."""
 
     type: Literal["external_account"]
@@ -63,7 +57,7 @@ class ExternalAccountBeneficiary(StrictModel):
 
 
 MandateBeneficiary = Annotated[
-    MerchantAccountBeneficiary | ExternalAccountBeneficiary, Field(discriminator="type")
+    MerchantAccountBeneficiary | MandateExternalAccountBeneficiary, Field(discriminator="type")
 ]
 
 
@@ -85,7 +79,7 @@ class MandateUser(StrictModel):
     name: ShortText | None = None
     email: ShortText | None = None
     phone: Annotated[StrictStr, Field(min_length=1, max_length=40)] | None = None
-    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    date_of_birth: DateOfBirth | None = None
     address: Address | None = None
 
 
@@ -93,7 +87,7 @@ class SignupPlus(StrictModel):
     """Signup+ wanted with the mandate (no options)."""
 
 
-class RelatedProducts(StrictModel):
+class MandateRelatedProducts(StrictModel):
     """Products asked for together with the mandate."""
 
     signup_plus: SignupPlus | None = None
@@ -150,7 +144,7 @@ class MandateRequest(StrictModel):
     user: MandateUser | None = None
     constraints: ConstraintsIn
     metadata: Metadata | None = None
-    related_products: RelatedProducts | None = None
+    related_products: MandateRelatedProducts | None = None
 
 
 class MandateCreated(BaseModel):

@@ -57,9 +57,9 @@ from bankrail.mandates.models import (
 )
 from bankrail.mandates.schemas import (
     PERIODS,
-    ExternalAccountBeneficiary,
     MandateBeneficiary,
     MandateDetails,
+    MandateExternalAccountBeneficiary,
     MandateRequest,
 )
 from bankrail.merchants.return_uris import check_return_uri
@@ -153,7 +153,7 @@ async def _beneficiary(
 ) -> tuple[uuid.UUID | None, dict[str, Any] | None]:
     """Who the mandate pays: (one of the merchant's GBP accounts, None), or (None, the
     external account as stored); 400/404 for an account that is not the merchant's GBP one."""
-    if isinstance(beneficiary, ExternalAccountBeneficiary):
+    if isinstance(beneficiary, MandateExternalAccountBeneficiary):
         return None, beneficiary.model_dump(exclude_none=True)
     account = await require_account(conn, uuid.UUID(beneficiary.merchant_account_id), merchant_id)
     if account.currency != CURRENCY:

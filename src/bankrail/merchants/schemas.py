@@ -66,7 +66,7 @@ class AccountTransaction(BaseModel):
     created_at: str
 
 
-class Pagination(BaseModel):
+class AccountTransactionsPagination(BaseModel):
     """Where the next page starts (absent when this is the last page)."""
 
     next_cursor: str | None = None
@@ -76,7 +76,7 @@ class AccountTransactionList(BaseModel):
     """`GET /v3/merchant-accounts/{id}/transactions`."""
 
     items: list[AccountTransaction]
-    pagination: Pagination
+    pagination: AccountTransactionsPagination
 
 
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]

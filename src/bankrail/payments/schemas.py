@@ -20,10 +20,12 @@ from bankrail.http.schema_types import (
     Address,
     Amount,
     Currency,
+    DateOfBirth,
     MerchantAccountBeneficiary,
     Metadata,
     Redirect,
     ShortText,
+    SortCodeAccountNumber,
     StrictModel,
     Uuid,
 )
@@ -74,14 +76,6 @@ class SchemeSelection(StrictModel):
                 " instant_preferred"
             )
         return self
-
-
-class SortCodeAccountNumber(StrictModel):
-    """A UK account: 6-digit sort code and 8-digit account number."""
-
-    type: Literal["sort_code_account_number"]
-    sort_code: Annotated[StrictStr, Field(pattern=r"^[0-9]{6}$")]
-    account_number: Annotated[StrictStr, Field(pattern=r"^[0-9]{8}$")]
 
 
 class IbanIdentifier(StrictModel):
@@ -232,7 +226,7 @@ class User(StrictModel):
     name: ShortText | None = None
     email: ShortText | None = None
     phone: Annotated[StrictStr, Field(min_length=1, max_length=40)] | None = None
-    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    date_of_birth: DateOfBirth | None = None
     address: Address | None = None
 
 

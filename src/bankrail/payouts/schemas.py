@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
 from bankrail.http.listing import Pagination
-from bankrail.http.schema_types import Address, Amount, Currency, StrictModel, Uuid
+from bankrail.http.schema_types import (
+    Address,
+    Amount,
+    Currency,
+    DateOfBirth,
+    SortCodeAccountNumber,
+    StrictModel,
+    Uuid,
+)
 
 
 class V1PayoutRequest(StrictModel):
@@ -48,22 +56,16 @@ class V1TransactionList(BaseModel):
     next_cursor: str | None = None
 
 
-class SortCodeAccountNumber(StrictModel):
-    """A UK account."""
-
-    type: Literal["sort_code_account_number"]
-    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")]
-    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")]
-
-
-class IbanIdentifier(StrictModel):
+class PayoutIbanIdentifier(StrictModel):
     """An account by IBAN."""
 
     type: Literal["iban"]
     iban: Annotated[StrictStr, Field(min_length=5, max_length=64)]
 
 
-AccountIdentifier = Annotated[SortCodeAccountNumber | IbanIdentifier, Field(discriminator="type")]
+AccountIdentifier = Annotated[
+    SortCodeAccountNumber | PayoutIbanIdentifier, Field(discriminator="type")
+]
 Reference = Annotated[StrictStr, Field(min_length=1, max_length=140)]
 
 
@@ -74,7 +76,7 @@ class ExternalAccount(StrictModel):
     reference: Reference
     account_holder_name: Annotated[StrictStr, Field(min_length=1, max_length=140)]
     account_identifier: AccountIdentifier
-    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    date_of_birth: DateOfBirth | None = None
     address: Address | None = None
 
     @field_validator("date_of_birth")
@@ -107,7 +109,7 @@ class PayoutUser(StrictModel):
     name: Annotated[StrictStr, Field(min_length=1, max_length=140)]
     email: Annotated[StrictStr, Field(min_length=3, max_length=254)] | None = None
     phone: Annotated[StrictStr, Field(min_length=1, max_length=40)] | None = None
-    date_of_birth: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None
+    date_of_birth: DateOfBirth | None = None
     address: Address | None = None
 
 
@@ -137,14 +139,14 @@ class TransactionSearchCriteria(StrictModel):
         return moment.date().isoformat()
 
 
-class Verification(StrictModel):
+class PayoutVerification(StrictModel):
     """What the payee must prove of the account they choose."""
 
     verify_name: bool
     transaction_search_criteria: TransactionSearchCriteria | None = None
 
 
-class ProviderFilter(StrictModel):
+class PayoutProviderFilter(StrictModel):
     """The providers a payee may choose among."""
 
     countries: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}$")]] | None = None
@@ -155,7 +157,7 @@ class UserSelectedProvider(StrictModel):
     """The payee chooses the provider, among those the filter allows."""
 
     type: Literal["user_selected"]
-    filter: ProviderFilter | None = None
+    filter: PayoutProviderFilter | None = None
 
 
 class PreselectedScheme(StrictModel):
@@ -180,7 +182,7 @@ class UserDetermined(StrictModel):
     type: Literal["user_determined"]
     reference: Reference
     user: PayoutUser
-    verification: Verification
+    verification: PayoutVerification
     provider_selection: Annotated[
         UserSelectedProvider | PreselectedProvider, Field(discriminator="type")
     ]
@@ -217,11 +219,11 @@ class UltimateCounterparty(StrictModel):
     registration_number: ShortText | None = None
     commercial_name: ShortText | None = None
     url: Annotated[StrictStr, Field(min_length=1, max_length=2048)] | None = None
-    mcc: Annotated[StrictStr, Field(pattern=r"^\d{4}$")] | None = None
+    mcc: Annotated[StrictStr, Field(pattern=r"^[0-9]{4}$")] | None = None
     address: Address | None = None
 
 
-class SubMerchants(StrictModel):
+class PayoutSubMerchants(StrictModel):
     """`sub_merchants`: whom a payment service provider pays out on behalf of."""
 
     ultimate_counterparty: UltimateCounterparty
@@ -239,7 +241,7 @@ class V3PayoutRequest(StrictModel):
         | None
     ) = Field(default=None, max_length=50)
     scheme_selection: SchemeSelection | None = None
-    sub_merchants: SubMerchants | None = None
+    sub_merchants: PayoutSubMerchants | None = None
 
 
 class PayoutCreated(BaseModel):

@@ -17,7 +17,7 @@ from bankrail.http.idempotent import respond_once
 from bankrail.http.openapi import ERRORS_ADMIN, ERRORS_ADMIN_IDEMPOTENT
 from bankrail.http.pipeline import OPERATOR, Call, Endpoint, routes
 from bankrail.http.responses import json_response
-from bankrail.http.schema_types import StrictModel
+from bankrail.http.schema_types import AccountNumber, SortCode, StrictModel
 from bankrail.mandates import charges as mandate_charges
 from bankrail.merchants.closing import reset_merchant as reset_merchant_data
 from bankrail.rails.incoming import IncomingTransfer, receive_transfer
@@ -29,8 +29,8 @@ class BankTransfer(StrictModel):
     """An incoming transfer to an IBAN, or to a sort code and account number."""
 
     iban: Annotated[StrictStr, Field(max_length=64)] | None = None
-    sort_code: Annotated[StrictStr, Field(pattern=r"^\d{6}$")] | None = None
-    account_number: Annotated[StrictStr, Field(pattern=r"^\d{8}$")] | None = None
+    sort_code: SortCode | None = None
+    account_number: AccountNumber | None = None
     amount_in_minor: Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_IN_MINOR)]
     currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
     remitter_name: Text

@@ -49,7 +49,11 @@ def parse_timestamp(raw: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+# ASCII digits only: \d would match any script's, which fromisoformat then refuses.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 
 
 def parse_rfc3339(value: Any) -> datetime:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bankrail.core.timefmt import iso_utc, iso_utc_7, parse_timestamp
+from bankrail.core.timefmt import iso_utc, iso_utc_7, parse_rfc3339, parse_timestamp
 
 SEVEN = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{7}Z$")
 
@@ -90,3 +90,11 @@ def test_parse_timestamp_naive_is_taken_as_utc() -> None:
 def test_parse_timestamp_rejects_garbage(raw: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - datetime's own error
         parse_timestamp(raw)
+
+
+@pytest.mark.parametrize("raw", ["٢٠٢٦-01-02T03:04:05Z", "2026-01-02T03:04:05+\u0660\u0661:00"])
+def test_an_instant_in_another_scripts_digits_is_told_the_format(raw: str) -> None:
+    # Not "a valid date-time between the years 1 and 9999": the digits are what is wrong.
+    with pytest.raises(ValueError, match="must be an RFC 3339 date-time with an offset"):
+        parse_rfc3339(raw)
+    assert parse_rfc3339("2026-01-02T03:04:05+01:00") == datetime(2026, 1, 2, 2, 4, 5, tzinfo=UTC)

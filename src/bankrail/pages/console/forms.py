@@ -48,7 +48,7 @@ def parse_day_or_time(raw: str | None, field: str, *, end_of_day: bool) -> datet
         return None
     text = raw.strip()
     try:
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
             day = date.fromisoformat(text)
             moment = datetime.combine(day, time(0), tzinfo=UTC)
             return moment + timedelta(days=1) if end_of_day else moment
@@ -72,7 +72,7 @@ def parse_amount(raw: str | None, field: str, currency: str, *, allow_zero: bool
     text = (raw or "").strip().replace(",", "").replace(" ", "")
     if not text:
         raise FieldError(field, "enter an amount")
-    pattern = r"\d{1,19}" + (rf"(\.\d{{1,{exponent}}})?" if exponent else "")
+    pattern = r"[0-9]{1,19}" + (rf"(\.[0-9]{{1,{exponent}}})?" if exponent else "")
     if not re.fullmatch(pattern, text):
         places = f"at most {exponent} decimal places" if exponent else "no decimal places"
         raise FieldError(field, f"must be a positive amount in {currency} with {places}")
@@ -106,7 +106,7 @@ def parse_clock_advance(raw_amount: str | None, raw_unit: str | None) -> float:
     """How many seconds to move the service clock."""
     unit = parse_choice(raw_unit or "seconds", "unit", tuple(CLOCK_UNITS)) or "seconds"
     text = (raw_amount or "").strip()
-    if not re.fullmatch(r"\d{1,12}(\.\d{1,6})?", text):
+    if not re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,6})?", text):
         raise FieldError("amount", "must be a number of at least 0")
     seconds = float(Decimal(text) * CLOCK_UNITS[unit])
     if seconds > MAX_CLOCK_SECONDS:

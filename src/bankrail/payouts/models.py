@@ -169,45 +169,10 @@ def decide_payout(
     funds left by the requests accepted before it; raises ProblemError for a request that
     creates nothing (in the order the rules are checked). Insufficient funds and a screened
     beneficiary are not errors: the payout is accepted and fails asynchronously."""
-    account = facts.account
-    if account is None:
-        if request.account_id is not None:
-            raise NotFound(f"Merchant account {request.account_id} not found.")
-        raise invalid_field("currency", f"the merchant has no {request.currency} account")
-    if request.currency != account.currency:
-        raise invalid_field(
-            "currency", f"must be {account.currency}, the merchant account's currency"
-        )
+    account = _paying_account(request, facts)
     if request.verified:
         return _verified_payout(request, facts, available, payout_id)
-    if request.closed_loop:
-        source = facts.source
-        if source is None:
-            raise InvalidParameters(
-                "The payment source did not pay into this merchant account for this user.",
-                {
-                    CLOSED_LOOP_FIELD: [
-                        "no settled payment from this user and source into this merchant account"
-                    ]
-                },
-            )
-        identifiers = source.identifiers
-        name = source.account_holder_name
-        beneficiary: dict[str, Any] = {
-            "type": "payment_source",
-            "user_id": source.user_id,
-            "payment_source_id": str(source.id),
-            "reference": request.beneficiary["reference"],
-            "account_holder_name": name,
-            "account_identifiers": identifiers.as_list(),
-        }
-    else:
-        if isinstance(request.identifiers, ProblemError):
-            raise request.identifiers
-        assert request.identifiers is not None
-        identifiers = request.identifiers
-        name = request.beneficiary["account_holder_name"]
-        beneficiary = stored_open_loop(request.beneficiary, identifiers)
+    identifiers, name, beneficiary = _payee(request, facts)
     check_route(account.currency, identifiers, request.field)
     # A payee at Bankrail in the currency is paid by internal transfer; the paying account
     # itself included (docs/api.md: its hold returns to its available balance).
@@ -227,6 +192,58 @@ def decide_payout(
         pending_failure=pending_failure,
         scheme=scheme,
     )
+
+
+def _paying_account(request: PayoutRequest, facts: PayoutFacts) -> AccountFacts:
+    """The account the request pays from: 404 for an account not the merchant's, 400 when
+    the merchant has none in the currency (v1) or the currency is not the account's."""
+    account = facts.account
+    if account is None:
+        if request.account_id is not None:
+            raise NotFound(f"Merchant account {request.account_id} not found.")
+        raise invalid_field("currency", f"the merchant has no {request.currency} account")
+    if request.currency != account.currency:
+        raise invalid_field(
+            "currency", f"must be {account.currency}, the merchant account's currency"
+        )
+    return account
+
+
+def _payee(
+    request: PayoutRequest, facts: PayoutFacts
+) -> tuple[AccountIdentifiers, str, dict[str, Any]]:
+    """Whom an unverified payout pays: its identifiers, account holder's name and the
+    beneficiary as stored. A closed loop's is the payment source the user paid from into
+    the account (400 when there is none); an open loop's is the request's own."""
+    if not request.closed_loop:
+        if isinstance(request.identifiers, ProblemError):
+            raise request.identifiers
+        assert request.identifiers is not None
+        identifiers = request.identifiers
+        return (
+            identifiers,
+            request.beneficiary["account_holder_name"],
+            stored_open_loop(request.beneficiary, identifiers),
+        )
+    source = facts.source
+    if source is None:
+        raise InvalidParameters(
+            "The payment source did not pay into this merchant account for this user.",
+            {
+                CLOSED_LOOP_FIELD: [
+                    "no settled payment from this user and source into this merchant account"
+                ]
+            },
+        )
+    beneficiary: dict[str, Any] = {
+        "type": "payment_source",
+        "user_id": source.user_id,
+        "payment_source_id": str(source.id),
+        "reference": request.beneficiary["reference"],
+        "account_holder_name": source.account_holder_name,
+        "account_identifiers": source.identifiers.as_list(),
+    }
+    return source.identifiers, source.account_holder_name, beneficiary
 
 
 def _pending_failure(facts: PayoutFacts, available: int, amount: int) -> FailureReason | None:

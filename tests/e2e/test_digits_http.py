@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_helpers import assert_invalid
+from pay_in_helpers import payment_body
 
 from support.api import Operator
 
@@ -60,21 +61,10 @@ def test_a_mandates_sort_code_is_ascii_digits(operator: Operator) -> None:
 
 def test_a_payers_date_of_birth_is_ascii_digits(operator: Operator) -> None:
     merchant = operator.new_merchant()
-    body = {
-        "amount_in_minor": 100,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {
-                "type": "merchant_account",
-                "merchant_account_id": merchant.accounts["GBP"]["id"],
-            },
-        },
-        "user": {"id": str(uuid.uuid4()), "name": "Ada", "date_of_birth": "١٩٩٠-01-01"},
-    }
+    user = {"id": str(uuid.uuid4()), "name": "Ada", "date_of_birth": "١٩٩٠-01-01"}
+    body = payment_body(merchant, user=user)
     assert_invalid(merchant.signed_post("/v3/payments", body), "user.date_of_birth")
-    body["user"]["date_of_birth"] = "1990-01-01"
+    user["date_of_birth"] = "1990-01-01"
     assert merchant.signed_post("/v3/payments", body).status_code == 201
 
 

@@ -267,9 +267,10 @@ MAXIMUM_RETRY_WINDOW = timedelta(days=90)
 def retry_window(text: str) -> timedelta:
     """The length a retry policy's `for` names: a whole number of minutes (`30m`), hours
     (`12h`) or days (`90d`), from one minute to 90 days; ValueError otherwise."""
-    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
+    number = text[:-1]
+    if len(text) < 2 or text[-1] not in _UNITS or not (number.isascii() and number.isdigit()):
         raise ValueError("must be a whole number of minutes, hours or days, such as 30m or 90d")
-    window = int(text[:-1]) * _UNITS[text[-1]]
+    window = int(number) * _UNITS[text[-1]]
     if not timedelta(minutes=1) <= window <= MAXIMUM_RETRY_WINDOW:
         raise ValueError("must be from 1m to 90d")
     return window

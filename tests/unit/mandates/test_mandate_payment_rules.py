@@ -35,7 +35,11 @@ def test_a_retry_window_is_minutes_hours_or_days(text: str, expected: timedelta)
     assert retry_window(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "m", "30", "30s", "0m", "91d", "-1d", "1.5h", "3w"])
+@pytest.mark.parametrize(
+    "text",
+    # The last two: Arabic-Indic twelve and a superscript two, digits to str.isdigit().
+    ["", "m", "30", "30s", "0m", "91d", "-1d", "1.5h", "3w", "\u0661\u0662d", "\u00b2d"],
+)
 def test_other_retry_windows_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="must be"):
         retry_window(text)

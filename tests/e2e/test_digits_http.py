@@ -1,6 +1,7 @@
-"""Numbers written in identifiers are ASCII digits: a sort code, an account number, a date
-of birth or a merchant category code written in another script's digits ("١٢٣٤٥٦") is
-refused with a 400 naming the field, in every body that takes one."""
+"""Numbers written in identifiers are ASCII digits: a sort code, an account number or a date
+of birth written in another script's digits ("١٢٣٤٥٦") is refused with a 400 naming the field.
+Over HTTP here for a payout, a mandate, a payment and a sandbox transfer; the other schema
+fields and the console's form fields in tests/unit/http/test_ascii_digits.py."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def parse_timestamp(raw: str) -> datetime:
     if "." in text:
         head, _, rest = text.partition(".")
         digits = ""
-        while rest and rest[0].isdigit():
+        while rest and "0" <= rest[0] <= "9":
             digits += rest[0]
             rest = rest[1:]
         text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"

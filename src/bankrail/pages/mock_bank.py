@@ -139,7 +139,7 @@ def _delay(form: FormData, name: str, label: str, errors: list[dict[str, str]]) 
     raw = (form_value(form, name) or "").strip()
     if not raw:
         return 0
-    if raw.isdigit() and int(raw) <= MAX_DELAY_SECONDS:
+    if raw.isascii() and raw.isdigit() and int(raw) <= MAX_DELAY_SECONDS:
         return int(raw)
     errors.append(
         {"field": name, "message": f"{label} must be a whole number of seconds, 0 to 2592000."}

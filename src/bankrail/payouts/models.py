@@ -161,7 +161,7 @@ class NewPayout:
         return self.pending_failure is None
 
 
-# Long on purpose: the payout rules read top to bottom in the order they are checked.
+# The payout rules in the order they are checked; `_paying_account` and `_payee` hold theirs.
 def decide_payout(
     request: PayoutRequest, facts: PayoutFacts, available: int, payout_id: uuid.UUID
 ) -> NewPayout:

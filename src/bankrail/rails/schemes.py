@@ -36,7 +36,7 @@ PAYOUT_SCHEMES: dict[str, tuple[str, ...]] = {
 INSTANT_SCHEMES = frozenset({FASTER_PAYMENTS, SEPA_INSTANT})
 
 _FAIL = re.compile(r"fail:(scheme_error|server_error|invalid_iban)", re.IGNORECASE)
-_DELAY = re.compile(r"delay:(\d+)", re.IGNORECASE)
+_DELAY = re.compile(r"delay:([0-9]+)", re.IGNORECASE)
 MAX_DELAY_SECONDS = 30 * 86400
 
 

@@ -97,7 +97,11 @@ def test_delay_tokens(reference: str, seconds: int) -> None:
     assert outcome.failure is None
 
 
-@pytest.mark.parametrize("reference", ["delay:", "delay:abc", "delay: 10", "delay=10", "delay-10"])
+@pytest.mark.parametrize(
+    "reference",
+    # The last: Arabic-Indic twelve, which \d matches and int() reads as 12.
+    ["delay:", "delay:abc", "delay: 10", "delay=10", "delay-10", "delay:\u0661\u0662"],
+)
 def test_malformed_delay_falls_back_to_the_default(reference: str) -> None:
     assert sandbox_outcome(reference, SANDBOX).execution_delay_seconds == 0
     assert sandbox_outcome(reference, SANDBOX, 17).execution_delay_seconds == 17

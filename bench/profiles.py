@@ -156,8 +156,6 @@ Scenario = Callable[[Any, Any, int, int, Any], Awaitable[dict[str, Any]]]
 def _scenarios() -> dict[str, Scenario]:
     from bench import reads, writes
     from bench.http_scenarios import _created_payout_ids, _drained, _payouts, _payouts_measured
-    from bench.loadgen import run_load
-    from bench.service import signed_post
 
     async def post_payouts(server: Any, merchant: Any, n: int, c: int, o: Any) -> Any:
         return await _payouts_measured(server, _payouts(server, merchant, n), c, o)
@@ -167,18 +165,15 @@ def _scenarios() -> dict[str, Scenario]:
         await _drained(server)  # their execution is not the GETs' work
         return await reads.read(server, merchant, [f"/v3/payouts/{i}" for i in ids], n, c, o)
 
-    async def made_payments(server: Any, merchant: Any, count: int, c: int) -> None:
-        body = writes.tagged_payment_body(merchant, "bench-profiles", preselected=False)
-        made = [signed_post(server, merchant, "/v3/payments", body) for _ in range(count)]
-        await run_load("127.0.0.1", server.port, made, concurrency=c)  # not sampled
-
     async def get_payment(server: Any, merchant: Any, n: int, c: int, o: Any) -> Any:
-        await made_payments(server, merchant, reads.SAMPLE, c)
+        await writes.made_payments(
+            server, merchant, "bench-profiles", reads.SAMPLE, c, preselected=False
+        )
         paths = await reads.payment_paths(server, merchant)
         return await reads.read(server, merchant, paths, n, c, o)
 
     async def get_payments_list(server: Any, merchant: Any, n: int, c: int, o: Any) -> Any:
-        await made_payments(server, merchant, 60, c)
+        await writes.made_payments(server, merchant, "bench-profiles", 60, c, preselected=False)
         return await reads.read(server, merchant, ["/v3/payments?limit=50"], n // 4, c, o)
 
     return {
@@ -215,8 +210,9 @@ async def _profile(args: argparse.Namespace) -> dict[str, Any]:
     try:
         merchant = seed(server, balance=10**15)
         options = Options(verify_seconds=0.5, repeats=1)
-        for name in args.scenario or list(_scenarios()):
-            run = _scenarios()[name]
+        scenarios = _scenarios()
+        for name in args.scenario or list(scenarios):
+            run = scenarios[name]
             with profiling(name, args.out):
                 summary = await run(server, merchant, args.requests, args.concurrency, options)
             kept = _profile_files(args.out, name)
@@ -243,6 +239,10 @@ def _profile_files(out: Path, label: str | None = None) -> list[Path]:
 
 def report(figures: dict[str, Any], cores: int) -> str:
     """Each scenario's rate, CPU by process group, ceiling and API areas as text."""
+    from bench.targets import (
+        verify_share,
+    )  # here: bench.targets imports bench.measure, which imports this
+
     lines = []
     peer: dict[str, float | None] = figures.get("localstripe", {})
     for name, figure in figures.items():
@@ -253,7 +253,8 @@ def report(figures: dict[str, Any], cores: int) -> str:
         total = sum(cpu.values())
         verify = summary.get("verify_per_s_around", {}).get("mean")
         ceiling = cores * 1000 / total if total else 0.0
-        share = f" = {summary['requests_per_s'] / verify:.2f} of the verify rate" if verify else ""
+        reached = verify_share(summary)
+        share = f" = {reached:.2f} of the verify rate" if reached is not None else ""
         lines.append(f"{name}: {summary['requests_per_s']:,.0f} req/s{share}")
         lines.append(
             "  CPU ms per request (the load generator's included): "

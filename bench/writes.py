@@ -96,9 +96,7 @@ async def authorization_flows(
 
     async def prepare() -> Batch:
         user_id = f"bench-{uuid.uuid4()}"
-        body = tagged_payment_body(merchant, user_id, preselected=True)
-        creations = [signed_post(server, merchant, "/v3/payments", body) for _ in range(count)]
-        await run_load("127.0.0.1", server.port, creations, concurrency=concurrency)
+        await made_payments(server, merchant, user_id, count, concurrency, preselected=True)
         ids = await _payment_ids(server, merchant, user_id)
         flow = {"redirect": {"return_uri": RETURN_URI}}
         requests = [
@@ -111,6 +109,22 @@ async def authorization_flows(
         return Batch(requests, check)
 
     return await saturated_and_paced(server, prepare, concurrency, options, check_key="started")
+
+
+async def made_payments(
+    server: Server,
+    merchant: Merchant,
+    user_id: str,
+    count: int,
+    concurrency: int,
+    *,
+    preselected: bool,
+) -> None:
+    """`count` payments awaiting authorisation paid by `user_id`, made through the API outside
+    any measurement (`run_load`, not `measured`)."""
+    body = tagged_payment_body(merchant, user_id, preselected=preselected)
+    creations = [signed_post(server, merchant, "/v3/payments", body) for _ in range(count)]
+    await run_load("127.0.0.1", server.port, creations, concurrency=concurrency)
 
 
 async def _payment_ids(server: Server, merchant: Merchant, user_id: str) -> list[str]:

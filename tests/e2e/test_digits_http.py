@@ -13,6 +13,7 @@ from typing import Any
 
 from e2e_helpers import assert_invalid
 from pay_in_helpers import payment_body
+from payout_helpers import external_beneficiary, payout_body
 
 from support.api import Operator
 
@@ -28,26 +29,15 @@ def _scan(sort_code: str) -> dict[str, str]:
     }
 
 
-def _payout(merchant_account_id: str, sort_code: str) -> dict[str, Any]:
-    return {
-        "merchant_account_id": merchant_account_id,
-        "amount_in_minor": 100,
-        "currency": "GBP",
-        "beneficiary": {
-            "type": "external_account",
-            "account_holder_name": "Ada Lovelace",
-            "account_identifier": _scan(sort_code),
-            "reference": "digits",
-        },
-    }
-
-
 def test_a_payouts_sort_code_is_ascii_digits(operator: Operator) -> None:
     merchant = operator.new_merchant()
-    account = merchant.accounts["GBP"]["id"]
-    answer = merchant.signed_post("/v3/payouts", _payout(account, ARABIC_INDIC))
+
+    def payout(sort_code: str) -> dict[str, Any]:
+        return payout_body(merchant, "GBP", 100, external_beneficiary(_scan(sort_code)))
+
+    answer = merchant.signed_post("/v3/payouts", payout(ARABIC_INDIC))
     assert_invalid(answer, "beneficiary.account_identifier")
-    assert merchant.signed_post("/v3/payouts", _payout(account, "140662")).status_code == 202
+    assert merchant.signed_post("/v3/payouts", payout("140662")).status_code == 202
 
 
 def test_a_mandates_sort_code_is_ascii_digits(operator: Operator) -> None:

@@ -1,14 +1,18 @@
 """`python -m bench --request-log`: what the request log (on by default in the sandbox)
-costs a signed `POST /v3/payouts` and a `GET /v3/payouts/{id}`.
+costs a signed `POST /v3/payouts`, a `GET /v3/payouts/{id}` and a `GET /v3/payments/{id}`,
+and whether the targets of these (R3 4/8) hold with it on as with it off.
 
 Two `bankrail serve --workers 1` with the sandbox defaults, one with the request log on (its
 default 7 days) and one with it off (`BANKRAIL_REQUEST_LOG_RETENTION_SECONDS=0`), run side by
 side; they take turns (on, off, then off, on...), each turn a closed loop of fresh signed
-payouts (after the other server's payouts have all executed) and then of GETs by id, so that
-the machine's change of speed and the background work fall on both alike. Reported for each
+payouts (after the other server's payouts have all executed), then of GETs of payouts by id,
+then of payments by id, so that the machine's change of speed and the background work fall on
+both alike; the one-core verify rate is measured before each round. Reported for each
 request: each setting's median requests/s, p50 and CPU per request (API processes, and all
 of the server's processes with PostgreSQL), and the median over the rounds of the ratio on/off
-of the round's two rates; and how many entries the log wrote (proof it was on)."""
+of the round's two rates; how many entries the log wrote (proof it was on); and, for each
+setting, the payouts' median share of the verify rate and each GET's multiple of
+localstripe's GET (measured once, after the rounds), beside their targets."""
 
 from __future__ import annotations
 
@@ -18,16 +22,30 @@ from typing import Any
 
 import asyncpg
 
-from bench.http_scenarios import _created_payout_ids, _drained
+from bench.baselines import verify_rate
+from bench.http_scenarios import TARGET_VERIFY_SHARE, _created_payout_ids, _drained
 from bench.loadgen import http_request
 from bench.loadgen import run as run_loop
+from bench.localstripe_baseline import localstripe_rates
 from bench.measure import measured
+from bench.reads import SAMPLE, payment_paths
 from bench.service import Merchant, Server, payout_body, seed, signed_post
+from bench.targets import READ_MULTIPLE
+from bench.writes import made_payments
 
 __all__ = ["request_log_cost"]
 
 SETTINGS = {"on": "604800", "off": "0"}
-KINDS = ("post", "get")
+KINDS = ("post", "get", "get_payment")
+TITLES = {
+    "post": "signed POST /v3/payouts",
+    "get": "GET /v3/payouts/{id}",
+    "get_payment": "GET /v3/payments/{id}",
+}
+READ_TARGET = 1.3
+"""R3 4/8's target for a GET by id, as a multiple of localstripe's GET (`READ_MULTIPLE`, 2,
+is its aim)."""
+VERIFY_SECONDS = 0.3  # the verify rate measured before each round
 
 
 async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict[str, Any]:
@@ -39,17 +57,23 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
     }
     try:
         merchants: dict[str, Merchant] = {}
-        paths: dict[str, list[str]] = {}
+        paths: dict[str, dict[str, list[str]]] = {}
         for name, server in servers.items():
             server.start()
-            merchants[name] = seed(server, balance=10**15)
-            ids = _created_payout_ids(server, merchants[name], 50)
-            paths[name] = [f"/v3/payouts/{payout_id}" for payout_id in ids]
-            await _turn(server, merchants[name], paths[name], min(200, requests), concurrency)
+            merchant = merchants[name] = seed(server, balance=10**15)
+            ids = _created_payout_ids(server, merchant, SAMPLE)
+            await made_payments(server, merchant, "bench-user", SAMPLE, 8, preselected=False)
+            paths[name] = {
+                "get": [f"/v3/payouts/{payout_id}" for payout_id in ids],
+                "get_payment": await payment_paths(server, merchant),
+            }
+            await _turn(server, merchant, paths[name], min(200, requests), concurrency)
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in KINDS
         }
+        verify: list[float] = []
         for i in range(rounds):
+            verify.append(verify_rate(VERIFY_SECONDS))
             for name in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 done = await _turn(
                     servers[name], merchants[name], paths[name], requests, concurrency
@@ -61,14 +85,46 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
     finally:
         for server in servers.values():
             server.stop()
+    # Once, after the rounds: localstripe's GET (its create is not a target of these).
+    peer = (await localstripe_rates(requests, 1, concurrency, VERIFY_SECONDS))["get"]
     return {
         "requests": requests,
         "concurrency": concurrency,
         "rounds": rounds,
         "turns": turns,
+        "verify_per_s": verify,
         "entries_written": written,
+        "localstripe_get": peer,
         **{kind: _figures(turns[kind]) for kind in KINDS},
+        "targets": _targets(turns, verify, peer),
     }
+
+
+def _targets(
+    turns: dict[str, dict[str, list[dict[str, float]]]],
+    verify: list[float],
+    peer: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """For each setting: the payouts' median share of the verify rate measured before their
+    round, and each GET's median rate as a multiple of localstripe's GET (None when
+    localstripe was not measured)."""
+    baseline = peer.get("requests_per_s")
+    figures: dict[str, dict[str, Any]] = {}
+    for name in SETTINGS:
+        shares = [
+            turn["requests_per_s"] / rate
+            for turn, rate in zip(turns["post"][name], verify, strict=True)
+        ]
+        share = statistics.median(shares)
+        figures[name] = {"post": {"verify_share": share, "met": share >= TARGET_VERIFY_SHARE}}
+        for kind in KINDS[1:]:
+            rate = statistics.median(t["requests_per_s"] for t in turns[kind][name])
+            multiple = rate / baseline if baseline else None
+            figures[name][kind] = {
+                "localstripe_multiple": multiple,
+                "met": None if multiple is None else multiple >= READ_TARGET,
+            }
+    return figures
 
 
 def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
@@ -100,10 +156,14 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 
 async def _turn(
-    server: Server, merchant: Merchant, paths: list[str], requests: int, concurrency: int
+    server: Server,
+    merchant: Merchant,
+    paths: dict[str, list[str]],
+    requests: int,
+    concurrency: int,
 ) -> dict[str, dict[str, float]]:
-    """One closed loop of `requests` fresh payouts, every one accepted, drained; then one of
-    `requests` GETs by id cycling over `paths`."""
+    """One closed loop of `requests` fresh payouts, every one accepted, drained; then, for
+    each GET of `paths` (by kind), one of `requests` GETs cycling over its paths."""
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
@@ -112,10 +172,13 @@ async def _turn(
     await _drained(server)
     host = f"127.0.0.1:{server.port}"
     auth = {"Authorization": f"Bearer {merchant.token}"}
-    gets = [http_request("GET", paths[i % len(paths)], host, auth) for i in range(requests)]
-    got = await measured(server, gets, concurrency)
-    assert got["ok_ratio"] == 1.0, got
-    return {"post": _summary(posted), "get": _summary(got)}
+    done = {"post": _summary(posted)}
+    for kind, cycled in paths.items():
+        gets = [http_request("GET", cycled[i % len(cycled)], host, auth) for i in range(requests)]
+        got = await measured(server, gets, concurrency)
+        assert got["ok_ratio"] == 1.0, got
+        done[kind] = _summary(got)
+    return done
 
 
 def _summary(measured_run: dict[str, Any]) -> dict[str, float]:
@@ -145,7 +208,7 @@ def report(figures: dict[str, Any]) -> str:
         f"{figures['concurrency']} connections per setting (medians); entries written: "
         f"on {figures['entries_written']['on']}, off {figures['entries_written']['off']}"
     ]
-    for kind, title in (("post", "signed POST /v3/payouts"), ("get", "GET /v3/payouts/{id}")):
+    for kind, title in TITLES.items():
         f = figures[kind]
         rates, p50 = f["median_requests_per_s"], f["median_p50_ms"]
         api, every = f["median_api_cpu_ms"], f["median_all_cpu_ms"]
@@ -166,7 +229,47 @@ def report(figures: dict[str, Any]) -> str:
                 else "n/a (each turn under the CPU meter's 10 ms)"
             )
         )
+    lines.extend(_target_lines(figures))
     return "\n".join(lines)
+
+
+def _target_lines(figures: dict[str, Any]) -> list[str]:
+    """The targets these requests have (R3 4/8), judged for each setting."""
+    targets, peer = figures["targets"], figures["localstripe_get"]
+    verify = figures["verify_per_s"]
+
+    def verdict(met: bool | None) -> str:
+        return "not judged" if met is None else "met" if met else "NOT met"
+
+    lines = [
+        "  targets, log on | log off (verify rate before the rounds: "
+        + ", ".join(f"{rate:,.0f}" for rate in verify)
+        + "/s; localstripe's GET: "
+        + (
+            f"{peer['requests_per_s']:,.0f}/s)"
+            if "requests_per_s" in peer
+            else f"{peer['skipped']})"
+        )
+    ]
+    post = [targets[name]["post"] for name in SETTINGS]
+    lines.append(
+        f"    {TITLES['post']}: share of the verify rate "
+        + " | ".join(f"{p['verify_share']:.2f} ({verdict(p['met'])})" for p in post)
+        + f", target >= {TARGET_VERIFY_SHARE}"
+    )
+    for kind in KINDS[1:]:
+        reads = [targets[name][kind] for name in SETTINGS]
+        lines.append(
+            f"    {TITLES[kind]}: x localstripe's GET "
+            + " | ".join(
+                "-"
+                if r["localstripe_multiple"] is None
+                else f"{r['localstripe_multiple']:.2f} ({verdict(r['met'])})"
+                for r in reads
+            )
+            + f", target >= {READ_TARGET} (aim {READ_MULTIPLE:.0f})"
+        )
+    return lines
 
 
 def run(requests: int, concurrency: int, rounds: int) -> str:

@@ -69,8 +69,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--request-log",
         action="store_true",
-        help="only compare POST /v3/payouts and GET /v3/payouts/{id} with the request log on "
-        "and off (--requests per turn, --repeats turns each) and print the ratios",
+        help="only compare POST /v3/payouts, GET /v3/payouts/{id}, GET /v3/payments/{id} and "
+        "POST /v3/payments/{id}/authorization-flow with the request log on and off (--requests "
+        "per turn, --repeats turns each) and print the ratios and each setting's round-3 "
+        "targets",
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results/latest.json"))
     return parser.parse_args(argv)

@@ -42,7 +42,8 @@ def baselines_table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _verdict(met: bool | None) -> str:
+def verdict(met: bool | None) -> str:
+    """ "met" or "NOT met"."""
     return "met" if met else "NOT met"
 
 
@@ -109,13 +110,13 @@ def _post_targets_lines(http: dict[str, Any]) -> list[str]:
             f"POST /v3/payouts targets, {run['workers']} process(es):"
             f" rate {targets['verify_share']:.2f} of verify"
             + _runs(run, "post_payouts", "verify_share", ".2f")
-            + f" ({_verdict(targets['rate_met'])}, >= {TARGET_VERIFY_SHARE});"
+            + f" ({verdict(targets['rate_met'])}, >= {TARGET_VERIFY_SHARE});"
             f" p99 {targets['p99_ms_at_80pct_of_target']:.1f} ms at 80 % of the target rate"
             + _runs(run, "post_payouts_at_80pct_of_target", "p99_ms", ".1f")
-            + f" ({_verdict(targets['p99_met_at_80pct_of_target'])}),"
+            + f" ({verdict(targets['p99_met_at_80pct_of_target'])}),"
             f" {targets['p99_ms_at_80pct_of_reached']:.1f} ms at 80 % of the rate reached"
             + _runs(run, "post_payouts_at_80pct", "p99_ms", ".1f")
-            + f" ({_verdict(targets['p99_met_at_80pct_of_reached'])}, <= {TARGET_P99_MS:.0f} ms);"
+            + f" ({verdict(targets['p99_met_at_80pct_of_reached'])}, <= {TARGET_P99_MS:.0f} ms);"
             f" all in one configuration: {'yes' if targets['both_met'] else 'no'}"
         )
     return lines
@@ -225,7 +226,7 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
                 f" {figure['by_requests_per_s']:.2f} by req/s,"
                 f" {figure['by_cpu_per_request']:.2f} by CPU per request"
                 + (f", {share:.2f} by share of the verify rate around each" if share else "")
-                + f" ({_verdict(figure['met'])}, >= {GROWTH_FLOOR});"
+                + f" ({verdict(figure['met'])}, >= {GROWTH_FLOOR});"
                 f" seeded in {run['seeded']['seconds']} s"
             )
     rss = run.get("rss") or {}
@@ -242,7 +243,7 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
             f"no-op authenticated GET through the middleware and pipeline"
             f" {noop['pipeline_per_s']:,.0f} req/s ÷ bare Starlette route"
             f" {noop['bare_starlette_per_s']:,.0f} req/s = {noop['share']:.2f}"
-            f" ({_verdict(noop['met'])}, >= {noop['target_share']}); by CPU per request"
+            f" ({verdict(noop['met'])}, >= {noop['target_share']}); by CPU per request"
             f" {noop['bare_starlette_cpu_us']:.0f} ÷ {noop['pipeline_cpu_us']:.0f} µs"
             f" = {noop['share_by_cpu']:.2f}"
         )
@@ -269,9 +270,9 @@ def target_lines(http: dict[str, Any]) -> list[str]:
             p99 = figure["p99_ms_at_80pct"]
             lines.append(
                 f"{LABELS[name]}, {procs} process(es): {figure['verify_share']:.2f} of the verify"
-                f" rate ({_verdict(figure['rate_met'])}, >= {figure['verify_share_floor']});"
+                f" rate ({verdict(figure['rate_met'])}, >= {figure['verify_share_floor']});"
                 + (f" p99 {p99:.1f} ms" if p99 is not None else " p99 not measured")
-                + f" at 80 % of the rate reached ({_verdict(figure['p99_met'])},"
+                + f" at 80 % of the rate reached ({verdict(figure['p99_met'])},"
                 f" <= {TARGET_P99_MS:.0f} ms)"
             )
         if "post_payouts" in targets:
@@ -291,7 +292,7 @@ def target_lines(http: dict[str, Any]) -> list[str]:
                 f"{LABELS[name]}, {procs} process(es): {run[name]['requests_per_s']:,.0f} req/s,"
                 f" {multiple:.2f} x localstripe {baseline['version']}'s GET"
                 f" ({baseline['requests_per_s']:,.0f}/s)"
-                f" ({_verdict(targets[name]['met'])}, >= {READ_MULTIPLE:.0f} x)"
+                f" ({verdict(targets[name]['met'])}, >= {READ_MULTIPLE:.0f} x)"
             )
     lines.extend(_workers_lines(http))
     return lines
@@ -310,7 +311,7 @@ def _create_line(run: dict[str, Any], figure: dict[str, Any]) -> str:
     return (
         f"{LABELS['post_payouts']}, {procs} process(es): {rate:,.0f} req/s,"
         f" {multiple:.2f} x localstripe {peer['version']}'s create"
-        f" ({peer['requests_per_s']:,.0f}/s) ({_verdict(figure['localstripe_create_met'])},"
+        f" ({peer['requests_per_s']:,.0f}/s) ({verdict(figure['localstripe_create_met'])},"
         f" >= {CREATE_MULTIPLE:.0f} x)"
     )
 
@@ -325,7 +326,7 @@ def _workers_lines(http: dict[str, Any]) -> list[str]:
         lines.append(
             f"{LABELS[name]}, 2 processes ÷ 1:"
             + (f" {share:.2f} by share of the verify rate around each," if share else "")
-            + f" {figure['by_requests_per_s']:.2f} by req/s ({_verdict(figure['met'])}, >= 1)"
+            + f" {figure['by_requests_per_s']:.2f} by req/s ({verdict(figure['met'])}, >= 1)"
         )
     return lines
 

@@ -1,10 +1,17 @@
-"""`python -m bench --request-log` compares POST /v3/payouts, GET /v3/payouts/{id} and GET
-/v3/payments/{id} with the request log on and off, the log is really written by the server
-where it is on (and only there), and their targets are judged for each setting."""
+"""`python -m bench --request-log` compares POST /v3/payouts, GET /v3/payouts/{id}, GET
+/v3/payments/{id} and POST /v3/payments/{id}/authorization-flow with the request log on and
+off, the log is really written by the server where it is on (and only there), and round 3's
+targets of these are judged for each setting, each figure the median over the rounds (of an
+even count the worse of the middle two)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import pytest
+from bench.localstripe_baseline import skipped_because
+from bench.request_log import targets_by_setting, verdict_lines
 
 from support.bench_runs import run_bench
 
@@ -15,33 +22,125 @@ def test_the_request_log_comparison_runs_both_settings_and_prints_the_ratios() -
     )
     written = re.search(r"entries written: on (\d+), off (\d+)", stdout)
     assert written, stdout
-    # At least the 50 payouts and 50 payments made for the GETs, the warm-up's 100 + 100 +
-    # 100 and 2 turns of 100 + 100 + 100 (enough CPU per turn for the meter's 10 ms ticks to
-    # read it).
-    assert int(written[1]) >= 100 + 300 + 600, stdout
+    # At least the 50 payouts and 50 payments made for the GETs, then the warm-up and 2 turns
+    # of 100 payouts, 100 + 100 GETs, 100 payments made and their 100 flow starts (enough
+    # CPU per turn for the meter's 10 ms ticks to read it).
+    assert int(written[1]) >= 100 + 3 * 500, stdout
     assert int(written[2]) == 0, stdout
     for title in (
-        r"signed POST /v3/payouts:",
-        r"GET /v3/payouts/\{id\}:",
-        r"GET /v3/payments/\{id\}:",
+        r"signed POST /v3/payouts",
+        r"GET /v3/payouts/\{id\}",
+        r"GET /v3/payments/\{id\}",
+        r"signed POST /v3/payments/\{id\}/authorization-flow",
     ):
-        assert re.search(title, stdout), stdout
-    assert re.search(r"log on : +[\d.]+ requests/s", stdout), stdout
-    assert re.search(r"log off: +[\d.]+ requests/s", stdout), stdout
+        assert re.search(rf"^  {title}:$", stdout, re.M), stdout
+    assert len(re.findall(r"log on : +[\d.]+ requests/s", stdout)) == 4, stdout
+    assert len(re.findall(r"log off: +[\d.]+ requests/s", stdout)) == 4, stdout
     ratios = re.findall(
         r"ratio on/off of the rates .*: \d\.\d{3}; of all CPU .*: \d\.\d{3}$", stdout, re.M
     )
-    assert len(ratios) == 3, stdout
-    # Each target judged for both settings, side by side: a share of the verify rate for the
-    # payouts, a multiple of localstripe's GET (or "-" where it could not run) for each GET.
+    assert len(ratios) == 4, stdout
     verdict = r"(met|NOT met)"
-    assert re.search(
-        rf"signed POST /v3/payouts: share of the verify rate \d\.\d\d \({verdict}\) \|"
-        rf" \d\.\d\d \({verdict}\), target >= 0\.6$",
-        stdout,
-        re.M,
-    ), stdout
+    for title, floor in (
+        (r"signed POST /v3/payouts", r"0\.6"),
+        (r"signed POST /v3/payments/\{id\}/authorization-flow", r"0\.45"),
+    ):
+        line = (
+            rf"^    {title}: share of the verify rate \d\.\d\d \({verdict}\) \|"
+            rf" \d\.\d\d \({verdict}\), target >= {floor}$"
+        )
+        assert re.search(line, stdout, re.M), stdout
+    # Judged against localstripe's GET where it runs here, "-" where it cannot.
+    judged = rf"\d+\.\d\d \({verdict}\)" if skipped_because() is None else "-"
     for title in (r"GET /v3/payouts/\{id\}", r"GET /v3/payments/\{id\}"):
-        judged = rf"(\d+\.\d\d \({verdict}\)|-)"
         line = rf"^    {title}: x localstripe's GET {judged} \| {judged}, target >= 1\.3 \(aim 2\)$"
         assert re.search(line, stdout, re.M), stdout
+
+
+def _turns(
+    shares: dict[str, list[float]], reads: dict[str, list[float]]
+) -> dict[str, dict[str, list[dict[str, float]]]]:
+    """Turns as `request_log_cost` records them: both writes with `shares` as their shares
+    of the verify rate, both GETs with `reads` as their rates."""
+    return {
+        **{
+            kind: {
+                name: [{"verify_share": share, "requests_per_s": 1.0} for share in values]
+                for name, values in shares.items()
+            }
+            for kind in ("post_payouts", "post_authorization_flow")
+        },
+        **{
+            kind: {
+                name: [{"requests_per_s": rate} for rate in values]
+                for name, values in reads.items()
+            }
+            for kind in ("get_payout", "get_payment")
+        },
+    }
+
+
+def test_each_setting_is_judged_on_its_own_figures_the_worse_middle_of_an_even_count() -> None:
+    turns = _turns(
+        {"on": [0.59, 0.70, 0.61, 0.58], "off": [0.60, 0.64, 0.66, 0.62]},
+        {"on": [1_200.0, 1_400.0, 1_290.0, 1_310.0], "off": [1_320.0, 1_300.0, 1_330.0]},
+    )
+    targets = targets_by_setting(turns, {"requests_per_s": 1_000.0})
+    # On: shares 0.58, 0.59 | 0.61, 0.70, the worse middle 0.59 (the mean of the two would
+    # have been 0.60 and met); off: 0.62.
+    assert targets["on"]["post_payouts"] == {"verify_share": 0.59, "met": False}
+    assert targets["off"]["post_payouts"] == {"verify_share": 0.62, "met": True}
+    # The flow's floor is 0.45: the same shares meet it with the log on too.
+    assert targets["on"]["post_authorization_flow"] == {"verify_share": 0.59, "met": True}
+    for kind in ("get_payout", "get_payment"):
+        assert targets["on"][kind] == {"localstripe_multiple": 1.29, "met": False}
+        assert targets["off"][kind] == {"localstripe_multiple": 1.32, "met": True}
+
+
+@pytest.mark.parametrize(
+    ("kind", "figure", "met"),
+    [
+        ("post_payouts", 0.6, True),
+        ("post_payouts", 0.5999, False),
+        ("post_authorization_flow", 0.45, True),
+        ("post_authorization_flow", 0.4499, False),
+        ("get_payout", 1.3, True),
+        ("get_payment", 1.2999, False),
+    ],
+)
+def test_each_target_is_met_at_its_floor_and_not_below(kind: str, figure: float, met: bool) -> None:
+    turns = _turns({"on": [figure], "off": [figure]}, {"on": [figure], "off": [figure]})
+    targets = targets_by_setting(turns, {"requests_per_s": 1.0})
+    for name in ("on", "off"):
+        assert targets[name][kind]["met"] is met
+
+
+def test_without_localstripe_the_reads_are_not_judged_and_the_reason_is_printed() -> None:
+    peer: dict[str, Any] = {"skipped": "localstripe is not installed"}
+    turns = _turns({"on": [0.7], "off": [0.5]}, {"on": [9_000.0], "off": [9_500.0]})
+    targets = targets_by_setting(turns, peer)
+    assert targets["on"]["get_payment"] == {"localstripe_multiple": None, "met": None}
+    lines = verdict_lines({"targets": targets, "localstripe_get": peer})
+    assert (
+        lines[0] == "  targets, log on | log off (localstripe's GET: localstripe is not installed):"
+    )
+    assert lines[1] == (
+        "    signed POST /v3/payouts: share of the verify rate 0.70 (met) | 0.50 (NOT met),"
+        " target >= 0.6"
+    )
+    assert lines[2] == (
+        "    signed POST /v3/payments/{id}/authorization-flow: share of the verify rate"
+        " 0.70 (met) | 0.50 (met), target >= 0.45"
+    )
+    assert lines[4] == "    GET /v3/payments/{id}: x localstripe's GET - | -, target >= 1.3 (aim 2)"
+
+
+def test_with_localstripe_each_read_prints_its_multiple_and_verdict() -> None:
+    peer = {"requests_per_s": 5_000.0}
+    turns = _turns({"on": [0.6], "off": [0.6]}, {"on": [6_000.0], "off": [7_000.0]})
+    lines = verdict_lines({"targets": targets_by_setting(turns, peer), "localstripe_get": peer})
+    assert lines[0] == "  targets, log on | log off (localstripe's GET: 5,000/s):"
+    assert lines[3] == (
+        "    GET /v3/payouts/{id}: x localstripe's GET 1.20 (NOT met) | 1.40 (met),"
+        " target >= 1.3 (aim 2)"
+    )

@@ -245,7 +245,11 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
             f" {noop['bare_starlette_per_s']:,.0f} req/s = {noop['share']:.2f}"
             f" ({verdict(noop['met'])}, >= {noop['target_share']}); by CPU per request"
             f" {noop['bare_starlette_cpu_us']:.0f} ÷ {noop['pipeline_cpu_us']:.0f} µs"
-            f" = {noop['share_by_cpu']:.2f}"
+            + (
+                f" = {noop['share_by_cpu']:.2f}"
+                if noop["share_by_cpu"] is not None
+                else " (n/a: each run under the CPU meter's 10 ms)"
+            )
         )
     if "wrk_get_payout" in run:
         wrk = run["wrk_get_payout"]

@@ -27,12 +27,16 @@ from typing import Any
 
 import asyncpg
 
-from bench.http_scenarios import TARGET_VERIFY_SHARE, _created_payout_ids, _drained
-from bench.loadgen import http_request
+from bench.http_scenarios import (
+    TARGET_P99_MS,
+    TARGET_VERIFY_SHARE,
+    _created_payout_ids,
+    _drained,
+)
 from bench.loadgen import run as run_loop
 from bench.localstripe_baseline import localstripe_rates
 from bench.measure import between_verify_rates, measured
-from bench.reads import SAMPLE, payment_paths
+from bench.reads import SAMPLE, _gets, payment_paths
 from bench.report import verdict
 from bench.service import Merchant, Server, payout_body, seed, signed_post
 from bench.targets import (
@@ -49,11 +53,15 @@ __all__ = ["request_log_cost"]
 
 SETTINGS = {"on": "604800", "off": "0"}
 KINDS = ("post_payouts", "get_payout", "get_payment", "post_authorization_flow")
-"""What each turn measures, in order (keys of targets.LABELS)."""
+"""What each turn measures in a closed loop, in order (keys of targets.LABELS)."""
+PACED = "get_payout_paced"
+"""Each turn's last loop: GETs of payouts by id offered at one rate to both servers."""
 READS = ("get_payout", "get_payment")
 SHARES = {"post_payouts": TARGET_VERIFY_SHARE, "post_authorization_flow": OTHER_WRITES_TARGET_SHARE}
 """Round 3's share of the verify rate for each write measured here."""
 VERIFY_SECONDS = 0.3  # the verify rate, measured just before and just after each payout turn
+PACED_SHARE = 0.8
+"""The paced GETs' rate: this share of what the log-on server reached in a closed loop."""
 
 
 async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict[str, Any]:
@@ -79,16 +87,24 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             }
             made = len(paths[name]["get_payment"])
             assert made == SAMPLE, f"{made} of {SAMPLE} payments awaiting authorisation were made"
-            await _turn(server, merchant, paths[name], min(200, requests), concurrency)
+            await _turn(server, merchant, paths[name], min(200, requests), concurrency, None)
+        # The offered load of the paced GETs, the same for both: below what the log-on server
+        # can answer, so that a request's wait is its own, not a queue's.
+        calibration = await measured(
+            servers["on"],
+            _gets(servers["on"], merchants["on"], paths["on"]["get_payout"], requests),
+            concurrency,
+        )
+        paced_rate = PACED_SHARE * calibration["requests_per_s"]
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
-            kind: {"on": [], "off": []} for kind in KINDS
+            kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
         }
         for i in range(rounds):
             for name in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 done = await _turn(
-                    servers[name], merchants[name], paths[name], requests, concurrency
+                    servers[name], merchants[name], paths[name], requests, concurrency, paced_rate
                 )
-                for kind in KINDS:
+                for kind in (*KINDS, PACED):
                     turns[kind][name].append(done[kind])
         await asyncio.sleep(0.5)  # the last batch of entries is written within 0.1 s
         written = {name: await _entries(server) for name, server in servers.items()}
@@ -105,8 +121,23 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         "entries_written": written,
         "localstripe_get": peer,
         **{kind: _figures(turns[kind]) for kind in KINDS},
+        PACED: {"rate": paced_rate, **paced_latencies(turns[PACED])},
         "targets": targets_by_setting(turns, peer),
     }
+
+
+def paced_latencies(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """For each setting, the paced GETs' p50 and p99 (medians over the rounds, of an even
+    count the worse, higher, middle) and whether that p99 is within TARGET_P99_MS."""
+    figures: dict[str, Any] = {}
+    for name, runs in turns.items():
+        p99 = statistics.median_high(run["p99_ms"] for run in runs)
+        figures[name] = {
+            "p50_ms": statistics.median_high(run["p50_ms"] for run in runs),
+            "p99_ms": p99,
+            "met": p99 <= TARGET_P99_MS,
+        }
+    return figures
 
 
 def targets_by_setting(
@@ -167,11 +198,13 @@ async def _turn(
     paths: dict[str, list[str]],
     requests: int,
     concurrency: int,
+    paced_rate: float | None,
 ) -> dict[str, dict[str, float]]:
     """One closed loop of `requests` fresh payouts, every one accepted, between two verify
     rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling
     over its paths; then one of `requests` authorisation-flow starts, between two verify
-    rates, on as many preselected payments made just before (outside the measurement)."""
+    rates, on as many preselected payments made just before (outside the measurement); then,
+    with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate."""
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
@@ -182,12 +215,9 @@ async def _turn(
     posted = await between_verify_rates(VERIFY_SECONDS, post)
     assert posted["ok_ratio"] == 1.0, posted
     await _drained(server)
-    host = f"127.0.0.1:{server.port}"
-    auth = {"Authorization": f"Bearer {merchant.token}"}
     done = {"post_payouts": {**_summary(posted), "verify_share": verify_share(posted) or 0.0}}
     for kind, cycled in paths.items():
-        gets = [http_request("GET", cycled[i % len(cycled)], host, auth) for i in range(requests)]
-        got = await measured(server, gets, concurrency)
+        got = await measured(server, _gets(server, merchant, cycled, requests), concurrency)
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
     user_id = f"bench-{uuid.uuid4()}"
@@ -208,6 +238,11 @@ async def _turn(
         **_summary(started),
         "verify_share": verify_share(started) or 0.0,
     }
+    if paced_rate is not None:
+        gets = _gets(server, merchant, paths["get_payout"], requests)
+        paced = await measured(server, gets, concurrency, rate=paced_rate)
+        assert paced["ok_ratio"] == 1.0, paced
+        done[PACED] = {**_summary(paced), "p99_ms": paced["p99_ms"]}
     return done
 
 
@@ -259,8 +294,23 @@ def report(figures: dict[str, Any]) -> str:
                 else "n/a (each turn under the CPU meter's 10 ms)"
             )
         )
+    lines.append(paced_line(figures[PACED]))
     lines.extend(verdict_lines(figures))
     return "\n".join(lines)
+
+
+def paced_line(paced: dict[str, Any]) -> str:
+    """The paced GETs' latencies, on beside off, and their p99 against TARGET_P99_MS."""
+    on, off = paced["on"], paced["off"]
+    share = f"{PACED_SHARE * 100:.0f} %"
+    return (
+        f"  {LABELS['get_payout']} offered at {paced['rate']:,.0f}/s to both"
+        f" ({share} of the log-on server's closed-loop rate):"
+        f" p50 {on['p50_ms']:.1f} | {off['p50_ms']:.1f} ms,"
+        f" p99 {on['p99_ms']:.1f} ({verdict(on['met'])})"
+        f" | {off['p99_ms']:.1f} ms ({verdict(off['met'])}),"
+        f" log on | off, target <= {TARGET_P99_MS:.0f} ms"
+    )
 
 
 def verdict_lines(figures: dict[str, Any]) -> list[str]:

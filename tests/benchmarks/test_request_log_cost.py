@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from bench.localstripe_baseline import skipped_because
-from bench.request_log import targets_by_setting, verdict_lines
+from bench.request_log import paced_latencies, paced_line, targets_by_setting, verdict_lines
 
 from support.bench_runs import run_bench
 
@@ -50,6 +50,13 @@ def test_the_request_log_comparison_runs_both_settings_and_prints_the_ratios() -
             rf" \d\.\d\d \({verdict}\), target >= {floor}$"
         )
         assert re.search(line, stdout, re.M), stdout
+    # The paced GETs: one rate offered to both, their latencies side by side.
+    paced = (
+        r"^  GET /v3/payouts/\{id\} offered at [\d,]+/s to both \(80 % of the log-on server's"
+        rf" closed-loop rate\): p50 [\d.]+ \| [\d.]+ ms, p99 [\d.]+ \({verdict}\) \| [\d.]+ ms"
+        rf" \({verdict}\), log on \| off, target <= 50 ms$"
+    )
+    assert re.search(paced, stdout, re.M), stdout
     # Judged against localstripe's GET where it runs here, "-" where it cannot.
     judged = rf"\d+\.\d\d \({verdict}\)" if skipped_because() is None else "-"
     for title in (r"GET /v3/payouts/\{id\}", r"GET /v3/payments/\{id\}"):
@@ -143,4 +150,26 @@ def test_with_localstripe_each_read_prints_its_multiple_and_verdict() -> None:
     assert lines[3] == (
         "    GET /v3/payouts/{id}: x localstripe's GET 1.20 (NOT met) | 1.40 (met),"
         " target >= 1.3 (aim 2)"
+    )
+
+
+def test_the_paced_gets_report_the_worse_middle_latency_of_each_setting() -> None:
+    turns = {
+        "on": [
+            {"p50_ms": 1.0, "p99_ms": 9.0},
+            {"p50_ms": 1.4, "p99_ms": 60.0},
+            {"p50_ms": 1.2, "p99_ms": 12.0},
+            {"p50_ms": 1.1, "p99_ms": 11.0},
+        ],
+        "off": [{"p50_ms": 0.9, "p99_ms": 50.0}, {"p50_ms": 0.8, "p99_ms": 51.0}],
+    }
+    figures = paced_latencies(turns)
+    # On: p99s 9, 11 | 12, 60: the higher middle, 12; off: 50 | 51, 51, over the target.
+    assert figures["on"] == {"p50_ms": 1.2, "p99_ms": 12.0, "met": True}
+    assert figures["off"] == {"p50_ms": 0.9, "p99_ms": 51.0, "met": False}
+    line = paced_line({"rate": 4_000.0, **figures})
+    assert line == (
+        "  GET /v3/payouts/{id} offered at 4,000/s to both (80 % of the log-on server's"
+        " closed-loop rate): p50 1.2 | 0.9 ms, p99 12.0 (met) | 51.0 ms (NOT met), log on | off,"
+        " target <= 50 ms"
     )

@@ -114,6 +114,12 @@ async def _rate(
     return result.rate, used / count * 1e6
 
 
+def share_by_cpu(bare_us: float, pipeline_us: float) -> float | None:
+    """The bare route's CPU per request over the pipeline's; None when the pipeline's reads 0
+    (a run shorter than the CPU meter's 10 ms tick: a smoke run on a fast machine)."""
+    return bare_us / pipeline_us if pipeline_us > 0 else None
+
+
 async def pipeline_noop(
     server: Server, merchant: Merchant, count: int, concurrency: int
 ) -> dict[str, Any]:
@@ -155,9 +161,7 @@ async def pipeline_noop(
         "share": share,
         "pipeline_cpu_us": pipeline_us,
         "bare_starlette_cpu_us": bare_us,
-        # A run shorter than the CPU meter's 10 ms tick (a smoke run on a fast machine) reads
-        # 0 µs: no ratio of it.
-        "share_by_cpu": bare_us / pipeline_us if pipeline_us > 0 else None,
+        "share_by_cpu": share_by_cpu(bare_us, pipeline_us),
         "target_share": TARGET_SHARE,
         "met": share >= TARGET_SHARE,
         "runs": {"pipeline": pipeline_runs, "bare": bare_runs},

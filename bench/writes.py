@@ -96,12 +96,7 @@ async def authorization_flows(
 
     async def prepare() -> Batch:
         user_id = f"bench-{uuid.uuid4()}"
-        await made_payments(server, merchant, user_id, count, concurrency, preselected=True)
-        ids = await _payment_ids(server, merchant, user_id)
-        flow = {"redirect": {"return_uri": RETURN_URI}}
-        requests = [
-            signed_post(server, merchant, f"/v3/payments/{i}/authorization-flow", flow) for i in ids
-        ]
+        requests = await flow_starts(server, merchant, user_id, count, concurrency)
 
         async def check(summary: dict[str, Any]) -> dict[str, Any]:
             return await _payments_in(server, merchant, user_id, "authorizing", summary)
@@ -109,6 +104,21 @@ async def authorization_flows(
         return Batch(requests, check)
 
     return await saturated_and_paced(server, prepare, concurrency, options, check_key="started")
+
+
+async def flow_starts(
+    server: Server, merchant: Merchant, user_id: str, count: int, concurrency: int
+) -> list[bytes]:
+    """`count` signed POST /v3/payments/{id}/authorization-flow `{redirect: {return_uri}}`
+    prepared, one on each of `count` preselected payments of `user_id` made through the API
+    first (outside any measurement)."""
+    await made_payments(server, merchant, user_id, count, concurrency, preselected=True)
+    ids = await _payment_ids(server, merchant, user_id)
+    assert len(ids) == count, f"{len(ids)} of {count} payments were made"
+    flow = {"redirect": {"return_uri": RETURN_URI}}
+    return [
+        signed_post(server, merchant, f"/v3/payments/{i}/authorization-flow", flow) for i in ids
+    ]
 
 
 async def made_payments(

@@ -1,11 +1,18 @@
-"""The no-op pipeline's line of the bench's report: its share by CPU, or why there is none."""
+"""The no-op pipeline's share by CPU, and its line of the bench's report: the share, or why
+there is none."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from bench.pipeline_noop import share_by_cpu
 from bench.report import _run_lines
+
+
+def test_a_pipeline_that_read_no_cpu_has_no_share_instead_of_a_division_by_zero() -> None:
+    assert share_by_cpu(25.0, 40.0) == 0.625
+    assert share_by_cpu(25.0, 0.0) is None
 
 
 def _noop(pipeline_us: float, share_by_cpu: float | None) -> dict[str, Any]:

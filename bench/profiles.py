@@ -239,9 +239,8 @@ def _profile_files(out: Path, label: str | None = None) -> list[Path]:
 
 def report(figures: dict[str, Any], cores: int) -> str:
     """Each scenario's rate, CPU by process group, ceiling and API areas as text."""
-    from bench.targets import (
-        verify_share,
-    )  # here: bench.targets imports bench.measure, which imports this
+    # Imported here: bench.targets imports bench.measure, which imports this module.
+    from bench.targets import verify_share
 
     lines = []
     peer: dict[str, float | None] = figures.get("localstripe", {})

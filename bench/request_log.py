@@ -225,29 +225,14 @@ async def _turn(
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
-
-    async def post(_verify_rate: float) -> dict[str, Any]:
-        return await measured(server, posts, concurrency)
-
-    posted = await between_verify_rates(VERIFY_SECONDS, post)
-    assert posted["ok_ratio"] == 1.0, posted
+    done = {"post_payouts": await _write_turn(server, posts, concurrency)}
     await _drained(server)
-    done = {"post_payouts": {**_summary(posted), "verify_share": verify_share(posted) or 0.0}}
     for kind, cycled in paths.items():
         got = await measured(server, _gets(server, merchant, cycled, requests), concurrency)
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
     starts = await flow_starts(server, merchant, f"bench-{uuid.uuid4()}", requests, concurrency)
-
-    async def start(_verify_rate: float) -> dict[str, Any]:
-        return await measured(server, starts, concurrency)
-
-    started = await between_verify_rates(VERIFY_SECONDS, start)
-    assert started["ok_ratio"] == 1.0, started
-    done["post_authorization_flow"] = {
-        **_summary(started),
-        "verify_share": verify_share(started) or 0.0,
-    }
+    done["post_authorization_flow"] = await _write_turn(server, starts, concurrency)
     if paced_rate is not None:
         gets = _gets(server, merchant, paths["get_payout"], requests)
         # As `python -m bench` paces: twice the connections, so that none waits for a free one.
@@ -259,6 +244,18 @@ async def _turn(
             "offered_per_s": paced_rate,
         }
     return done
+
+
+async def _write_turn(server: Server, writes: list[bytes], concurrency: int) -> dict[str, float]:
+    """One closed loop of `writes`, every one accepted, between two verify rates: its
+    summary with its share of the verify rate around it."""
+
+    async def run(_verify_rate: float) -> dict[str, Any]:
+        return await measured(server, writes, concurrency)
+
+    done = await between_verify_rates(VERIFY_SECONDS, run)
+    assert done["ok_ratio"] == 1.0, done
+    return {**_summary(done), "verify_share": verify_share(done) or 0.0}
 
 
 def _summary(measured_run: dict[str, Any]) -> dict[str, float]:

@@ -170,6 +170,34 @@ async def test_a_body_postgresql_cannot_hold_as_json_is_kept_as_json_without_the
     await _forget(pool)
 
 
+async def test_gets_answered_alike_each_keep_the_answer_redacted(
+    pool: asyncpg.Pool, journals: Journals
+) -> None:
+    journal = journals()
+    settled = b'{"status": "settled", "id": "p-1", "user": {"name": "Ada", "email": "a@b.c"}}'
+
+    def answering(body: bytes) -> Callable[[Request], Any]:
+        async def answer(request: Request) -> Response:
+            return Response(body, media_type="application/json")
+
+        return answer
+
+    for path, body in (
+        ("a", settled),
+        ("b", settled),
+        ("c", b'{"status": "failed"}'),
+        ("d", settled),
+    ):
+        request = _request(f"/v3/payments/{path}")
+        request.scope["method"] = "GET"
+        await journal.record(request, answering(body))
+    assert await journal.flush() == 4
+    kept = {row["path"][-1]: row["response"]["body"] for row in await _rows(pool)}
+    masked = {"status": "settled", "id": "p-1", "user": {"name": "[masked]", "email": "[masked]"}}
+    assert kept == {"a": masked, "b": masked, "c": {"status": "failed"}, "d": masked}
+    await _forget(pool)
+
+
 PERSONAL = (
     b'{"beneficiary": {"account_holder_name": "Ada Lovelace", "iban": "GB33BUKB20201555555555",'
     b' "address": {"city": "London"}}, "user": {"email": "ada@example.com"}}'

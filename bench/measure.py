@@ -5,6 +5,7 @@ of the rate it reached."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -32,22 +33,36 @@ class Options:
 
 
 async def measured(
-    server: Server, requests: list[bytes], concurrency: int, rate: float | None = None
+    server: Server,
+    requests: list[bytes],
+    concurrency: int,
+    rate: float | None = None,
+    *,
+    settled: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario and add the CPU it cost each process group per request."""
+    """Run one scenario and add the CPU it cost each process group per request. With
+    `settled`, the scenario ends only once it returns (awaited after the last answer): the
+    work the requests left behind counts in their rate and their CPU (`settle_seconds`)."""
     assert server.process is not None
     assert server.data_dir is not None
     meter = CpuMeter(server.process.pid, server.data_dir)
+    settle = 0.0
     # Sampled by py-spy under `python -m bench.profiles`, the closed loops only.
     async with profiles.recording(server if rate is None else None):
         meter.start()
         result: LoadResult = await run_load(
             "127.0.0.1", server.port, requests, concurrency=concurrency, rate=rate
         )
+        if settled is not None:
+            began = time.perf_counter()
+            await settled()
+            settle = time.perf_counter() - began
+            result.seconds += settle
         meter.stop()
     summary: dict[str, Any] = dict(result.summary())
     summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
     summary["machine"] = meter.machine
+    summary["settle_seconds"] = settle
     return summary
 
 

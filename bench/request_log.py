@@ -11,7 +11,10 @@ one-core verify rate, then of GETs of payouts by id, then of payments by id, the
 authorisation-flow starts (between two readings too) on payments made just before, then an
 open loop of GETs of payouts offered at one rate to both servers (80 % of what the log-on
 server answered in a closed loop at the start of the round), so that the machine's change of
-speed and the background work fall on both alike. Reported for each
+speed and the background work fall on both alike. On the log-on server each loop starts once
+the log has written what came before it (no loop pays for another's entries), and each closed
+loop ends only once its own entries are written: its rate and CPU count writing them, as an
+executed payout counts its execution (`_Log`). Reported for each
 request: each setting's median requests/s, p50 and CPU per request (API processes, and all
 of the server's processes with PostgreSQL), and the median over the rounds of the ratio on/off
 of the round's two rates; how many entries the log wrote (proof it was on); and, for each
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -36,6 +41,7 @@ from bench.http_scenarios import (
     _created_payout_ids,
     _drained,
 )
+from bench.loadgen import http_request, run_load
 from bench.loadgen import run as run_loop
 from bench.localstripe_baseline import localstripe_rates
 from bench.measure import LOAD_SHARE, between_verify_rates, measured
@@ -62,6 +68,11 @@ PACED = "get_payout_paced"
 READS = ("get_payout", "get_payment")
 SHARES = {"post_payouts": TARGET_VERIFY_SHARE, "post_authorization_flow": OTHER_WRITES_TARGET_SHARE}
 """Round 3's share of the verify rate for each write measured here."""
+QUIET_SECONDS = 0.3
+"""The log has written what was buffered once its newest entry stayed the same this long
+(three times its writer's interval)."""
+WRITTEN_SECONDS = 60.0
+"""How long a loop's entries may take to be written before the bench gives up on them."""
 VERIFY_SECONDS = 0.3  # the verify rate, measured just before and just after each write's turn
 
 
@@ -74,12 +85,15 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         name: Server(1, env={"BANKRAIL_REQUEST_LOG_RETENTION_SECONDS": value})
         for name, value in SETTINGS.items()
     }
+    logs: dict[str, _Log | None] = {"off": None}
     try:
         merchants: dict[str, Merchant] = {}
         paths: dict[str, dict[str, list[str]]] = {}
         for name, server in servers.items():
             server.start()
             merchant = merchants[name] = seed(server, balance=10**15)
+            if name == "on":
+                logs[name] = _Log(await asyncpg.connect(server.dsn()), server, merchant)
             ids = _created_payout_ids(server, merchant, SAMPLE)
             await made_payments(server, merchant, "bench-user", SAMPLE, 8, preselected=False)
             paths[name] = {
@@ -88,7 +102,9 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             }
             made = len(paths[name]["get_payment"])
             assert made == SAMPLE, f"{made} of {SAMPLE} payments awaiting authorisation were made"
-            await _turn(server, merchant, paths[name], min(200, requests), concurrency, None)
+            await _turn(
+                server, logs[name], merchant, paths[name], min(200, requests), concurrency, None
+            )
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
         }
@@ -103,13 +119,24 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             paced_rate = LOAD_SHARE * calibration["requests_per_s"]
             for name in ("on", "off") if i % 2 == 0 else ("off", "on"):
                 done = await _turn(
-                    servers[name], merchants[name], paths[name], requests, concurrency, paced_rate
+                    servers[name],
+                    logs[name],
+                    merchants[name],
+                    paths[name],
+                    requests,
+                    concurrency,
+                    paced_rate,
                 )
                 for kind in (*KINDS, PACED):
                     turns[kind][name].append(done[kind])
-        await asyncio.sleep(0.5)  # the last batch of entries is written within 0.1 s
+        for log in logs.values():
+            if log is not None:
+                await log.quiet()  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
     finally:
+        for log in logs.values():
+            if log is not None:
+                await log.close()
         for server in servers.values():
             server.stop()
     # Once, after the rounds, as `python -m bench` does (its create is no target of these).
@@ -209,8 +236,86 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     }
 
 
+class _Log:
+    """The request log of the server that keeps one, as the bench waits for it: a loop starts
+    once what came before it is written, so that it pays for no other loop's entries, and
+    (but for the paced loop, which measures latency) ends once its own are, so that its rate
+    and CPU count writing them (docs/performance.md, "The request log")."""
+
+    def __init__(self, conn: asyncpg.Connection, server: Server, merchant: Merchant) -> None:
+        self._conn = conn
+        self._server = server
+        self._merchant = merchant
+
+    async def quiet(self) -> None:
+        """Wait until the log has written what its server buffered: its newest entry stays
+        the same for QUIET_SECONDS."""
+        newest = "SELECT id FROM request_log ORDER BY id DESC LIMIT 1"
+        began = time.monotonic()
+        last = await self._conn.fetchval(newest)
+        while time.monotonic() - began < WRITTEN_SECONDS:
+            await asyncio.sleep(QUIET_SECONDS)
+            now = await self._conn.fetchval(newest)
+            if now == last:
+                return
+            last = now
+        raise RuntimeError(f"the request log was still writing after {WRITTEN_SECONDS} s")
+
+    async def written_from_now(self, count: int) -> Callable[[], Awaitable[None]]:
+        """A wait for the `count` entries of the requests made from now on to be written.
+
+        It sends one more request, for an unknown payout (a 404, logged too), and waits for
+        its entry: the log writes entries in the order it took them, so that one written
+        means every earlier one is, found by the merchant's newest entry (one probe of an
+        index, where counting the loop's entries every few milliseconds would cost
+        PostgreSQL more than the entries do). Then it checks that none was dropped."""
+        since = await self._conn.fetchval("SELECT clock_timestamp()")
+        marker = f"/v3/payouts/{uuid.uuid4()}"
+        host = f"127.0.0.1:{self._server.port}"
+        auth = {"Authorization": f"Bearer {self._merchant.token}"}
+        probe = http_request("GET", marker, host, auth)
+        newest = (
+            "SELECT path FROM request_log WHERE merchant_id = $1::uuid"
+            " ORDER BY created_at DESC, id DESC LIMIT 1"
+        )
+        made = "SELECT count(*) FROM request_log WHERE created_at >= $1"
+
+        async def written() -> None:
+            await run_load("127.0.0.1", self._server.port, [probe], concurrency=1)
+            deadline = time.monotonic() + WRITTEN_SECONDS
+            while await self._conn.fetchval(newest, self._merchant.merchant_id) != marker:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the log did not write its entries in {WRITTEN_SECONDS} s")
+                await asyncio.sleep(0.002)
+            kept = await self._conn.fetchval(made, since)
+            if kept < count + 1:
+                raise RuntimeError(f"the request log wrote {kept - 1} of {count} entries")
+
+        return written
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+async def _logged_loop(
+    server: Server,
+    log: _Log | None,
+    requests: list[bytes],
+    concurrency: int,
+    rate: float | None = None,
+) -> dict[str, Any]:
+    """`measured`, with the server's request log (`log`, None when it is off) written before
+    the loop and, in a closed loop, the loop's own entries written before it ends."""
+    if log is None:
+        return await measured(server, requests, concurrency, rate)
+    await log.quiet()
+    written = None if rate is not None else await log.written_from_now(len(requests))
+    return await measured(server, requests, concurrency, rate, settled=written)
+
+
 async def _turn(
     server: Server,
+    log: _Log | None,
     merchant: Merchant,
     paths: dict[str, list[str]],
     requests: int,
@@ -221,22 +326,24 @@ async def _turn(
     rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling
     over its paths; then one of `requests` authorisation-flow starts, between two verify
     rates, on as many preselected payments made just before (outside the measurement); then,
-    with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate."""
+    with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate.
+    Each loop as `_logged_loop` runs it."""
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
-    done = {"post_payouts": await _write_turn(server, posts, concurrency)}
+    done = {"post_payouts": await _write_turn(server, log, posts, concurrency)}
     await _drained(server)
     for kind, cycled in paths.items():
-        got = await measured(server, _gets(server, merchant, cycled, requests), concurrency)
+        gets = _gets(server, merchant, cycled, requests)
+        got = await _logged_loop(server, log, gets, concurrency)
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
     starts = await flow_starts(server, merchant, f"bench-{uuid.uuid4()}", requests, concurrency)
-    done["post_authorization_flow"] = await _write_turn(server, starts, concurrency)
+    done["post_authorization_flow"] = await _write_turn(server, log, starts, concurrency)
     if paced_rate is not None:
         gets = _gets(server, merchant, paths["get_payout"], requests)
         # As `python -m bench` paces: twice the connections, so that none waits for a free one.
-        paced = await measured(server, gets, concurrency * 2, rate=paced_rate)
+        paced = await _logged_loop(server, log, gets, concurrency * 2, rate=paced_rate)
         assert paced["ok_ratio"] == 1.0, paced
         done[PACED] = {
             **_summary(paced),
@@ -246,12 +353,14 @@ async def _turn(
     return done
 
 
-async def _write_turn(server: Server, writes: list[bytes], concurrency: int) -> dict[str, float]:
+async def _write_turn(
+    server: Server, log: _Log | None, writes: list[bytes], concurrency: int
+) -> dict[str, float]:
     """One closed loop of `writes`, every one accepted, between two verify rates: its
     summary with its share of the verify rate around it."""
 
     async def run(_verify_rate: float) -> dict[str, Any]:
-        return await measured(server, writes, concurrency)
+        return await _logged_loop(server, log, writes, concurrency)
 
     done = await between_verify_rates(VERIFY_SECONDS, run)
     assert done["ok_ratio"] == 1.0, done

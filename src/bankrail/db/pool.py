@@ -47,6 +47,48 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     del conn
 
 
+class _Pool(asyncpg.Pool):
+    """asyncpg's pool, giving a connection back without a task of its own where giving it
+    back cannot wait.
+
+    asyncpg runs every release in `asyncio.shield`, a task of its own, so that a cancelled
+    request still returns its connection; that task and the turn of the event loop it waits
+    for were a tenth of a `GET /v3/payouts/{id}`'s CPU in the API (docs/performance.md, "The
+    pool's release"). A connection that is open, in no transaction, not being cancelled, of
+    the pool's generation and under its query limit is returned by steps that never wait
+    (this pool's reset is `_keep_session`): nothing can cancel them midway, so they run in
+    the releasing task. Any other connection is released by asyncpg's own path, shield and
+    all. Written against asyncpg 0.32's release (pyproject.toml pins the minor version;
+    tests/integration/db/test_pool_release_db.py holds each of its promises)."""
+
+    async def release(
+        self,
+        connection: PoolConnectionProxy[Any],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (asyncpg's signature, overridden)
+    ) -> None:
+        """Return `connection` to the pool (asyncpg's `Pool.release`)."""
+        holder: Any = getattr(connection, "_holder", None)
+        con: Any = getattr(connection, "_con", None)
+        if (
+            type(connection) is not PoolConnectionProxy
+            or holder is None
+            or con is None
+            or holder._pool is not self
+            or con.is_closed()
+            or con.is_in_transaction()
+            or con._top_xact is not None
+            or con._protocol._is_cancelling()
+            or con._protocol.queries_count >= holder._max_queries
+            or holder._generation != self._generation
+        ):
+            await super().release(connection, timeout=timeout)
+            return
+        self._check_init()
+        con._on_release()
+        await holder.release(holder._timeout if timeout is None else timeout)
+
+
 async def create_pool(
     dsn: str, *, min_size: int = 2, max_size: int = 20, statement_cache_size: int = 100
 ) -> asyncpg.Pool:
@@ -55,16 +97,20 @@ async def create_pool(
     `statement_cache_size=0` makes asyncpg use unnamed prepared statements only, each parsed
     in the round trip that runs it: what a transaction pooler that hands every transaction
     to any server connection needs (PgBouncer before 1.21)."""
-    pool = await asyncpg.create_pool(
+    # asyncpg.create_pool, with the pool's class this module's.
+    return await _Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
         init=_init_connection,
         reset=_keep_session,
         statement_cache_size=statement_cache_size,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
+        loop=None,
     )
-    assert pool is not None
-    return pool
 
 
 async def connect(dsn: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:

@@ -22,11 +22,16 @@ def test_an_id_carries_its_creation_time_in_milliseconds() -> None:
     assert before <= made.int >> 80 <= after
 
 
-def test_ids_made_in_a_later_millisecond_sort_after_earlier_ones() -> None:
+def _made_then_next_millisecond() -> uuid.UUID:
+    """A new id, returned once its millisecond has passed (by the clock, not a sleep)."""
     first = new_id()
-    millisecond = first.int >> 80
-    while time.time_ns() // 1_000_000 == millisecond:  # the next millisecond, not a sleep
+    while time.time_ns() // 1_000_000 == first.int >> 80:
         pass
+    return first
+
+
+def test_ids_made_in_a_later_millisecond_sort_after_earlier_ones() -> None:
+    first = _made_then_next_millisecond()
     later = new_id()
     assert str(first) < str(later)
     assert first < later
@@ -49,9 +54,6 @@ def test_ids_made_together_are_version_7_ids_of_now_and_all_differ() -> None:
 
 
 def test_ids_made_together_sort_after_an_id_made_in_an_earlier_millisecond() -> None:
-    first = new_id()
-    millisecond = first.int >> 80
-    while time.time_ns() // 1_000_000 == millisecond:  # the next millisecond, not a sleep
-        pass
+    first = _made_then_next_millisecond()
     assert all(first < uuid.UUID(bytes=raw) for raw in new_id_bytes(100))
     assert new_id_bytes(0) == []

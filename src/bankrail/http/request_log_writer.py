@@ -237,8 +237,11 @@ class _Answers:
         raw = seen.response_body
         if seen.method != "GET" or not isinstance(raw, bytes):
             return _response(seen)
-        key = (raw, tuple(seen.response_headers), 200 <= seen.status < 300)
-        kept = self._kept.get(key)
+        try:
+            key = (raw, tuple(seen.response_headers), 200 <= seen.status < 300)
+            kept = self._kept.get(key)
+        except TypeError:  # headers that do not hash (not the (name, value) tuples ASGI gives)
+            return _response(seen)
         if kept is None:
             kept = _response(seen)
             if len(self._kept) >= self._most or self._held_bytes + len(raw) > self._most_bytes:
@@ -249,25 +252,20 @@ class _Answers:
         return kept
 
 
-def _response(seen: Entry) -> dict[str, Any]:
-    return {"headers": redact_headers(seen.response_headers), "body": _answer(seen)}
+def _response(seen: Entry, body: Any = None) -> dict[str, Any]:
+    """The answer's headers and body, redacted; `body` in place of its body when given."""
+    return {
+        "headers": redact_headers(seen.response_headers),
+        "body": _answer(seen) if body is None else body,
+    }
 
 
 def _row(
-    seen: Entry, row_id: bytes, answers: _Answers | None, *, bodies: bool = True
+    seen: Entry, row_id: bytes, response: dict[str, Any], *, bodies: bool = True
 ) -> tuple[Any, ...]:
     """The entry as the table keeps it (`_COLUMNS`, in order) under the id `row_id` (16
-    bytes): parsed and redacted; its bodies as `NOT_STORED` when not `bodies`. Its answer is
-    looked up in `answers` (a GET's), or redacted anew when None."""
-    if not bodies:
-        response: dict[str, Any] = {
-            "headers": redact_headers(seen.response_headers),
-            "body": NOT_STORED,
-        }
-    elif answers is not None:
-        response = answers.response(seen)
-    else:
-        response = _response(seen)
+    bytes), with its answer's `response` column: parsed and redacted; the request's body as
+    `NOT_STORED` when not `bodies`."""
     key = _header(seen.request_headers, b"idempotency-key")
     # PostgreSQL's text holds no NUL; a client may send one in the path (`%00`).
     path = seen.path.replace("\x00", "") if "\x00" in seen.path else seen.path
@@ -294,13 +292,18 @@ def _row(
     )
 
 
+def _without_bodies(seen: Entry, row_id: bytes) -> tuple[Any, ...]:
+    """The entry's row with both bodies as `NOT_STORED`."""
+    return _row(seen, row_id, _response(seen, NOT_STORED), bodies=False)
+
+
 def _entry(seen: Entry, row_id: bytes, answers: _Answers) -> tuple[Any, ...]:
     """The entry's row; without its bodies when they cannot be redacted (a body nested past
     the redaction's recursion limit)."""
     try:
-        return _row(seen, row_id, answers)
+        return _row(seen, row_id, answers.response(seen))
     except RecursionError:
-        return _row(seen, row_id, None, bodies=False)
+        return _without_bodies(seen, row_id)
 
 
 # What one entry's own content makes a write fail with: PostgreSQL refusing a value (a
@@ -320,7 +323,7 @@ async def _copy(conn: asyncpg.Connection, entries: list[Entry], answers: _Answer
         log.warning("a request-log batch was refused: writing its entries one by one")
     kept = 0
     for seen, row_id, row in zip(entries, ids, rows, strict=True):
-        for attempt in (row, _row(seen, row_id, None, bodies=False)):
+        for attempt in (row, _without_bodies(seen, row_id)):
             try:
                 await conn.copy_records_to_table("request_log", records=[attempt], columns=_COLUMNS)
             except _ENTRY_ERRORS:

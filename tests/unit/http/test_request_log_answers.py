@@ -52,3 +52,10 @@ def test_only_gets_are_held_and_never_more_than_the_bounds() -> None:
     for n in range(7):
         small.response(_get(ANSWER.replace(b"p-1", f"p-{n}".encode())))
         assert small._held_bytes <= 2 * len(ANSWER)
+
+
+def test_headers_that_do_not_hash_are_redacted_anew_not_refused() -> None:
+    seen = _get(ANSWER)._replace(response_headers=[[b"content-type", b"application/json"]])
+    answers = _Answers()
+    assert answers.response(seen) == _response(seen)
+    assert len(answers._kept) == 0

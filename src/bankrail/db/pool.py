@@ -53,13 +53,14 @@ class _Pool(asyncpg.Pool):
 
     asyncpg runs every release in `asyncio.shield`, a task of its own, so that a cancelled
     request still returns its connection; that task and the turn of the event loop it waits
-    for were a tenth of a `GET /v3/payouts/{id}`'s CPU in the API (docs/performance.md, "The
+    for were a tenth of a GET by id's samples in the API (docs/performance.md, "The
     pool's release"). A connection that is open, in no transaction, not being cancelled, of
     the pool's generation and under its query limit is returned by steps that never wait
     (this pool's reset is `_keep_session`): nothing can cancel them midway, so they run in
     the releasing task. Any other connection is released by asyncpg's own path, shield and
     all. Written against asyncpg 0.32's release (pyproject.toml pins the minor version;
-    tests/integration/db/test_pool_release_db.py holds each of its promises)."""
+    tests/integration/db/test_pool_release_db.py checks the release that cannot wait and
+    each way back by asyncpg's path)."""
 
     async def release(
         self,

@@ -1,13 +1,15 @@
 """The pool's release (db/pool.py, `_Pool`): a connection in no transaction goes back to the
-pool within the releasing task, without a task or a turn of the event loop; any other goes
-back by asyncpg's own path, rolled back, replaced or awaited past a cancellation; and a
-request cancelled while it holds a connection still gives it back."""
+pool within the releasing task, without a task or a turn of the event loop; any other (left
+in a transaction, of an expired generation, already released, closed) goes back by
+asyncpg's own path; and a request cancelled while it holds a connection still gives it
+back."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -37,20 +39,25 @@ async def test_a_connection_in_no_transaction_goes_back_without_a_turn_of_the_lo
     one: asyncpg.Pool,
 ) -> None:
     for _ in range(3):
-        turned: list[bool] = []
         conn = await one.acquire()
         assert await conn.fetchval("SELECT 1") == 1
-        asyncio.get_running_loop().call_soon(turned.append, True)
-        await one.release(conn)
-        # asyncpg's own release shields a task of its own, which runs on a later turn.
-        assert turned == []
+        assert not await _released(one, conn)
         assert one.get_idle_size() == 1
     async with one.acquire() as conn:
         assert await conn.fetchval("SELECT 2") == 2
     assert one.get_idle_size() == 1
 
 
-async def test_a_connection_left_in_a_transaction_is_rolled_back_on_its_way_back(
+async def _released(pool: asyncpg.Pool, conn: Any) -> bool:
+    """Release `conn`; whether the event loop turned meanwhile (asyncpg's own path, which
+    shields a task, turns it; the release that cannot wait does not)."""
+    turned: list[bool] = []
+    asyncio.get_running_loop().call_soon(turned.append, True)
+    await pool.release(conn)
+    return bool(turned)
+
+
+async def test_a_connection_left_in_a_transaction_is_rolled_back_by_asyncpgs_own_path(
     one: asyncpg.Pool, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with one.acquire() as conn:
@@ -59,10 +66,31 @@ async def test_a_connection_left_in_a_transaction_is_rolled_back_on_its_way_back
         conn = await one.acquire()
         await conn.execute("BEGIN")
         await conn.execute("INSERT INTO kept VALUES (1)")
-        await one.release(conn)
+        assert await _released(one, conn)
+    assert "Resetting connection with an active transaction" in caplog.text
     async with one.acquire() as conn:
         assert not conn.is_in_transaction()
         assert await conn.fetchval("SELECT count(*) FROM kept") == 0
+
+
+async def test_a_connection_of_an_expired_generation_goes_by_asyncpgs_path_and_is_replaced(
+    one: asyncpg.Pool,
+) -> None:
+    conn = await one.acquire()
+    backend = await conn.fetchval("SELECT pg_backend_pid()")
+    await one.expire_connections()
+    assert await _released(one, conn)
+    async with one.acquire() as conn:
+        assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+
+
+async def test_a_connection_released_twice_is_released_once(one: asyncpg.Pool) -> None:
+    conn = await one.acquire()
+    await one.release(conn)
+    await one.release(conn)  # asyncpg's path: already released, nothing to do
+    assert one.get_idle_size() == 1
+    async with one.acquire() as again:
+        assert await again.fetchval("SELECT 5") == 5
 
 
 async def test_a_managed_transaction_commits_and_the_connection_goes_back(

@@ -41,8 +41,9 @@ async def measured(
     settled: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Run one scenario and add the CPU it cost each process group per request. With
-    `settled`, the scenario ends only once it returns (awaited after the last answer): the
-    work the requests left behind counts in their rate and their CPU (`settle_seconds`)."""
+    `settled`, awaited after the last answer, the CPU is metered until it returns, so that
+    the work the requests left behind counts in theirs; the rate stays the answers' own, and
+    `settled_per_s` counts its time too (`settle_seconds`)."""
     assert server.process is not None
     assert server.data_dir is not None
     meter = CpuMeter(server.process.pid, server.data_dir)
@@ -57,9 +58,9 @@ async def measured(
             began = time.perf_counter()
             await settled()
             settle = time.perf_counter() - began
-            result.seconds += settle
         meter.stop()
     summary: dict[str, Any] = dict(result.summary())
+    summary["settled_per_s"] = result.requests / (result.seconds + settle) if result.requests else 0
     summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
     summary["machine"] = meter.machine
     summary["settle_seconds"] = settle

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Sequence
 
 import asyncpg
+import pytest
 
 from bankrail.db.group_commit import ATTEMPTS, GroupCommit
 from bankrail.db.pool import Connection
@@ -134,3 +135,21 @@ async def test_a_request_sent_as_the_last_batch_ends_is_committed(pool: asyncpg.
     # left waiting: 30 s, the request timeout, in a bench run).
     for hops in range(40):
         assert await _send_next_after(pool, hops) == "next", hops
+
+
+async def test_a_request_cancelled_while_it_waits_leaves_the_batch_whole(
+    pool: asyncpg.Pool,
+) -> None:
+    await _table(pool)
+    commits, sizes = _committer(pool, deadlocks=0)
+    waiting = [asyncio.create_task(commits.submit(i)) for i in range(3)]
+    await asyncio.sleep(0)  # each has submitted its item: the batch is in flight
+    waiting[1].cancel()
+    assert await waiting[0] == 0
+    assert await waiting[2] == 20
+    with pytest.raises(asyncio.CancelledError):
+        await waiting[1]
+    # The request went away; what it submitted is committed with the others, once.
+    assert sizes == [3]
+    assert await _written(pool) == [(i, 1) for i in range(3)]
+    assert await commits.submit(7) == 70

@@ -84,6 +84,21 @@ async def test_any_one_input_is_enough(verifier: VerifierProcesses) -> None:
     assert await verifier.verify(key_der, der, inputs)
 
 
+async def test_a_verification_whose_request_went_away_costs_the_others_nothing(
+    verifier: VerifierProcesses,
+) -> None:
+    key_der, der, inputs = _signed_inputs()
+    asked = [asyncio.create_task(verifier.verify(key_der, der, inputs)) for _ in range(6)]
+    await asyncio.sleep(0)  # each has sent its work to a worker
+    asked[2].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asked[2]
+    # Its answer comes and is dropped; the others are answered, and the next one too.
+    assert await asyncio.gather(*asked[:2], *asked[3:]) == [True] * 5
+    assert await verifier.verify(key_der, der, inputs)
+    assert len(verifier.pids) == 2
+
+
 async def test_verifications_a_dead_worker_held_are_answered_and_the_worker_replaced(
     verifier: VerifierProcesses,
 ) -> None:

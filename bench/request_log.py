@@ -12,10 +12,10 @@ authorisation-flow starts (between two readings too) on payments made just befor
 open loop of GETs of payouts offered at one rate to both servers (80 % of what the log-on
 server answered in a closed loop at the start of the round), so that the machine's change of
 speed and the background work fall on both alike. On the log-on server each loop starts once
-the log has written what came before it (no loop pays for another's entries), and each closed
-loop ends only once its own entries are written: its rate and CPU count writing them, as an
-executed payout counts its execution (`_Log`). Reported for each
-request: each setting's median requests/s, p50 and CPU per request (API processes, and all
+the log has written what came before it (no loop pays for another's entries), and a closed
+loop of GETs is metered until its own entries are written, so that its CPU counts writing
+them; the log-off server gets the same pause and the same last request (`_Log`). Reported
+for each request: each setting's median requests/s, p50 and CPU per request (API processes, and all
 of the server's processes with PostgreSQL), and the median over the rounds of the ratio on/off
 of the round's two rates; how many entries the log wrote (proof it was on); and, for each
 setting, each write's share of the verify rate around its turn, each GET's multiple of
@@ -85,15 +85,15 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         name: Server(1, env={"BANKRAIL_REQUEST_LOG_RETENTION_SECONDS": value})
         for name, value in SETTINGS.items()
     }
-    logs: dict[str, _Log | None] = {"off": None}
+    logs: dict[str, _Log] = {}
     try:
         merchants: dict[str, Merchant] = {}
         paths: dict[str, dict[str, list[str]]] = {}
         for name, server in servers.items():
             server.start()
             merchant = merchants[name] = seed(server, balance=10**15)
-            if name == "on":
-                logs[name] = _Log(await asyncpg.connect(server.dsn()), server, merchant)
+            conn = await asyncpg.connect(server.dsn()) if name == "on" else None
+            logs[name] = _Log(conn, server, merchant)
             ids = _created_payout_ids(server, merchant, SAMPLE)
             await made_payments(server, merchant, "bench-user", SAMPLE, 8, preselected=False)
             paths[name] = {
@@ -130,12 +130,11 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                 for kind in (*KINDS, PACED):
                     turns[kind][name].append(done[kind])
         for log in logs.values():
-            await _quiet(log)  # the last paced loop's entries
+            await log.quiet()  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
     finally:
         for log in logs.values():
-            if log is not None:
-                await log.close()
+            await log.close()
         for server in servers.values():
             server.stop()
     # Once, after the rounds, as `python -m bench` does (its create is no target of these).
@@ -241,19 +240,23 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 
 class _Log:
-    """The request log of the server that keeps one, as the bench waits for it: a loop starts
-    once what came before it is written, so that it pays for no other loop's entries, and
-    (but for the paced loop, which measures latency) ends once its own are, so that its rate
-    and CPU count writing them (docs/performance.md, "The request log")."""
+    """A server's request log as the bench waits for it (`conn` to its database when the log
+    is on, None when it is off): a loop starts once what came before it is written, so that
+    it pays for no other loop's entries, and a closed loop of GETs is metered until its own
+    are, so that its CPU counts writing them (docs/performance.md, "The request log"). The
+    log-off server gets the same pause before a loop and the same request after one."""
 
-    def __init__(self, conn: asyncpg.Connection, server: Server, merchant: Merchant) -> None:
+    def __init__(self, conn: asyncpg.Connection | None, server: Server, merchant: Merchant) -> None:
         self._conn = conn
         self._server = server
         self._merchant = merchant
 
     async def quiet(self) -> None:
         """Wait until the log has written what its server buffered: its newest entry stays
-        the same for QUIET_SECONDS."""
+        the same for QUIET_SECONDS (with the log off, QUIET_SECONDS)."""
+        if self._conn is None:
+            await asyncio.sleep(QUIET_SECONDS)
+            return
         newest = "SELECT id FROM request_log ORDER BY id DESC LIMIT 1"
         began = time.monotonic()
         last = await self._conn.fetchval(newest)
@@ -268,17 +271,25 @@ class _Log:
     async def written_from_now(self, count: int) -> Callable[[], Awaitable[None]]:
         """A wait for the `count` entries of the requests made from now on to be written.
 
-        It sends one more request, for an unknown payout (a 404, logged too), and waits for
-        its entry: the one API process (`Server(1)`) captures each entry before it answers,
-        and its log writes them in the order it took them, so that one written means every
-        earlier one is, found by the merchant's newest entry (one probe of an index, where
-        counting the loop's entries every few milliseconds cost PostgreSQL more than the
-        entries do). Then it checks that none was dropped."""
-        since = await self._conn.fetchval("SELECT clock_timestamp()")
+        It sends one more request, for an unknown payout (a 404, logged too; sent to the
+        log-off server as well, which it then waits for only), and waits for its entry: the
+        one API process (`Server(1)`) captures each entry before it answers, and its log
+        writes them in the order it took them, so that one written means every earlier one
+        is, found by the merchant's newest entry (one probe of an index, where counting the
+        loop's entries every few milliseconds cost PostgreSQL more than the entries do).
+        Then it checks that none was dropped."""
         marker = f"/v3/payouts/{uuid.uuid4()}"
         host = f"127.0.0.1:{self._server.port}"
         auth = {"Authorization": f"Bearer {self._merchant.token}"}
         probe = http_request("GET", marker, host, auth)
+        conn = self._conn
+
+        async def answered() -> None:
+            await run_load("127.0.0.1", self._server.port, [probe], concurrency=1)
+
+        if conn is None:
+            return answered
+        since = await conn.fetchval("SELECT clock_timestamp()")
         merchant = self._merchant.merchant_id
         newest = (
             "SELECT path FROM request_log WHERE merchant_id = $1::uuid"
@@ -287,48 +298,45 @@ class _Log:
         made = "SELECT count(*) FROM request_log WHERE merchant_id = $1::uuid AND created_at >= $2"
 
         async def written() -> None:
-            await run_load("127.0.0.1", self._server.port, [probe], concurrency=1)
+            await answered()
             deadline = time.monotonic() + WRITTEN_SECONDS
-            while await self._conn.fetchval(newest, merchant) != marker:
+            while await conn.fetchval(newest, merchant) != marker:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the log did not write its entries in {WRITTEN_SECONDS} s")
                 await asyncio.sleep(0.01)
-            kept = await self._conn.fetchval(made, merchant, since)
+            kept = await conn.fetchval(made, merchant, since)
             if kept != count + 1:
                 raise RuntimeError(f"the request log wrote {kept - 1} entries of {count}")
 
         return written
 
     async def close(self) -> None:
-        await self._conn.close()
-
-
-async def _quiet(log: _Log | None) -> None:
-    """Wait until the log (when on) has written what came before: no loop pays for
-    another's entries."""
-    if log is not None:
-        await log.quiet()
+        if self._conn is not None:
+            await self._conn.close()
 
 
 async def _logged_loop(
     server: Server,
-    log: _Log | None,
+    log: _Log,
     requests: list[bytes],
     concurrency: int,
     rate: float | None = None,
+    *,
+    quiet: bool = True,
+    settled: bool = True,
 ) -> dict[str, Any]:
-    """`measured` on a server whose request log is `log` (None when it is off): a closed
-    loop is metered until its own entries are written (`settled_per_s`). The caller has
-    waited for what came before (`_quiet`)."""
-    if log is None:
-        return await measured(server, requests, concurrency, rate)
-    written = None if rate is not None else await log.written_from_now(len(requests))
+    """`measured` on a server whose request log is `log`, once it is quiet (unless the
+    caller waited for that): a closed loop, when `settled`, is metered until its own entries
+    are written (`settled_per_s`)."""
+    if quiet:
+        await log.quiet()
+    written = await log.written_from_now(len(requests)) if rate is None and settled else None
     return await measured(server, requests, concurrency, rate, settled=written)
 
 
 async def _turn(
     server: Server,
-    log: _Log | None,
+    log: _Log,
     merchant: Merchant,
     paths: dict[str, list[str]],
     requests: int,
@@ -348,7 +356,6 @@ async def _turn(
     await _drained(server)
     for kind, cycled in paths.items():
         gets = _gets(server, merchant, cycled, requests)
-        await _quiet(log)
         got = await _logged_loop(server, log, gets, concurrency)
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
@@ -357,7 +364,6 @@ async def _turn(
     if paced_rate is not None:
         gets = _gets(server, merchant, paths["get_payout"], requests)
         # As `python -m bench` paces: twice the connections, so that none waits for a free one.
-        await _quiet(log)
         paced = await _logged_loop(server, log, gets, concurrency * 2, rate=paced_rate)
         assert paced["ok_ratio"] == 1.0, paced
         done[PACED] = {
@@ -369,15 +375,17 @@ async def _turn(
 
 
 async def _write_turn(
-    server: Server, log: _Log | None, writes: list[bytes], concurrency: int
+    server: Server, log: _Log, writes: list[bytes], concurrency: int
 ) -> dict[str, float]:
     """One closed loop of `writes`, every one accepted, between two verify rates: its
-    summary with its share of the verify rate around it."""
+    summary with its share of the verify rate around it. Metered while it is answered only:
+    a write leaves its execution behind (the worker, PostgreSQL), which a meter running
+    until the log-on server's entries are written would count on that server alone."""
 
     async def run(_verify_rate: float) -> dict[str, Any]:
-        return await _logged_loop(server, log, writes, concurrency)
+        return await _logged_loop(server, log, writes, concurrency, quiet=False, settled=False)
 
-    await _quiet(log)  # before the first verify rate: it is read on an idle server
+    await log.quiet()  # before the first verify rate: it is read on an idle server
     done = await between_verify_rates(VERIFY_SECONDS, run)
     assert done["ok_ratio"] == 1.0, done
     return {**_summary(done), "verify_share": verify_share(done) or 0.0}

@@ -137,19 +137,33 @@ async def test_a_request_sent_as_the_last_batch_ends_is_committed(pool: asyncpg.
         assert await _send_next_after(pool, hops) == "next", hops
 
 
-async def test_a_request_cancelled_while_it_waits_leaves_the_batch_whole(
+async def test_a_request_cancelled_while_its_batch_commits_leaves_the_batch_whole(
     pool: asyncpg.Pool,
 ) -> None:
     await _table(pool)
-    commits, sizes = _committer(pool, deadlocks=0)
+    in_flight, go_on = asyncio.Event(), asyncio.Event()
+    sizes: list[int] = []
+
+    async def run(conn: Connection, items: Sequence[int]) -> list[int]:
+        sizes.append(len(items))
+        in_flight.set()
+        await go_on.wait()
+        await conn.executemany(
+            "INSERT INTO written (item, attempt) VALUES ($1, 1)", [(i,) for i in items]
+        )
+        return [item * 10 for item in items]
+
+    commits: GroupCommit[int, int] = GroupCommit(pool, run)
     waiting = [asyncio.create_task(commits.submit(i)) for i in range(3)]
-    await asyncio.sleep(0)  # each has submitted its item: the batch is in flight
-    waiting[1].cancel()
-    assert await waiting[0] == 0
-    assert await waiting[2] == 20
+    await in_flight.wait()
+    # The request whose submission started the batch's flush goes away mid-commit.
+    waiting[0].cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiting[1]
-    # The request went away; what it submitted is committed with the others, once.
+        await waiting[0]
+    go_on.set()
+    assert await waiting[1] == 10
+    assert await waiting[2] == 20
+    # What it submitted is committed with the others, once.
     assert sizes == [3]
     assert await _written(pool) == [(i, 1) for i in range(3)]
     assert await commits.submit(7) == 70

@@ -88,14 +88,17 @@ async def test_a_verification_whose_request_went_away_costs_the_others_nothing(
     verifier: VerifierProcesses,
 ) -> None:
     key_der, der, inputs = _signed_inputs()
+    assert await verifier.verify(key_der, der, inputs)  # the workers are running
     asked = [asyncio.create_task(verifier.verify(key_der, der, inputs)) for _ in range(6)]
-    await asyncio.sleep(0)  # each has sent its work to a worker
+    await asyncio.sleep(0)  # one step each: every one has sent its work to a worker
+    assert len(verifier._futures) == 6
     asked[2].cancel()
     with pytest.raises(asyncio.CancelledError):
         await asked[2]
     # Its answer comes and is dropped; the others are answered, and the next one too.
     assert await asyncio.gather(*asked[:2], *asked[3:]) == [True] * 5
     assert await verifier.verify(key_der, der, inputs)
+    await _until(lambda: not verifier._futures)
     assert len(verifier.pids) == 2
 
 

@@ -43,7 +43,7 @@ async def measured(
     """Run one scenario and add the CPU it cost each process group per request. With
     `settled`, awaited after the last answer, the CPU is metered until it returns, so that
     the work the requests left behind counts in theirs; the rate stays the answers' own, and
-    `settled_per_s` counts its time too (`settle_seconds`)."""
+    `settled_per_s` counts its time too."""
     assert server.process is not None
     assert server.data_dir is not None
     meter = CpuMeter(server.process.pid, server.data_dir)
@@ -63,7 +63,6 @@ async def measured(
     summary["settled_per_s"] = result.requests / (result.seconds + settle) if result.requests else 0
     summary["cpu_ms_per_request"] = meter.per_request_ms(result.requests)
     summary["machine"] = meter.machine
-    summary["settle_seconds"] = settle
     return summary
 
 

@@ -206,8 +206,9 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
     def median(name: str, field: str) -> float:
         values = [t[field] for t in turns[name]]
-        rate = field in ("requests_per_s", "settled_per_s")
-        return (statistics.median_low if rate else statistics.median_high)(values)
+        return (statistics.median_low if field == "requests_per_s" else statistics.median_high)(
+            values
+        )
 
     cpu_ratios = [
         on["all_cpu_ms"] / off["all_cpu_ms"]
@@ -321,16 +322,11 @@ async def _logged_loop(
     requests: list[bytes],
     concurrency: int,
     rate: float | None = None,
-    *,
-    quiet: bool = True,
-    settled: bool = True,
 ) -> dict[str, Any]:
-    """`measured` on a server whose request log is `log`, once it is quiet (unless the
-    caller waited for that): a closed loop, when `settled`, is metered until its own entries
-    are written (`settled_per_s`)."""
-    if quiet:
-        await log.quiet()
-    written = await log.written_from_now(len(requests)) if rate is None and settled else None
+    """`measured` on a server whose request log is `log`, once it is quiet: a closed loop is
+    metered until its own entries are written (`settled_per_s`)."""
+    await log.quiet()
+    written = await log.written_from_now(len(requests)) if rate is None else None
     return await measured(server, requests, concurrency, rate, settled=written)
 
 
@@ -348,7 +344,7 @@ async def _turn(
     over its paths; then one of `requests` authorisation-flow starts, between two verify
     rates, on as many preselected payments made just before (outside the measurement); then,
     with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate.
-    Each loop as `_logged_loop` runs it."""
+    Each GET loop as `_logged_loop` runs it, each write as `_write_turn`."""
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
@@ -383,7 +379,7 @@ async def _write_turn(
     until the log-on server's entries are written would count on that server alone."""
 
     async def run(_verify_rate: float) -> dict[str, Any]:
-        return await _logged_loop(server, log, writes, concurrency, quiet=False, settled=False)
+        return await measured(server, writes, concurrency)
 
     await log.quiet()  # before the first verify rate: it is read on an idle server
     done = await between_verify_rates(VERIFY_SECONDS, run)

@@ -230,9 +230,10 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             for on, off in zip(turns["on"], turns["off"], strict=True)
         ),
         # Stricter: the log-on loop timed until its entries were written (which includes
-        # up to one of the buffer's 0.1 s intervals of waiting for the last batch).
+        # up to one of the buffer's 0.1 s intervals of waiting for the last batch), the
+        # log-off loop until the same last request was answered.
         "settled_ratio_on_off": statistics.median_low(
-            on["settled_per_s"] / off["requests_per_s"]
+            on["settled_per_s"] / off["settled_per_s"]
             for on, off in zip(turns["on"], turns["off"], strict=True)
         ),
         # A turn too short for the CPU meter's 10 ms ticks reads 0 ms: no ratio of it.

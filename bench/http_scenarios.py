@@ -216,7 +216,7 @@ async def _payouts_measured(
                 summary["target_rate"] = paced
             return summary
 
-        return await between_verify_rates(options.verify_seconds, scenario)
+        return await between_verify_rates(server, options.verify_seconds, scenario)
 
     if open_loop:
         return await repeated(options, run_once, "p99_ms", higher_is_better=False)

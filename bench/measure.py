@@ -5,6 +5,7 @@ of the rate it reached."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -18,6 +19,11 @@ from bench.service import Server
 
 LOAD_SHARE = 0.8
 """The p99 target holds at this share of a rate."""
+QUIET_SECONDS = 0.3
+"""A server's request log has written what it buffered once its newest entry stayed the same
+this long (three times its writer's interval)."""
+IDLE_LIMIT_SECONDS = 60.0
+"""How long a request log may keep writing before the bench gives up waiting for it."""
 
 
 @dataclass
@@ -87,14 +93,41 @@ async def repeated(
     return chosen
 
 
+async def idle(server: Server) -> None:
+    """Return once the server's request log has written what it buffered: its newest entry
+    stayed the same for QUIET_SECONDS (with the log off, after QUIET_SECONDS, so that both
+    settings pause alike). A loop started then pays for no earlier loop's entries, and a
+    verify rate read then is read on an idle server."""
+    import asyncpg
+
+    conn = await asyncpg.connect(server.dsn())
+    try:
+        newest = "SELECT id FROM request_log ORDER BY id DESC LIMIT 1"
+        began = time.monotonic()
+        last = await conn.fetchval(newest)
+        while time.monotonic() - began < IDLE_LIMIT_SECONDS:
+            await asyncio.sleep(QUIET_SECONDS)
+            now = await conn.fetchval(newest)
+            if now == last:
+                return
+            last = now
+    finally:
+        await conn.close()
+    raise RuntimeError(f"the request log was still writing after {IDLE_LIMIT_SECONDS} s")
+
+
 async def between_verify_rates(
-    verify_seconds: float, scenario: Callable[[float], Coroutine[Any, Any, dict[str, Any]]]
+    server: Server,
+    verify_seconds: float,
+    scenario: Callable[[float], Coroutine[Any, Any, dict[str, Any]]],
 ) -> dict[str, Any]:
     """The figures of `scenario(verify rate just measured)`, with the one-core verify rate
-    measured just before and just after it (the server idle both times) under
-    `verify_per_s_around`."""
+    measured just before and just after it under `verify_per_s_around`, each once the
+    server is `idle`."""
+    await idle(server)
     before = verify_rate(verify_seconds)
     summary = await scenario(before)
+    await idle(server)
     after = verify_rate(verify_seconds)
     summary["verify_per_s_around"] = {
         "before": before,
@@ -148,12 +181,13 @@ async def saturated_and_paced(
     batch of its own in an open loop (twice the connections) at 80 % of the rate it reached,
     whose figures are under `at_80pct`. `prepare` makes each batch (a write needs new
     Idempotency-Keys, and sometimes a payment to act on) before the verify rate is measured;
-    each batch's check runs right after it, inside the window, so that the next measurement
-    does not pay for this one's background work."""
+    each batch's check runs right after it, inside the window, and each loop starts once the
+    server is `idle`, so that no measurement pays for an earlier one's background work."""
 
     async def run_once() -> dict[str, Any]:
         batch = await prepare()
         return await between_verify_rates(
+            server,
             options.verify_seconds,
             lambda _: _run_batch(server, batch, concurrency, check_key),
         )
@@ -164,7 +198,9 @@ async def saturated_and_paced(
         summary = await run_once()
         summary["verify_share"] = summary["requests_per_s"] / summary["verify_per_s_around"]["mean"]
     rate = LOAD_SHARE * summary["requests_per_s"]
-    paced = await _run_batch(server, await prepare(), concurrency * 2, check_key, rate=rate)
+    batch = await prepare()
+    await idle(server)
+    paced = await _run_batch(server, batch, concurrency * 2, check_key, rate=rate)
     paced["target_rate"] = rate
     summary["at_80pct"] = paced
     return summary

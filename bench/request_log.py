@@ -44,7 +44,7 @@ from bench.http_scenarios import (
 from bench.loadgen import http_request, run_load
 from bench.loadgen import run as run_loop
 from bench.localstripe_baseline import localstripe_rates
-from bench.measure import LOAD_SHARE, between_verify_rates, measured
+from bench.measure import LOAD_SHARE, between_verify_rates, idle, measured
 from bench.reads import SAMPLE, _gets, payment_paths
 from bench.report import verdict
 from bench.service import Merchant, Server, payout_body, seed, signed_post
@@ -68,9 +68,6 @@ PACED = "get_payout_paced"
 READS = ("get_payout", "get_payment")
 SHARES = {"post_payouts": TARGET_VERIFY_SHARE, "post_authorization_flow": OTHER_WRITES_TARGET_SHARE}
 """Round 3's share of the verify rate for each write measured here."""
-QUIET_SECONDS = 0.3
-"""The log has written what was buffered once its newest entry stayed the same this long
-(three times its writer's interval)."""
 WRITTEN_SECONDS = 60.0
 """How long a loop's entries may take to be written before the bench gives up on them."""
 VERIFY_SECONDS = 0.3  # the verify rate, measured just before and just after each write's turn
@@ -129,8 +126,8 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                 )
                 for kind in (*KINDS, PACED):
                     turns[kind][name].append(done[kind])
-        for log in logs.values():
-            await log.quiet()  # the last paced loop's entries
+        for server in servers.values():
+            await idle(server)  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
     finally:
         for log in logs.values():
@@ -242,33 +239,15 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 
 class _Log:
-    """A server's request log as the bench waits for it (`conn` to its database when the log
-    is on, None when it is off): a loop starts once what came before it is written, so that
-    it pays for no other loop's entries, and a closed loop of GETs is metered until its own
-    are, so that its CPU counts writing them (docs/performance.md, "The request log"). The
-    log-off server gets the same pause before a loop and the same request after one."""
+    """A server's request log as the bench waits for a loop's entries (`conn` to its database
+    when the log is on, None when it is off): a closed loop of GETs is metered until its own
+    entries are written, so that its CPU counts writing them (docs/performance.md, "The
+    request log"). The log-off server gets the same last request."""
 
     def __init__(self, conn: asyncpg.Connection | None, server: Server, merchant: Merchant) -> None:
         self._conn = conn
         self._server = server
         self._merchant = merchant
-
-    async def quiet(self) -> None:
-        """Wait until the log has written what its server buffered: its newest entry stays
-        the same for QUIET_SECONDS (with the log off, QUIET_SECONDS)."""
-        if self._conn is None:
-            await asyncio.sleep(QUIET_SECONDS)
-            return
-        newest = "SELECT id FROM request_log ORDER BY id DESC LIMIT 1"
-        began = time.monotonic()
-        last = await self._conn.fetchval(newest)
-        while time.monotonic() - began < WRITTEN_SECONDS:
-            await asyncio.sleep(QUIET_SECONDS)
-            now = await self._conn.fetchval(newest)
-            if now == last:
-                return
-            last = now
-        raise RuntimeError(f"the request log was still writing after {WRITTEN_SECONDS} s")
 
     async def written_from_now(self, count: int) -> Callable[[], Awaitable[None]]:
         """A wait for the `count` entries of the requests made from now on to be written.
@@ -324,9 +303,9 @@ async def _logged_loop(
     concurrency: int,
     rate: float | None = None,
 ) -> dict[str, Any]:
-    """`measured` on a server whose request log is `log`, once it is quiet: a closed loop is
+    """`measured` on a server whose request log is `log`, once it is `idle`: a closed loop is
     metered until its own entries are written (`settled_per_s`)."""
-    await log.quiet()
+    await idle(server)
     written = await log.written_from_now(len(requests)) if rate is None else None
     return await measured(server, requests, concurrency, rate, settled=written)
 
@@ -349,7 +328,7 @@ async def _turn(
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
-    done = {"post_payouts": await _write_turn(server, log, posts, concurrency)}
+    done = {"post_payouts": await _write_turn(server, posts, concurrency)}
     await _drained(server)
     for kind, cycled in paths.items():
         gets = _gets(server, merchant, cycled, requests)
@@ -357,7 +336,7 @@ async def _turn(
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
     starts = await flow_starts(server, merchant, f"bench-{uuid.uuid4()}", requests, concurrency)
-    done["post_authorization_flow"] = await _write_turn(server, log, starts, concurrency)
+    done["post_authorization_flow"] = await _write_turn(server, starts, concurrency)
     if paced_rate is not None:
         gets = _gets(server, merchant, paths["get_payout"], requests)
         # As `python -m bench` paces: twice the connections, so that none waits for a free one.
@@ -371,9 +350,7 @@ async def _turn(
     return done
 
 
-async def _write_turn(
-    server: Server, log: _Log, writes: list[bytes], concurrency: int
-) -> dict[str, float]:
+async def _write_turn(server: Server, writes: list[bytes], concurrency: int) -> dict[str, float]:
     """One closed loop of `writes`, every one accepted, between two verify rates: its
     summary with its share of the verify rate around it. Metered while it is answered only:
     a write leaves its execution behind (the worker, PostgreSQL), which a meter running
@@ -382,8 +359,7 @@ async def _write_turn(
     async def run(_verify_rate: float) -> dict[str, Any]:
         return await measured(server, writes, concurrency)
 
-    await log.quiet()  # before the first verify rate: it is read on an idle server
-    done = await between_verify_rates(VERIFY_SECONDS, run)
+    done = await between_verify_rates(server, VERIFY_SECONDS, run)
     assert done["ok_ratio"] == 1.0, done
     return {**_summary(done), "verify_share": verify_share(done) or 0.0}
 

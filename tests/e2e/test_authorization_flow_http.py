@@ -8,6 +8,7 @@ provider return of payments and mandates. Every body is one the SDKs send
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -425,3 +426,31 @@ def test_java_search_signed_with_capabilities_and_the_new_providers(
     assert {"id": "sepa_credit_transfer"} in schemes["payments"]["bank_transfer"]["schemes"]
     for provider_id in ("mock-payments-pl-redirect", "mock-payments-no-redirect", "mock"):
         assert merchant.get(f"/v3/payments-providers/{provider_id}").status_code == 200
+
+
+def test_another_merchants_payment_is_404_to_every_action_sent_beside_the_owners(
+    operator: Operator, merchant: MerchantClient
+) -> None:
+    # The payments of the actions committed together are read and locked in one statement
+    # by id alone: the merchant's scope is still each action's own.
+    intruder = merchant_with_webhooks(operator)
+    payment_id = _payment(merchant)
+    base = f"{PAYMENTS}/{payment_id}"
+    start = (f"{base}/authorization-flow", {"redirect": {"return_uri": "https://example.com/b"}})
+    actions = [
+        start,
+        (f"{base}/authorization-flow/actions/provider-selection", {"provider_id": GB_REDIRECT}),
+        (f"{base}/authorization-flow/actions/consent", {}),
+        (f"{base}/actions/cancel", {}),
+    ]
+    with ThreadPoolExecutor(max_workers=len(actions) + 1) as sent:
+        owners = sent.submit(merchant.signed_post, *start)
+        refused = [sent.submit(intruder.signed_post, path, body) for path, body in actions]
+        assert owners.result().status_code == 200, owners.result().text
+        for answer in refused:
+            assert_problem(answer.result(), 404)
+    assert next_action(owners.result().json())["type"] == "provider_selection"
+    # None of the intruder's actions took: the payer still chooses the bank, and can.
+    assert merchant.get(base).json()["status"] == "authorizing"
+    chosen = _flow_step(merchant, actions[1][0], actions[1][1])
+    assert chosen["type"] == "redirect", chosen

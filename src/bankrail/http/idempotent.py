@@ -15,10 +15,11 @@ from bankrail.http.auth import accepted_signature
 from bankrail.http.context import AppContext
 from bankrail.http.responses import answer_response
 from bankrail.security.headers import request_headers
-from bankrail.security.idempotency import KeyedRequest, fingerprint
-from bankrail.security.idempotent_commit import IdempotentWork
+from bankrail.security.idempotency import Handler, KeyedRequest, fingerprint
+from bankrail.security.idempotent_commit import IdempotentWork, LockedEffect
 
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
+"""A request's effect: its answer's (status, JSON value)."""
 
 
 def keyed_request(
@@ -56,14 +57,14 @@ async def respond_once(
     scope: str,
     key: str | None,
     body: bytes,
-    effect: Effect,
+    effect: Effect | LockedEffect[tuple[int, Any]],
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE,
     ttl: timedelta | None = None,
     store_client_errors: bool = True,
 ) -> Response:
     """Run `effect` once and answer its (status, JSON value): in a transaction committed with
     the other requests of the moment (security/idempotent_commit.py), in a savepoint of its
-    own.
+    own. An effect on one row (`LockedEffect`) is given it as its batch read and locked it.
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
     of the same request within the validity window (docs/api.md). Answers under a scope that
@@ -77,10 +78,23 @@ async def respond_once(
     request_headers(request.scope).require_once(("Idempotency-Key",))
     now = context.clock.now()
 
-    async def handler(conn: Connection) -> tuple[int, bytes]:
-        status, value = await effect(conn)
-        return status, dumps(value)
+    handler: Handler | LockedEffect[tuple[int, bytes]]
+    if isinstance(effect, LockedEffect):
+        act = effect.effect
 
+        async def on_row(conn: Connection, row: Any | None) -> tuple[int, bytes]:
+            status, value = await act(conn, row)
+            return status, dumps(value)
+
+        handler = LockedEffect(effect.query, effect.row_id, on_row)
+    else:
+        run = effect
+
+        async def plain(conn: Connection) -> tuple[int, bytes]:
+            status, value = await run(conn)
+            return status, dumps(value)
+
+        handler = plain
     keyed = None
     if key is not None:
         keyed = keyed_request(context, request, scope=scope, key=key, body=body, ttl=ttl)

@@ -76,11 +76,26 @@ def constraints_of(row: Any) -> Constraints:
     )
 
 
+LOCK_MANDATES = (
+    f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
+)
+"""The mandates of a batch's actions, read and locked in one statement
+(security/idempotent_commit.py `LockedEffect`)."""
+
+
 async def get_mandate_row(
-    conn: Connection, mandate_id: uuid.UUID, merchant_id: uuid.UUID | None, *, lock: bool = False
+    conn: Connection,
+    mandate_id: uuid.UUID,
+    merchant_id: uuid.UUID | None,
+    *,
+    lock: bool = False,
+    locked: Any | None = None,
 ) -> Any:
     """The mandate row (locked for the transaction when `lock`); 404 when absent or another
-    merchant's."""
+    merchant's. `locked` is the row as the request's batch read and locked it
+    (`LOCK_MANDATES`), if it did: then no statement is sent for it."""
+    if locked is not None and merchant_id in (None, locked["merchant_id"]):
+        return locked
     row = await conn.fetchrow(
         f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = $1"
         " AND ($2::uuid IS NULL OR merchant_id = $2)" + (" FOR UPDATE" if lock else ""),

@@ -41,6 +41,7 @@ from bankrail.mandates.schemas import (
     MandateRequest,
 )
 from bankrail.rails.mock_bank import provider_return_url
+from bankrail.security.idempotent_commit import LockedEffect
 from bankrail.security.tokens import AccessClaims, TokenError
 
 
@@ -62,7 +63,10 @@ ERRORS_READ_CONFLICT = {**ERRORS_AUTH_NOT_FOUND, 409: ERRORS_SIGNED_POST[409]}
 
 
 async def _signed(
-    request: Request, context: AppContext, claims: AccessClaims, effect: Effect
+    request: Request,
+    context: AppContext,
+    claims: AccessClaims,
+    effect: Effect | LockedEffect[tuple[int, Any]],
 ) -> Response:
     """Verify the signature, then run `effect` once per Idempotency-Key."""
     raw = await request.body()  # its signature verified by the pipeline
@@ -85,12 +89,16 @@ async def _on_mandate(
 ) -> Response:
     """A signed action on the caller's mandate, locked for the transaction."""
 
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        row = await service.get_mandate_row(conn, mandate_id, claims.merchant_id, lock=True)
+    async def act(conn: Connection, locked: Any | None) -> tuple[int, Any]:
+        row = await service.get_mandate_row(
+            conn, mandate_id, claims.merchant_id, lock=True, locked=locked
+        )
         require_mandate_scope(claims, row["type"])
         return await action(conn, row)
 
-    return await _signed(request, context, claims, effect)
+    return await _signed(
+        request, context, claims, LockedEffect(service.LOCK_MANDATES, mandate_id, act)
+    )
 
 
 async def create_mandate(call: Call[MandateRequest, None]) -> Response:

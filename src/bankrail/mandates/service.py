@@ -26,6 +26,7 @@ from bankrail.core.urls import with_query
 from bankrail.db.pool import Connection
 from bankrail.jobs.queue import enqueue
 from bankrail.mandates._store import (
+    LOCK_MANDATES,
     MANDATE_COLUMNS,
     constraints_of,
     get_mandate_row,
@@ -79,6 +80,7 @@ __all__ = [
     "COUNTED",
     "CURRENCY",
     "EXPIRE_JOB",
+    "LOCK_MANDATES",
     "MANDATE_COLUMNS",
     "PROVIDER_TOKEN_KIND",
     "RESOURCE_TOKEN_KIND",

@@ -49,10 +49,25 @@ PAYMENT_COLUMNS = (
 )
 
 
+LOCK_PAYMENTS = (
+    f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
+)
+"""The payments of a batch's actions, read and locked in one statement
+(security/idempotent_commit.py `LockedEffect`)."""
+
+
 async def lock_payment(
-    conn: Connection, payment_id: uuid.UUID, merchant_id: uuid.UUID | None = None
+    conn: Connection,
+    payment_id: uuid.UUID,
+    merchant_id: uuid.UUID | None = None,
+    *,
+    locked: Any | None = None,
 ) -> Any:
-    """The payment row, locked for the transaction; 404 when absent or another merchant's."""
+    """The payment row, locked for the transaction; 404 when absent or another merchant's.
+    `locked` is the row as the request's batch read and locked it (`LOCK_PAYMENTS`), if it
+    did: then no statement is sent for it."""
+    if locked is not None and merchant_id in (None, locked["merchant_id"]):
+        return locked
     row = await conn.fetchrow(
         f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"
         " AND ($2::uuid IS NULL OR merchant_id = $2) FOR UPDATE",

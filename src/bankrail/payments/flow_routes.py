@@ -29,6 +29,7 @@ from bankrail.payments.schemas import (
     ProviderReturnAnswer,
     ProviderSelectionSubmit,
 )
+from bankrail.security.idempotent_commit import LockedEffect
 
 __all__ = ["ROUTES", "FlowStep"]  # FlowStep: the hosted page takes the same journey steps
 
@@ -41,9 +42,11 @@ async def _act(
     """Run an action on the locked payment: signed and idempotent for the merchant, plain for
     the payer's resource token (the hosted page)."""
 
-    async def effect(conn: Connection) -> tuple[int, Any]:
-        row = await service.lock_payment(conn, caller.payment_id, caller.merchant_id)
+    async def act(conn: Connection, locked: Any | None) -> tuple[int, Any]:
+        row = await service.lock_payment(conn, caller.payment_id, caller.merchant_id, locked=locked)
         return await action(conn, row)
+
+    effect = LockedEffect(service.LOCK_PAYMENTS, caller.payment_id, act)
 
     if caller.claims is None:
         return await respond_once(context, request, scope="", key=None, body=b"", effect=effect)

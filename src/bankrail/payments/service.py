@@ -19,6 +19,7 @@ from bankrail.core.problems import Conflict, ProblemError
 from bankrail.db.pool import Connection
 from bankrail.merchants.return_uris import check_return_uri
 from bankrail.payments._store import (
+    LOCK_PAYMENTS,
     PAYMENT_COLUMNS,
     get_payment_document,
     get_payment_row,
@@ -47,6 +48,7 @@ from bankrail.payments.schemas import PaymentRequest
 __all__ = [
     "ADVANCE_JOB",
     "EXPIRE_JOB",
+    "LOCK_PAYMENTS",
     "PAYMENT_COLUMNS",
     "advance_payment",
     "bank_action",

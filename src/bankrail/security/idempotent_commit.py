@@ -2,21 +2,23 @@
 function of a connection (the payment and mandate actions, the sandbox's and the legacy
 API's writes) run in one transaction per batch, each exactly once per key.
 
-One statement takes the batch's keys' locks and reads their stored answers; each request
-whose key is free runs its effect in a savepoint of its own, so that its failure (a 4xx, or
-any other error) undoes only its own writes (the savepoints are released by the commit, not
-one by one); one statement stores the answers. Every result is handed back only after the
-transaction that holds it has committed (db/group_commit.py).
+One statement takes the batch's keys' locks and reads their stored answers; one statement
+per kind of row locks and reads the rows the batch's effects act on (`LockedEffect`: the
+payment actions); each request whose key is free runs its effect in a savepoint of its own,
+so that its failure (a 4xx, or any other error) undoes only its own writes (the savepoints
+are released by the commit, not one by one); one statement stores the answers. Every result
+is handed back only after the transaction that holds it has committed (db/group_commit.py).
 The rules of a key (in flight, reused, replayed, expired) are `idempotency.claim`'s, as for
 every other request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
@@ -31,7 +33,7 @@ from bankrail.security.idempotency import (
 )
 from bankrail.security.keyed_batch import KeyedAcceptor, Unstored, decide_batch
 
-__all__ = ["IdempotentCommit", "IdempotentWork", "Result", "run_batch"]
+__all__ = ["IdempotentCommit", "IdempotentWork", "LockedEffect", "Result", "run_batch"]
 
 # An answer to send (status, body), or what to raise to the request: a problem not stored,
 # or the error its effect failed with.
@@ -42,6 +44,25 @@ Result = tuple[int, bytes] | Exception
 _BATCH_ERRORS = (asyncpg.TransactionRollbackError, asyncpg.InterfaceError, OSError)
 
 
+Outcome = TypeVar("Outcome")
+
+
+@dataclass(frozen=True)
+class LockedEffect(Generic[Outcome]):
+    """An effect on one row, read and locked with the batch's other rows of the same `query`
+    in one statement before any effect runs (`$1`: their ids as `uuid[]`; it must lock in a
+    fixed order, `ORDER BY id`, and give each row's `id`).
+
+    `effect` is given its row as that statement read it, or None, and then reads the row
+    itself: when the row was not found, when an earlier request of the batch acted on it,
+    or once an effect that is not a `LockedEffect` of the same query has run (it may have
+    changed the row). An effect writes no row of its query but its own."""
+
+    query: str
+    row_id: uuid.UUID
+    effect: Callable[[Connection, Any | None], Awaitable[Outcome]]
+
+
 @dataclass(frozen=True)
 class IdempotentWork:
     """A request's effect, under its key (None: no key, nothing stored), at `now`. A reuse
@@ -49,7 +70,7 @@ class IdempotentWork:
     false, a 4xx is raised to the request and not stored."""
 
     keyed: KeyedRequest | None
-    effect: Handler
+    effect: Handler | LockedEffect[tuple[int, bytes]]
     now: datetime
     reuse_problem: ProblemType = IDEMPOTENCY_REUSE
     store_client_errors: bool = True
@@ -66,26 +87,63 @@ _SAVEPOINT = "SAVEPOINT idempotent_effect"
 _UNDO = "ROLLBACK TO SAVEPOINT idempotent_effect"
 
 
+@dataclass
+class _Batch:
+    """A batch's connection, on which each effect runs, and the rows its `LockedEffect`s
+    act on (by query, then id) while they are as the batch read them."""
+
+    conn: Connection
+    locked: dict[str, dict[uuid.UUID, Any]] = field(default_factory=dict)
+
+    async def lock(self, batch: Sequence[IdempotentWork]) -> None:
+        """Read and lock the rows the batch's `LockedEffect`s act on, one statement per
+        query."""
+        ids: dict[str, set[uuid.UUID]] = {}
+        for work in batch:
+            if isinstance(work.effect, LockedEffect):
+                ids.setdefault(work.effect.query, set()).add(work.effect.row_id)
+        for query, row_ids in ids.items():
+            rows = await self.conn.fetch(query, sorted(row_ids))
+            self.locked[query] = {row["id"]: row for row in rows}
+
+    def run(
+        self, effect: Handler | LockedEffect[tuple[int, bytes]]
+    ) -> Awaitable[tuple[int, bytes]]:
+        """The effect, given its row while that is as the batch read it (`LockedEffect`)."""
+        if not isinstance(effect, LockedEffect):
+            self.locked.clear()  # it may have written any row
+            return effect(self.conn)
+        rows = self.locked.get(effect.query, {})
+        if len(self.locked) > 1:  # another query's rows: this effect may write them
+            self.locked = {effect.query: rows}
+        return effect.effect(self.conn, rows.pop(effect.row_id, None))
+
+
 class _Steps:
     """The read, rules and write of idempotent requests (security/keyed_batch.py): the
-    batch's state is its connection, on which each effect runs."""
+    batch's state is its connection, on which each effect runs, and its locked rows."""
 
     async def read(
         self, conn: Connection, batch: Sequence[IdempotentWork]
-    ) -> tuple[list[Any], Connection]:
-        """The keys' locks and stored answers (`bankrail_claim_idempotency_keys`)."""
-        return await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch]), conn
+    ) -> tuple[list[Any], _Batch]:
+        """The keys' locks and stored answers (`bankrail_claim_idempotency_keys`), then the
+        rows the effects act on (`LockedEffect`), locked."""
+        rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
+        state = _Batch(conn)
+        await state.lock(batch)
+        return rows, state
 
     async def decide(
-        self, work: IdempotentWork, row: Any, conn: Connection
+        self, work: IdempotentWork, row: Any, state: _Batch
     ) -> tuple[tuple[int, bytes], None]:
         """The request's effect, in a savepoint of its own: its failure undoes only its own
         writes, and is its own (`Unstored`) unless the batch's transaction is gone. The
         savepoint is not released: the batch's commit releases it with the others, one
         statement fewer per request (each effect's savepoint, of one name, is the latest)."""
+        conn = state.conn
         await conn.execute(_SAVEPOINT)
         try:
-            return await work.effect(conn), None
+            return await state.run(work.effect), None
         except BaseException as error:
             await conn.execute(_UNDO)
             if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(
@@ -94,7 +152,7 @@ class _Steps:
                 raise
             raise Unstored(error) from error
 
-    async def write(self, conn: Connection, state: Connection, answers: AnswersToStore) -> None:
+    async def write(self, conn: Connection, state: _Batch, answers: AnswersToStore) -> None:
         """The answers, in one statement."""
         await conn.execute(_STORE, answers.rows)
 
@@ -112,7 +170,7 @@ async def run_batch(
     return [result for result, _ in await decide_batch(conn, STEPS, batch, render_problem)]
 
 
-class IdempotentCommit(KeyedAcceptor[IdempotentWork, Connection, None]):
+class IdempotentCommit(KeyedAcceptor[IdempotentWork, _Batch, None]):
     """Group commit of idempotent requests within one process (security/keyed_batch.py): the
     way `run_batch` is run. `accept` hands back the answer once committed and raises what
     the request is to raise."""

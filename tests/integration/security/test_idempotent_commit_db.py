@@ -5,7 +5,9 @@ with it; a key's second use in the batch is in flight (409) and a later repeat i
 byte for byte; a request whose effect fails (a 4xx, or any other error) leaves none of its
 own writes and does not undo the others'; a 4xx is stored and replayed like a success. A
 signed request's signature is remembered with its stored answer, so that once the answer is
-no longer kept the same signed request is a 409 that does nothing.
+no longer kept the same signed request is a 409 that does nothing. The rows the batch's
+effects act on (`LockedEffect`) are read and locked in one statement, and an effect is given
+its row only while no other effect of the batch may have changed it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import orjson
+import pytest
 
 from bankrail.core.problems import CONFLICT, NotFound, ProblemError
 from bankrail.db.pool import Connection
@@ -23,6 +27,7 @@ from bankrail.security.idempotency import Handler, KeyedRequest, delete_expired,
 from bankrail.security.idempotent_commit import (
     IdempotentCommit,
     IdempotentWork,
+    LockedEffect,
     Result,
     run_batch,
 )
@@ -181,3 +186,132 @@ async def test_a_signature_is_remembered_only_with_a_stored_answer(pool: asyncpg
     async with pool.acquire() as conn:
         remembered = await conn.fetch("SELECT digest, accepted_at FROM accepted_signatures")
     assert [(row["digest"], row["accepted_at"]) for row in remembered] == [(SIGNATURE, NOW + TTL)]
+
+
+# Rows an effect acts on (`LockedEffect`): read and locked for the whole batch by one call of
+# `locked_counters`, which counts its calls.
+_LOCK = "SELECT * FROM locked_counters($1::uuid[])"
+
+
+async def _counters(pool: asyncpg.Pool, count: int) -> list[uuid.UUID]:
+    """`count` counters at 0, ordered by id, and the function that locks them."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            """
+            CREATE TABLE counters (id uuid PRIMARY KEY, value int NOT NULL);
+            CREATE TABLE lock_calls (ids uuid[] NOT NULL);
+            CREATE FUNCTION locked_counters(wanted uuid[]) RETURNS SETOF counters AS $$
+            BEGIN
+                INSERT INTO lock_calls VALUES (wanted);
+                RETURN QUERY SELECT * FROM counters WHERE id = ANY(wanted) ORDER BY id FOR UPDATE;
+            END $$ LANGUAGE plpgsql;
+            """
+        )
+        ids = sorted(uuid.uuid4() for _ in range(count))
+        await conn.executemany("INSERT INTO counters VALUES ($1, 0)", [(i,) for i in ids])
+    return ids
+
+
+def _increment(
+    row_id: uuid.UUID, key: str, given: list[int | None], fails: Exception | None = None
+) -> IdempotentWork:
+    """A request that adds one to a counter, from the value it was given (appended to
+    `given`) or, given none, that it read; then raises `fails` if given."""
+
+    async def effect(conn: Connection, row: Any | None) -> tuple[int, bytes]:
+        given.append(None if row is None else row["value"])
+        if row is None:
+            row = await conn.fetchrow("SELECT * FROM counters WHERE id = $1 FOR UPDATE", row_id)
+        if row is None:
+            raise NotFound("no such counter")
+        await conn.execute("UPDATE counters SET value = $2 WHERE id = $1", row_id, row["value"] + 1)
+        if fails is not None:
+            raise fails
+        return 200, orjson.dumps({"value": row["value"] + 1})
+
+    keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/c", key.encode()), TTL)
+    return IdempotentWork(keyed, LockedEffect(_LOCK, row_id, effect), NOW)
+
+
+async def _values_and_lock_calls(pool: asyncpg.Pool) -> tuple[list[int], list[list[uuid.UUID]]]:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT value FROM counters ORDER BY id")
+        values = [row["value"] for row in rows]
+        calls = [list(row["ids"]) for row in await conn.fetch("SELECT ids FROM lock_calls")]
+    return values, calls
+
+
+async def test_the_rows_of_a_batchs_effects_are_read_and_locked_in_one_statement(
+    pool: asyncpg.Pool,
+) -> None:
+    ids = await _counters(pool, 3)
+    given: list[int | None] = []
+    # Out of the order of their ids: the statement locks them in order all the same.
+    batch = [_increment(row_id, f"k{n}", given) for n, row_id in enumerate(reversed(ids))]
+    results = await _batch(pool, *batch)
+    assert [result[0] for result in results if isinstance(result, tuple)] == [200, 200, 200]
+    assert given == [0, 0, 0]  # each effect was handed its row
+    assert await _values_and_lock_calls(pool) == ([1, 1, 1], [ids])
+
+
+async def test_the_rows_are_locked_until_the_batch_commits(pool: asyncpg.Pool) -> None:
+    ids = await _counters(pool, 2)
+    async with pool.acquire() as conn, conn.transaction():
+        await run_batch(conn, [_increment(ids[0], "k0", [])], render)
+        async with pool.acquire() as other:
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await other.fetch("SELECT 1 FROM counters WHERE id = $1 FOR UPDATE NOWAIT", ids[0])
+            # Only the batch's rows.
+            assert await other.fetch(
+                "SELECT 1 FROM counters WHERE id = $1 FOR UPDATE NOWAIT", ids[1]
+            )
+
+
+async def test_a_row_another_request_of_the_batch_acted_on_is_read_again(
+    pool: asyncpg.Pool,
+) -> None:
+    [row_id] = await _counters(pool, 1)
+    given: list[int | None] = []
+    batch = [_increment(row_id, f"k{n}", given) for n in range(3)]
+    results = await _batch(pool, *batch)
+    assert [result for result in results if isinstance(result, tuple)] == [
+        (200, orjson.dumps({"value": value})) for value in (1, 2, 3)
+    ]
+    # The first was given the row as read; the others read it as the one before left it.
+    assert given == [0, None, None]
+    assert await _values_and_lock_calls(pool) == ([3], [[row_id]])
+
+
+async def test_a_row_whose_effect_was_undone_is_read_again(pool: asyncpg.Pool) -> None:
+    [row_id] = await _counters(pool, 1)
+    given: list[int | None] = []
+    failing = _increment(row_id, "k0", given, fails=RuntimeError("bug"))
+    results = await _batch(pool, failing, _increment(row_id, "k1", given))
+    assert isinstance(results[0], RuntimeError)
+    assert results[1] == (200, orjson.dumps({"value": 1}))  # from the row as it is, undone
+    assert given == [0, None]
+    assert (await _values_and_lock_calls(pool))[0] == [1]
+
+
+async def test_after_any_other_effect_the_rows_are_read_again(pool: asyncpg.Pool) -> None:
+    await _prepare(pool)
+    [row_id] = await _counters(pool, 1)
+
+    async def sets_the_counter(conn: Connection) -> tuple[int, bytes]:
+        await conn.execute("UPDATE counters SET value = 10 WHERE id = $1", row_id)
+        return 200, b"{}"
+
+    given: list[int | None] = []
+    plain = IdempotentWork(None, sets_the_counter, NOW)
+    results = await _batch(pool, plain, _increment(row_id, "k1", given))
+    assert results[1] == (200, orjson.dumps({"value": 11}))  # not 1: it read the 10 written
+    assert given == [None]
+
+
+async def test_an_effect_whose_row_is_not_found_is_given_none(pool: asyncpg.Pool) -> None:
+    await _counters(pool, 1)
+    given: list[int | None] = []
+    [result] = await _batch(pool, _increment(uuid.uuid4(), "k0", given))
+    assert isinstance(result, tuple)
+    assert result[0] == 404
+    assert given == [None]

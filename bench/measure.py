@@ -95,20 +95,28 @@ async def repeated(
 
 async def idle(server: Server) -> None:
     """Return once the server's request log has written what it buffered: its newest entry
-    stayed the same for QUIET_SECONDS (with the log off, after QUIET_SECONDS, so that both
-    settings pause alike). A loop started then pays for no earlier loop's entries, and a
-    verify rate read then is read on an idle server."""
+    stayed the same for QUIET_SECONDS and no `COPY` into it was running at either look (with
+    the log off, after QUIET_SECONDS, so that both settings pause alike). A loop started then
+    pays for no earlier loop's entries, and a verify rate read then is not slowed by them.
+    It waits for nothing else: payouts' execution is `_drained`'s, and each write's check
+    waits for what its batch left behind."""
     import asyncpg
 
+    # With several API processes, one writer's batch may still be copying while another's
+    # newest entry stands still: a running COPY counts as writing.
+    writing = (
+        "SELECT (SELECT id FROM request_log ORDER BY id DESC LIMIT 1),"
+        " EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'"
+        " AND pid <> pg_backend_pid() AND query ILIKE 'copy%request_log%')"
+    )
     conn = await asyncpg.connect(server.dsn())
     try:
-        newest = "SELECT id FROM request_log ORDER BY id DESC LIMIT 1"
         began = time.monotonic()
-        last = await conn.fetchval(newest)
+        last = tuple(await conn.fetchrow(writing))
         while time.monotonic() - began < IDLE_LIMIT_SECONDS:
             await asyncio.sleep(QUIET_SECONDS)
-            now = await conn.fetchval(newest)
-            if now == last:
+            now = tuple(await conn.fetchrow(writing))
+            if now == last and not now[1]:
                 return
             last = now
     finally:
@@ -123,7 +131,7 @@ async def between_verify_rates(
 ) -> dict[str, Any]:
     """The figures of `scenario(verify rate just measured)`, with the one-core verify rate
     measured just before and just after it under `verify_per_s_around`, each once the
-    server is `idle`."""
+    server's request log is `idle`."""
     await idle(server)
     before = verify_rate(verify_seconds)
     summary = await scenario(before)
@@ -181,8 +189,9 @@ async def saturated_and_paced(
     batch of its own in an open loop (twice the connections) at 80 % of the rate it reached,
     whose figures are under `at_80pct`. `prepare` makes each batch (a write needs new
     Idempotency-Keys, and sometimes a payment to act on) before the verify rate is measured;
-    each batch's check runs right after it, inside the window, and each loop starts once the
-    server is `idle`, so that no measurement pays for an earlier one's background work."""
+    each batch's check runs right after it, inside the window (so that the next measurement
+    does not pay for this one's background work), and each loop starts once the server's
+    request log is `idle`."""
 
     async def run_once() -> dict[str, Any]:
         batch = await prepare()

@@ -16,8 +16,10 @@ from bench.measure import QUIET_SECONDS, idle
 from bench.service import Server, seed
 
 GETS = 1_500
-RATE = 1_000.0
-"""The GETs are offered for 1.5 s, several of the log's quiet intervals."""
+COPYING = (
+    "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    " AND query ILIKE 'copy%request_log%')"
+)
 
 
 @pytest.fixture(scope="module", params=["on", "off"])
@@ -31,38 +33,49 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         started.stop()
 
 
-async def _entries(server: Server) -> int:
-    conn = await asyncpg.connect(server.dsn())
-    try:
-        count: int = await conn.fetchval("SELECT count(*) FROM request_log")
-    finally:
-        await conn.close()
+async def _entries(conn: asyncpg.Connection) -> int:
+    count: int = await conn.fetchval("SELECT count(*) FROM request_log")
     return count
 
 
-async def test_idle_waits_while_entries_arrive_and_until_the_last_is_written(
-    server: Server,
-) -> None:
+async def test_idle_waits_until_the_last_entry_is_written(server: Server) -> None:
     merchant = seed(server, balance=1)
-    await idle(server)  # the seeding's own requests
-    before = await _entries(server)
     host = f"127.0.0.1:{server.port}"
     auth = {"Authorization": f"Bearer {merchant.token}"}
     gets = [http_request("GET", f"/v3/payouts/{uuid.uuid4()}", host, auth)] * GETS
-    began = time.monotonic()
-    load = asyncio.create_task(run_load("127.0.0.1", server.port, gets, concurrency=8, rate=RATE))
+    # One logged request first: the log's writer process starts with the first entry, as
+    # it has long before any loop of a benchmark.
+    await run_load("127.0.0.1", server.port, gets[:1], concurrency=1)
     await idle(server)
-    waited = time.monotonic() - began
-    result = await load
-    assert result.requests == GETS
     logged = server.env["BANKRAIL_REQUEST_LOG_RETENTION_SECONDS"] != "0"
-    if logged:
-        # It waited out the load (a fixed pause would have returned in its midst), and not
-        # one entry is written after it returns: the next loop pays for none of these.
-        assert waited >= GETS / RATE
-        assert await _entries(server) - before == GETS
-    else:
+    conn = await asyncpg.connect(server.dsn())
+    blocker = await asyncpg.connect(server.dsn())
+    try:
+        before = await _entries(conn)
+        # The log's COPY waits behind this lock while the loop is answered: its newest entry
+        # stands still, as it does while a slow batch (or another process's) is copied.
+        holding = blocker.transaction()
+        await holding.start()
+        await blocker.execute("LOCK TABLE request_log IN SHARE MODE")
+        result = await run_load("127.0.0.1", server.port, gets, concurrency=8)
+        assert result.requests == GETS
+        began = time.monotonic()
+        waiting = asyncio.create_task(idle(server))
+        if logged:
+            deadline = time.monotonic() + 30
+            while not await conn.fetchval(COPYING):
+                assert time.monotonic() < deadline, "the log's COPY never started"
+                await asyncio.sleep(0.01)
+            # Three quiet intervals with nothing new written: still it waits.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiting), 3 * QUIET_SECONDS)
+        await holding.rollback()
+        await waiting
+        # Not one entry is written after it returns: the next loop pays for none of these.
+        assert await _entries(conn) - before == (GETS if logged else 0)
         # With the log off nothing arrives: one quiet interval, the same pause as the log
-        # on would take after a loop of its own.
-        assert QUIET_SECONDS <= waited < GETS / RATE
-        assert await _entries(server) == before
+        # on takes after a loop of its own.
+        assert time.monotonic() - began >= QUIET_SECONDS
+    finally:
+        await blocker.close()
+        await conn.close()

@@ -64,7 +64,9 @@ async def respond_once(
 ) -> Response:
     """Run `effect` once and answer its (status, JSON value): in a transaction committed with
     the other requests of the moment (security/idempotent_commit.py), in a savepoint of its
-    own. An effect on one row (`LockedEffect`) is given it as its batch read and locked it.
+    own. An effect on one row (`LockedEffect`) is given that row when its batch read and
+    locked it and nothing of the batch can have changed it since, else None (it reads the
+    row itself).
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
     of the same request within the validity window (docs/api.md). Answers under a scope that
@@ -86,7 +88,7 @@ async def respond_once(
             status, value = await act(conn, row)
             return status, dumps(value)
 
-        handler = LockedEffect(effect.query, effect.row_id, on_row)
+        handler = LockedEffect(effect.query, effect.row_id, effect.owner, on_row)
     else:
         run = effect
 

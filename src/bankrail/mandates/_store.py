@@ -77,10 +77,13 @@ def constraints_of(row: Any) -> Constraints:
 
 
 LOCK_MANDATES = (
-    f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
+    f"SELECT {MANDATE_COLUMNS} FROM mandates m WHERE m.id = ANY($1::uuid[])"
+    " AND EXISTS (SELECT FROM unnest($1::uuid[], $2::uuid[]) AS w (id, owner)"
+    " WHERE w.id = m.id AND (w.owner IS NULL OR w.owner = m.merchant_id))"
+    " ORDER BY m.id FOR UPDATE OF m"
 )
-"""The mandates of a batch's actions, read and locked in one statement
-(security/idempotent_commit.py `LockedEffect`)."""
+"""The mandates of a batch's actions, each of the merchant that names it, read and locked in
+one statement (security/idempotent_commit.py `LockedEffect`)."""
 
 
 async def get_mandate_row(

@@ -96,9 +96,8 @@ async def _on_mandate(
         require_mandate_scope(claims, row["type"])
         return await action(conn, row)
 
-    return await _signed(
-        request, context, claims, LockedEffect(service.LOCK_MANDATES, mandate_id, act)
-    )
+    effect = LockedEffect(service.LOCK_MANDATES, mandate_id, claims.merchant_id, act)
+    return await _signed(request, context, claims, effect)
 
 
 async def create_mandate(call: Call[MandateRequest, None]) -> Response:

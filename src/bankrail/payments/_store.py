@@ -50,9 +50,13 @@ PAYMENT_COLUMNS = (
 
 
 LOCK_PAYMENTS = (
-    f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
+    f"SELECT {PAYMENT_COLUMNS} FROM payments p WHERE p.id = ANY($1::uuid[])"
+    " AND EXISTS (SELECT FROM unnest($1::uuid[], $2::uuid[]) AS w (id, owner)"
+    " WHERE w.id = p.id AND (w.owner IS NULL OR w.owner = p.merchant_id))"
+    " ORDER BY p.id FOR UPDATE OF p"
 )
-"""The payments of a batch's actions, read and locked in one statement
+"""The payments of a batch's actions, each of the merchant that names it (or of any, for
+the payer's resource token), read and locked in one statement
 (security/idempotent_commit.py `LockedEffect`)."""
 
 

@@ -46,7 +46,7 @@ async def _act(
         row = await service.lock_payment(conn, caller.payment_id, caller.merchant_id, locked=locked)
         return await action(conn, row)
 
-    effect = LockedEffect(service.LOCK_PAYMENTS, caller.payment_id, act)
+    effect = LockedEffect(service.LOCK_PAYMENTS, caller.payment_id, caller.merchant_id, act)
 
     if caller.claims is None:
         return await respond_once(context, request, scope="", key=None, body=b"", effect=effect)

@@ -4,10 +4,11 @@ API's writes) run in one transaction per batch, each exactly once per key.
 
 One statement takes the batch's keys' locks and reads their stored answers; one statement
 per kind of row locks and reads the rows the batch's effects act on (`LockedEffect`: the
-payment actions); each request whose key is free runs its effect in a savepoint of its own,
-so that its failure (a 4xx, or any other error) undoes only its own writes (the savepoints
-are released by the commit, not one by one); one statement stores the answers. Every result
-is handed back only after the transaction that holds it has committed (db/group_commit.py).
+payment and mandate actions); each request whose key is free runs its effect in a savepoint
+of its own, so that its failure (a 4xx, or any other error) undoes only its own writes (the
+savepoints are released by the commit, not one by one); one statement stores the answers.
+Every result is handed back only after the transaction that holds it has committed
+(db/group_commit.py).
 The rules of a key (in flight, reused, replayed, expired) are `idempotency.claim`'s, as for
 every other request.
 """
@@ -50,16 +51,21 @@ Outcome = TypeVar("Outcome")
 @dataclass(frozen=True)
 class LockedEffect(Generic[Outcome]):
     """An effect on one row, read and locked with the batch's other rows of the same `query`
-    in one statement before any effect runs (`$1`: their ids as `uuid[]`; it must lock in a
-    fixed order, `ORDER BY id`, and give each row's `id`).
+    in one statement before any effect runs. The query takes `$1`, the rows' ids, and `$2`,
+    beside each id the owner the row must have (its `merchant_id`; null: any), both
+    `uuid[]`; it returns each row found with that owner, locked in id order, with its `id`.
+    Only the rows of requests that are to run are read: a request whose key is in flight,
+    reused or answered before locks nothing.
 
     `effect` is given its row as that statement read it, or None, and then reads the row
-    itself: when the row was not found, when an earlier request of the batch acted on it,
-    or once an effect that is not a `LockedEffect` of the same query has run (it may have
+    itself: when the row was not found (or is another owner's), when an earlier request of
+    the batch acted on it, when its key had an expired answer, or once any other effect has
+    run before it: a plain one, or a `LockedEffect` of another query (either may have
     changed the row). An effect writes no row of its query but its own."""
 
     query: str
     row_id: uuid.UUID
+    owner: uuid.UUID | None
     effect: Callable[[Connection, Any | None], Awaitable[Outcome]]
 
 
@@ -95,15 +101,19 @@ class _Batch:
     conn: Connection
     locked: dict[str, dict[uuid.UUID, Any]] = field(default_factory=dict)
 
-    async def lock(self, batch: Sequence[IdempotentWork]) -> None:
-        """Read and lock the rows the batch's `LockedEffect`s act on, one statement per
-        query."""
-        ids: dict[str, set[uuid.UUID]] = {}
-        for work in batch:
-            if isinstance(work.effect, LockedEffect):
-                ids.setdefault(work.effect.query, set()).add(work.effect.row_id)
-        for query, row_ids in ids.items():
-            rows = await self.conn.fetch(query, sorted(row_ids))
+    async def lock(self, batch: Sequence[IdempotentWork], claims: Sequence[Any]) -> None:
+        """Read and lock the rows the batch's `LockedEffect`s that are to run act on: one
+        statement per query, the queries in a fixed order (by their text)."""
+        wanted: dict[str, set[tuple[uuid.UUID, uuid.UUID | None]]] = {}
+        for work, claim in zip(batch, claims, strict=True):
+            effect = work.effect
+            if isinstance(effect, LockedEffect) and _runs(work, claim):
+                wanted.setdefault(effect.query, set()).add((effect.row_id, effect.owner))
+        for query in sorted(wanted):
+            pairs = sorted(wanted[query], key=lambda pair: pair[0])
+            rows = await self.conn.fetch(
+                query, [row_id for row_id, _ in pairs], [owner for _, owner in pairs]
+            )
             self.locked[query] = {row["id"]: row for row in rows}
 
     def run(
@@ -113,10 +123,17 @@ class _Batch:
         if not isinstance(effect, LockedEffect):
             self.locked.clear()  # it may have written any row
             return effect(self.conn)
+        # Another query's rows are dropped: this effect may write them.
         rows = self.locked.get(effect.query, {})
-        if len(self.locked) > 1:  # another query's rows: this effect may write them
-            self.locked = {effect.query: rows}
+        self.locked = {effect.query: rows}
         return effect.effect(self.conn, rows.pop(effect.row_id, None))
+
+
+def _runs(work: IdempotentWork, claim: Any) -> bool:
+    """Whether the request's effect is to run, as far as its key's claim says it surely is:
+    no key, or its key held and no answer stored under it (an expired answer's request runs
+    too, reading its row itself)."""
+    return work.keyed is None or (claim["locked"] and claim["stored_fingerprint"] is None)
 
 
 class _Steps:
@@ -130,7 +147,7 @@ class _Steps:
         rows the effects act on (`LockedEffect`), locked."""
         rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
         state = _Batch(conn)
-        await state.lock(batch)
+        await state.lock(batch, rows)
         return rows, state
 
     async def decide(

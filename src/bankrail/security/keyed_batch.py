@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from bankrail.core.problems import ProblemError, ProblemType
+from bankrail.core.tracing import trace_id_var
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
 from bankrail.security.idempotency import (
@@ -142,16 +143,23 @@ async def decide_batch(
     steps: Steps[Item, State, Created],
     batch: Sequence[Item],
     render_problem: ProblemRenderer | None,
+    trace_ids: Sequence[str] | None = None,
 ) -> list[Decided[Created]]:
     """Read, decide each request in order (`decide_keyed`), write: a batch in the caller's
-    transaction, a batch of one the general case. The write runs only when there is
-    something to write or store."""
+    transaction, a batch of one the general case. With `trace_ids`, each request is decided
+    under its own trace id (`trace_id_var`: its problem documents, stored ones included, and
+    its effect's logs name its request, not the one whose task runs the batch). The write
+    runs only when there is something to write or store."""
     rows, state = await steps.read(conn, batch)
     answers = AnswersToStore()
-    decided: list[Decided[Created]] = [
-        await decide_keyed(steps, item, row, state, answers, render_problem)
-        for item, row in zip(batch, rows, strict=True)
-    ]
+    decided: list[Decided[Created]] = []
+    for n, (item, row) in enumerate(zip(batch, rows, strict=True)):
+        token = None if trace_ids is None else trace_id_var.set(trace_ids[n])
+        try:
+            decided.append(await decide_keyed(steps, item, row, state, answers, render_problem))
+        finally:
+            if token is not None:
+                trace_id_var.reset(token)
     if answers or any(created is not None for _, created in decided):
         await steps.write(conn, state, answers)
     return decided
@@ -170,10 +178,16 @@ class KeyedAcceptor(Generic[Item, State, Created]):
         max_batch: int = 64,
         in_flight: int = 1,
     ) -> None:
-        async def run(conn: Connection, batch: Sequence[Item]) -> list[Decided[Created]]:
-            return await decide_batch(conn, steps, batch, render_problem)
+        async def run(
+            conn: Connection, batch: Sequence[tuple[Item, str]]
+        ) -> list[Decided[Created]]:
+            items = [item for item, _ in batch]
+            return await decide_batch(
+                conn, steps, items, render_problem, [trace for _, trace in batch]
+            )
 
-        self._commits: GroupCommit[Item, Decided[Created]] = GroupCommit(
+        # Each item with the trace id of the request that submitted it.
+        self._commits: GroupCommit[tuple[Item, str], Decided[Created]] = GroupCommit(
             pool, run, max_batch, in_flight
         )
 
@@ -181,7 +195,7 @@ class KeyedAcceptor(Generic[Item, State, Created]):
         """The request's answer, once committed, with what it created (None for a replayed
         or refused one); raises what is not stored (the key in flight or reused, an
         unstored problem or error)."""
-        outcome, created = await self._commits.submit(item)
+        outcome, created = await self._commits.submit((item, trace_id_var.get()))
         if isinstance(outcome, Exception):
             raise outcome
         return outcome, created

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 import orjson
@@ -20,39 +19,7 @@ from bankrail.core.clock import ServiceClock
 from bankrail.core.problems import NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.payments._store import get_payment_document, lock_payment, save, state_of
-from bankrail.payments.creation import NewPayment, PaymentCreation, PaymentToCreate
-from bankrail.payments.schemas import PaymentRequest
-from bankrail.security.idempotency import KeyedRequest
-from support.accounts import funded_account
-from support.payouts import render_problem
-
-
-def _respond(payment: NewPayment) -> tuple[int, Any]:
-    return 201, {"id": str(payment.id)}
-
-
-async def _new_payment(pool: asyncpg.Pool, now: Any) -> tuple[uuid.UUID, uuid.UUID]:
-    account = await funded_account(pool, now)
-    body = {
-        "amount_in_minor": 100,
-        "currency": "GBP",
-        "payment_method": {
-            "type": "bank_transfer",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": str(account.id)},
-        },
-        "user": {"id": "payer-1", "name": "Payer, J: Ltd"},
-        "metadata": {"order": "A, 1: first"},
-    }
-    request = PaymentToCreate(
-        PaymentRequest.model_validate(body),
-        account.merchant_id,
-        now,
-        _respond,
-        KeyedRequest("v3:test", str(uuid.uuid4()), orjson.dumps(body), timedelta(hours=6)),
-    )
-    _status, answer = await PaymentCreation(pool, render_problem).accept(request)
-    return uuid.UUID(orjson.loads(answer)["id"]), account.merchant_id
+from support.payments import new_payment
 
 
 async def _stored_history(pool: asyncpg.Pool, payment_id: uuid.UUID) -> bytes:
@@ -65,7 +32,7 @@ async def test_the_status_history_is_the_stored_one_through_every_status(
     pool: asyncpg.Pool,
 ) -> None:
     now = ServiceClock().now()
-    payment_id, merchant_id = await _new_payment(pool, now)
+    payment_id, merchant_id = await new_payment(pool, now)
     steps = ("start_authorization", "authorize", "execute", "settle")
     for number, step in enumerate((None, *steps)):
         async with pool.acquire() as conn, conn.transaction():
@@ -88,7 +55,7 @@ async def test_the_status_history_is_the_stored_one_through_every_status(
 
 async def test_another_merchants_payment_is_not_found(pool: asyncpg.Pool) -> None:
     now = ServiceClock().now()
-    payment_id, _merchant_id = await _new_payment(pool, now)
+    payment_id, _merchant_id = await new_payment(pool, now)
     async with pool.acquire() as conn:
         with pytest.raises(NotFound):
             await get_payment_document(conn, payment_id, uuid.uuid4())

@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from bankrail.core.problems import CONFLICT, NotFound, ProblemError
+from bankrail.core.tracing import trace_id_var
 from bankrail.db.pool import Connection
 from bankrail.security.idempotency import Handler, KeyedRequest, delete_expired, fingerprint
 from bankrail.security.idempotent_commit import (
@@ -189,39 +190,57 @@ async def test_a_signature_is_remembered_only_with_a_stored_answer(pool: asyncpg
 
 
 # Rows an effect acts on (`LockedEffect`): read and locked for the whole batch by one call of
-# `locked_counters`, which counts its calls.
-_LOCK = "SELECT * FROM locked_counters($1::uuid[])"
+# `locked_counters`, which counts its calls; `_OTHER` is another query of the same rows.
+_LOCK = "SELECT * FROM locked_counters($1::uuid[], $2::uuid[])"
+_OTHER = "SELECT * FROM locked_counters($1::uuid[], $2::uuid[]) AS other"
+OWNER = uuid.uuid4()
 
 
 async def _counters(pool: asyncpg.Pool, count: int) -> list[uuid.UUID]:
-    """`count` counters at 0, ordered by id, and the function that locks them."""
+    """`count` counters of OWNER at 0, ordered by id, and the function that locks them."""
     async with pool.acquire() as conn:
         await conn.execute(
             """
-            CREATE TABLE counters (id uuid PRIMARY KEY, value int NOT NULL);
+            CREATE TABLE counters (id uuid PRIMARY KEY, owner uuid NOT NULL, value int NOT NULL);
             CREATE TABLE lock_calls (ids uuid[] NOT NULL);
-            CREATE FUNCTION locked_counters(wanted uuid[]) RETURNS SETOF counters AS $$
+            CREATE FUNCTION locked_counters(wanted uuid[], owners uuid[])
+            RETURNS SETOF counters AS $$
             BEGIN
                 INSERT INTO lock_calls VALUES (wanted);
-                RETURN QUERY SELECT * FROM counters WHERE id = ANY(wanted) ORDER BY id FOR UPDATE;
+                RETURN QUERY SELECT c.* FROM counters c
+                    WHERE EXISTS (SELECT FROM unnest(wanted, owners) AS w (id, owner)
+                                  WHERE w.id = c.id AND (w.owner IS NULL OR w.owner = c.owner))
+                    ORDER BY c.id FOR UPDATE OF c;
             END $$ LANGUAGE plpgsql;
             """
         )
         ids = sorted(uuid.uuid4() for _ in range(count))
-        await conn.executemany("INSERT INTO counters VALUES ($1, 0)", [(i,) for i in ids])
+        await conn.executemany("INSERT INTO counters VALUES ($1, $2, 0)", [(i, OWNER) for i in ids])
     return ids
 
 
 def _increment(
-    row_id: uuid.UUID, key: str, given: list[int | None], fails: Exception | None = None
+    row_id: uuid.UUID,
+    key: str | None,
+    given: list[int | None],
+    *,
+    fails: Exception | None = None,
+    query: str = _LOCK,
+    owner: uuid.UUID | None = OWNER,
 ) -> IdempotentWork:
-    """A request that adds one to a counter, from the value it was given (appended to
-    `given`) or, given none, that it read; then raises `fails` if given."""
+    """A request of `owner` that adds one to a counter, from the value it was given
+    (appended to `given`) or, given none, that it read (404 unless the owner's); then raises
+    `fails` if given."""
 
     async def effect(conn: Connection, row: Any | None) -> tuple[int, bytes]:
         given.append(None if row is None else row["value"])
         if row is None:
-            row = await conn.fetchrow("SELECT * FROM counters WHERE id = $1 FOR UPDATE", row_id)
+            row = await conn.fetchrow(
+                "SELECT * FROM counters WHERE id = $1 AND ($2::uuid IS NULL OR owner = $2)"
+                " FOR UPDATE",
+                row_id,
+                owner,
+            )
         if row is None:
             raise NotFound("no such counter")
         await conn.execute("UPDATE counters SET value = $2 WHERE id = $1", row_id, row["value"] + 1)
@@ -229,8 +248,10 @@ def _increment(
             raise fails
         return 200, orjson.dumps({"value": row["value"] + 1})
 
-    keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/c", key.encode()), TTL)
-    return IdempotentWork(keyed, LockedEffect(_LOCK, row_id, effect), NOW)
+    keyed = None
+    if key is not None:
+        keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/c", key.encode()), TTL)
+    return IdempotentWork(keyed, LockedEffect(query, row_id, owner, effect), NOW)
 
 
 async def _values_and_lock_calls(pool: asyncpg.Pool) -> tuple[list[int], list[list[uuid.UUID]]]:
@@ -254,17 +275,44 @@ async def test_the_rows_of_a_batchs_effects_are_read_and_locked_in_one_statement
     assert await _values_and_lock_calls(pool) == ([1, 1, 1], [ids])
 
 
-async def test_the_rows_are_locked_until_the_batch_commits(pool: asyncpg.Pool) -> None:
-    ids = await _counters(pool, 2)
+async def test_the_rows_are_locked_until_the_batch_commits_and_only_the_owners(
+    pool: asyncpg.Pool,
+) -> None:
+    ids = await _counters(pool, 3)
+    given: list[int | None] = []
+    intruder = _increment(ids[2], "k2", given, owner=uuid.uuid4())
     async with pool.acquire() as conn, conn.transaction():
-        await run_batch(conn, [_increment(ids[0], "k0", [])], render)
+        [mine, refused] = await run_batch(conn, [_increment(ids[0], "k0", given), intruder], render)
         async with pool.acquire() as other:
+            lock = "SELECT 1 FROM counters WHERE id = $1 FOR UPDATE NOWAIT"
             with pytest.raises(asyncpg.LockNotAvailableError):
-                await other.fetch("SELECT 1 FROM counters WHERE id = $1 FOR UPDATE NOWAIT", ids[0])
-            # Only the batch's rows.
-            assert await other.fetch(
-                "SELECT 1 FROM counters WHERE id = $1 FOR UPDATE NOWAIT", ids[1]
-            )
+                await other.fetch(lock, ids[0])
+            # Neither a row no request named nor one another owner's request named.
+            assert await other.fetch(lock, ids[1])
+            assert await other.fetch(lock, ids[2])
+    assert isinstance(mine, tuple)
+    assert isinstance(refused, tuple)
+    assert refused[0] == 404
+    assert given == [0, None]
+    assert (await _values_and_lock_calls(pool))[0] == [1, 0, 0]
+
+
+async def test_a_request_that_will_not_run_locks_nothing(pool: asyncpg.Pool) -> None:
+    ids = await _counters(pool, 2)
+    [first] = await _batch(pool, _increment(ids[0], "k0", []))
+    given: list[int | None] = []
+    # A replay of k0 and k1 used twice (the second in flight): only k1's first use locks.
+    results = await _batch(
+        pool,
+        _increment(ids[0], "k0", given),
+        _increment(ids[1], "k1", given),
+        _increment(ids[0], "k1", given),
+    )
+    assert results[0] == first
+    assert isinstance(results[2], ProblemError)
+    assert results[2].problem.status == 409
+    assert given == [0]
+    assert await _values_and_lock_calls(pool) == ([1, 1], [[ids[0]], [ids[1]]])
 
 
 async def test_a_row_another_request_of_the_batch_acted_on_is_read_again(
@@ -308,6 +356,23 @@ async def test_after_any_other_effect_the_rows_are_read_again(pool: asyncpg.Pool
     assert given == [None]
 
 
+async def test_after_an_effect_of_another_query_the_rows_are_read_again(
+    pool: asyncpg.Pool,
+) -> None:
+    ids = await _counters(pool, 2)
+    given: list[int | None] = []
+    # The middle request, of another query, acts on the third's row; the third must see it.
+    results = await _batch(
+        pool,
+        _increment(ids[0], "k0", given),
+        _increment(ids[1], "k1", given, query=_OTHER),
+        _increment(ids[1], "k2", given),
+    )
+    assert results[2] == (200, orjson.dumps({"value": 2}))
+    # Each effect after one of another query reads its row itself.
+    assert given == [0, None, None]
+
+
 async def test_an_effect_whose_row_is_not_found_is_given_none(pool: asyncpg.Pool) -> None:
     await _counters(pool, 1)
     given: list[int | None] = []
@@ -315,3 +380,27 @@ async def test_an_effect_whose_row_is_not_found_is_given_none(pool: asyncpg.Pool
     assert isinstance(result, tuple)
     assert result[0] == 404
     assert given == [None]
+
+
+async def test_each_request_of_a_batch_is_refused_under_its_own_trace_id(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+    # One batch in flight: the second request waits for the first's batch and joins it.
+    commit = IdempotentCommit(pool, _render_traced, in_flight=1)
+
+    async def refused(n: int) -> tuple[int, bytes]:
+        trace_id_var.set(f"trace-{n}")
+        return await commit.accept(_work(f"w{n}", f"k{n}", fails=NotFound("gone")))
+
+    answers = await asyncio.gather(*(refused(n) for n in range(3)))
+    # Each stored problem names its own request's trace id, as its answer's header does.
+    assert [orjson.loads(body)["trace_id"] for _, body in answers] == [
+        "trace-0",
+        "trace-1",
+        "trace-2",
+    ]
+
+
+def _render_traced(problem: ProblemError) -> bytes:
+    return orjson.dumps({"status": problem.problem.status, "trace_id": trace_id_var.get()})

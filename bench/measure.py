@@ -106,7 +106,8 @@ async def idle(server: Server) -> None:
     # newest entry stands still: a running COPY counts as writing.
     writing = (
         "SELECT (SELECT id FROM request_log ORDER BY id DESC LIMIT 1),"
-        " EXISTS (SELECT FROM pg_stat_activity WHERE state = 'active'"
+        " EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state = 'active'"
         " AND pid <> pg_backend_pid() AND query ILIKE 'copy%request_log%')"
     )
     conn = await asyncpg.connect(server.dsn())

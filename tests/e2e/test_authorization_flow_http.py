@@ -431,8 +431,8 @@ def test_java_search_signed_with_capabilities_and_the_new_providers(
 def test_another_merchants_payment_is_404_to_every_action_sent_beside_the_owners(
     operator: Operator, merchant: MerchantClient
 ) -> None:
-    # The payments of the actions committed together are read and locked in one statement
-    # by id alone: the merchant's scope is still each action's own.
+    # The payments of the actions committed together are read and locked in one statement:
+    # the merchant's scope is still each action's own.
     intruder = merchant_with_webhooks(operator)
     payment_id = _payment(merchant)
     base = f"{PAYMENTS}/{payment_id}"

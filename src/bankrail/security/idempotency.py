@@ -53,6 +53,7 @@ __all__ = [
     "key_item",
     "lock_key",
     "refusal",
+    "runs_in_batch",
 ]
 
 # The scopes whose keys are valid for the configured time (`idempotency_ttl_seconds`): v3
@@ -247,11 +248,7 @@ def claim_in_batch(
     A replay under a signature not seen before (a client that signs its retry anew) adds that
     signature to `answers`, with the stored answer and its date unchanged: once the key's
     answer is gone, that signature too is refused rather than taking effect again."""
-    stored = None
-    if row["stored_fingerprint"] is not None:
-        stored = StoredAnswer(
-            row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
-        )
+    stored = _stored(row)
     outcome = claim(
         row["locked"],
         stored,
@@ -269,6 +266,29 @@ def claim_in_batch(
     ):
         answers.add(keyed, outcome, stored.created_at)
     return outcome
+
+
+def runs_in_batch(row: Any, keyed: KeyIdentity, now: datetime, ttl: timedelta) -> bool:
+    """Whether `claim_in_batch` of this row will let the request run (None), without
+    deciding it: for what a batch does before its requests are decided."""
+    claimed = claim(
+        row["locked"],
+        _stored(row),
+        keyed.fingerprint,
+        now,
+        ttl,
+        signature_used=row["signature_used"],
+    )
+    return claimed is None
+
+
+def _stored(row: Any) -> StoredAnswer | None:
+    """The answer stored under a batch row's key, if any."""
+    if row["stored_fingerprint"] is None:
+        return None
+    return StoredAnswer(
+        row["stored_fingerprint"], row["stored_status"], row["stored_body"], row["stored_at"]
+    )
 
 
 def key_item(keyed: KeyIdentity | None) -> dict[str, Any]:

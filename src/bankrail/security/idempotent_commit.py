@@ -31,6 +31,7 @@ from bankrail.security.idempotency import (
     KeyedRequest,
     ProblemRenderer,
     key_item,
+    runs_in_batch,
 )
 from bankrail.security.keyed_batch import KeyedAcceptor, Unstored, decide_batch
 
@@ -53,15 +54,17 @@ class LockedEffect(Generic[Outcome]):
     """An effect on one row, read and locked with the batch's other rows of the same `query`
     in one statement before any effect runs. The query takes `$1`, the rows' ids, and `$2`,
     beside each id the owner the row must have (its `merchant_id`; null: any), both
-    `uuid[]`; it returns each row found with that owner, locked in id order, with its `id`.
-    Only the rows of requests that are to run are read: a request whose key is in flight,
-    reused or answered before locks nothing.
+    `uuid[]`; it returns each row found with an owner that names it, locked in id order,
+    with its `id`. Only the rows of requests that are to run are read: a request whose key
+    is in flight, reused or answered locks nothing.
 
-    `effect` is given its row as that statement read it, or None, and then reads the row
-    itself: when the row was not found (or is another owner's), when an earlier request of
-    the batch acted on it, when its key had an expired answer, or once any other effect has
-    run before it: a plain one, or a `LockedEffect` of another query (either may have
-    changed the row). An effect writes no row of its query but its own."""
+    `effect` is given the row of its id as that statement read it, or None, and then reads
+    the row itself: when the row was not found, when an earlier request of the batch was
+    handed it, or once any other effect has run before it: a plain one, or a `LockedEffect`
+    of another query (either may have changed the row). The row is handed by id: when
+    another owner's request may name the same id, the effect checks the row's owner itself
+    (`payments.lock_payment`, `mandates.get_mandate_row`). An effect writes no row of its
+    query but its own."""
 
     query: str
     row_id: uuid.UUID
@@ -130,10 +133,9 @@ class _Batch:
 
 
 def _runs(work: IdempotentWork, claim: Any) -> bool:
-    """Whether the request's effect is to run, as far as its key's claim says it surely is:
-    no key, or its key held and no answer stored under it (an expired answer's request runs
-    too, reading its row itself)."""
-    return work.keyed is None or (claim["locked"] and claim["stored_fingerprint"] is None)
+    """Whether the request's effect is to run, by its key's claim (`runs_in_batch`)."""
+    keyed = work.keyed
+    return keyed is None or runs_in_batch(claim, keyed, work.now, keyed.ttl)
 
 
 class _Steps:

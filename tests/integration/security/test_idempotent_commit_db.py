@@ -227,6 +227,7 @@ def _increment(
     fails: Exception | None = None,
     query: str = _LOCK,
     owner: uuid.UUID | None = OWNER,
+    now: datetime = NOW,
 ) -> IdempotentWork:
     """A request of `owner` that adds one to a counter, from the value it was given
     (appended to `given`) or, given none, that it read (404 unless the owner's); then raises
@@ -251,7 +252,7 @@ def _increment(
     keyed = None
     if key is not None:
         keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/c", key.encode()), TTL)
-    return IdempotentWork(keyed, LockedEffect(query, row_id, owner, effect), NOW)
+    return IdempotentWork(keyed, LockedEffect(query, row_id, owner, effect), now)
 
 
 async def _values_and_lock_calls(pool: asyncpg.Pool) -> tuple[list[int], list[list[uuid.UUID]]]:
@@ -297,7 +298,7 @@ async def test_the_rows_are_locked_until_the_batch_commits_and_only_the_owners(
     assert (await _values_and_lock_calls(pool))[0] == [1, 0, 0]
 
 
-async def test_a_request_that_will_not_run_locks_nothing(pool: asyncpg.Pool) -> None:
+async def test_only_a_request_that_will_run_locks_its_row(pool: asyncpg.Pool) -> None:
     ids = await _counters(pool, 2)
     [first] = await _batch(pool, _increment(ids[0], "k0", []))
     given: list[int | None] = []
@@ -313,6 +314,12 @@ async def test_a_request_that_will_not_run_locks_nothing(pool: asyncpg.Pool) -> 
     assert results[2].problem.status == 409
     assert given == [0]
     assert await _values_and_lock_calls(pool) == ([1, 1], [[ids[0]], [ids[1]]])
+    # Once k0's answer has expired, the same request runs again: its row is locked with
+    # the batch's and handed to it.
+    [again] = await _batch(pool, _increment(ids[0], "k0", given, now=NOW + TTL))
+    assert again == (200, orjson.dumps({"value": 2}))
+    assert given == [0, 1]
+    assert (await _values_and_lock_calls(pool))[1][-1] == [ids[0]]
 
 
 async def test_a_row_another_request_of_the_batch_acted_on_is_read_again(
@@ -386,7 +393,8 @@ async def test_each_request_of_a_batch_is_refused_under_its_own_trace_id(
     pool: asyncpg.Pool,
 ) -> None:
     await _prepare(pool)
-    # One batch in flight: the second request waits for the first's batch and joins it.
+    # One batch in flight: the three are committed together by a flusher that the first
+    # one's task started, under its trace id.
     commit = IdempotentCommit(pool, _render_traced, in_flight=1)
 
     async def refused(n: int) -> tuple[int, bytes]:

@@ -18,32 +18,14 @@ import pytest
 
 from bankrail.core.clock import ServiceClock
 from bankrail.mandates._store import LOCK_MANDATES
-from bankrail.mandates.schemas import MandateRequest
-from bankrail.mandates.service import create_mandate
 from bankrail.payments._store import LOCK_PAYMENTS
 from support.accounts import funded_account
-from support.payments import new_payment
+from support.payments import new_mandate, new_payment
 
 
 async def _new_mandate(pool: asyncpg.Pool, now: datetime) -> tuple[uuid.UUID, uuid.UUID]:
     account = await funded_account(pool, now)
-    body = {
-        "mandate": {
-            "type": "sweeping",
-            "provider_selection": {"type": "user_selected"},
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": str(account.id)},
-        },
-        "currency": "GBP",
-        "constraints": {
-            "maximum_individual_amount": 10_000,
-            "periodic_limits": {"year": {"maximum_amount": 100_000, "period_alignment": "consent"}},
-        },
-    }
-    async with pool.acquire() as conn, conn.transaction():
-        created = await create_mandate(
-            conn, account.merchant_id, MandateRequest.model_validate(body), now
-        )
-    return created["id"], account.merchant_id
+    return await new_mandate(pool, account, now), account.merchant_id
 
 
 KINDS = {

@@ -17,45 +17,27 @@ from typing import Any
 import asyncpg
 
 from bankrail.core.clock import ServiceClock
-from bankrail.mandates.schemas import MandateRequest
-from bankrail.mandates.service import create_mandate, set_remitter_balance
+from bankrail.mandates.service import set_remitter_balance
 from bankrail.merchants.models import MerchantAccount
 from bankrail.payments.jobs import ADVANCE_JOB, advance_payment
 from bankrail.payments.mandate_creation import MandatePaymentToCreate, create_mandate_payments
 from bankrail.payments.schemas import PaymentRequest
 from support.accounts import funded_account
+from support.payments import new_mandate
 
 
 async def _authorised_mandate(
     pool: asyncpg.Pool, account: MerchantAccount, now: datetime, balance: int
 ) -> uuid.UUID:
-    body = {
-        "mandate": {
-            "type": "commercial",
-            "provider_selection": {
-                "type": "preselected",
-                "provider_id": "mock-payments-gb-redirect",
-            },
-            "beneficiary": {"type": "merchant_account", "merchant_account_id": str(account.id)},
-        },
-        "currency": "GBP",
-        "constraints": {
-            "maximum_individual_amount": 10_000,
-            "periodic_limits": {"year": {"maximum_amount": 100_000, "period_alignment": "consent"}},
-        },
-    }
-    async with pool.acquire() as conn, conn.transaction():
-        created = await create_mandate(
-            conn, account.merchant_id, MandateRequest.model_validate(body), now
-        )
+    mandate_id = await new_mandate(pool, account, now)
+    async with pool.acquire() as conn:
         await conn.execute(
             "UPDATE mandates SET status = 'authorized', authorized_at = $2,"
             " remitter_balance_in_minor = $3 WHERE id = $1",
-            created["id"],
+            mandate_id,
             now,
             balance,
         )
-    mandate_id: uuid.UUID = created["id"]
     return mandate_id
 
 

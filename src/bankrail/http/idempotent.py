@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,12 @@ from bankrail.security.idempotent_commit import IdempotentWork, LockedEffect
 
 Effect = Callable[[Connection], Awaitable[tuple[int, Any]]]
 """A request's effect: its answer's (status, JSON value)."""
+
+
+async def _encoded(answer: Awaitable[tuple[int, Any]]) -> tuple[int, bytes]:
+    """An effect's answer with its JSON value encoded, as the batch stores and sends it."""
+    status, value = await answer
+    return status, dumps(value)
 
 
 def keyed_request(
@@ -83,18 +90,12 @@ async def respond_once(
     handler: Handler | LockedEffect[tuple[int, bytes]]
     if isinstance(effect, LockedEffect):
         act = effect.effect
-
-        async def on_row(conn: Connection, row: Any | None) -> tuple[int, bytes]:
-            status, value = await act(conn, row)
-            return status, dumps(value)
-
-        handler = LockedEffect(effect.query, effect.row_id, effect.owner, on_row)
+        handler = replace(effect, effect=lambda conn, row: _encoded(act(conn, row)))
     else:
         run = effect
 
-        async def plain(conn: Connection) -> tuple[int, bytes]:
-            status, value = await run(conn)
-            return status, dumps(value)
+        def plain(conn: Connection) -> Awaitable[tuple[int, bytes]]:
+            return _encoded(run(conn))
 
         handler = plain
     keyed = None

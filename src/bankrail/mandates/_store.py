@@ -95,9 +95,10 @@ async def get_mandate_row(
     locked: Any | None = None,
 ) -> Any:
     """The mandate row (locked for the transaction when `lock`); 404 when absent or another
-    merchant's. `locked` is the row as the request's batch read and locked it
-    (`LOCK_MANDATES`), if it did: then no statement is sent for it."""
-    if locked is not None and merchant_id in (None, locked["merchant_id"]):
+    merchant's. `locked` is the row as the request's batch read and locked it for this
+    merchant (`LOCK_MANDATES`, handed by security/idempotent_commit.py), if it did: then no
+    statement is sent for it."""
+    if locked is not None:
         return locked
     row = await conn.fetchrow(
         f"SELECT {MANDATE_COLUMNS} FROM mandates WHERE id = $1"

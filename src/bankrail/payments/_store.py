@@ -68,9 +68,10 @@ async def lock_payment(
     locked: Any | None = None,
 ) -> Any:
     """The payment row, locked for the transaction; 404 when absent or another merchant's.
-    `locked` is the row as the request's batch read and locked it (`LOCK_PAYMENTS`), if it
-    did: then no statement is sent for it."""
-    if locked is not None and merchant_id in (None, locked["merchant_id"]):
+    `locked` is the row as the request's batch read and locked it for this merchant
+    (`LOCK_PAYMENTS`, handed by security/idempotent_commit.py), if it did: then no statement
+    is sent for it."""
+    if locked is not None:
         return locked
     row = await conn.fetchrow(
         f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = $1"

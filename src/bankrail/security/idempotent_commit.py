@@ -55,16 +55,14 @@ class LockedEffect(Generic[Outcome]):
     in one statement before any effect runs. The query takes `$1`, the rows' ids, and `$2`,
     beside each id the owner the row must have (its `merchant_id`; null: any), both
     `uuid[]`; it returns each row found with an owner that names it, locked in id order,
-    with its `id`. Only the rows of requests that are to run are read: a request whose key
-    is in flight, reused or answered locks nothing.
+    with its `id` and `merchant_id`. Only the rows of requests that are to run are read: a
+    request whose key is in flight, reused or answered locks nothing.
 
     `effect` is given the row of its id as that statement read it, or None, and then reads
-    the row itself: when the row was not found, when an earlier request of the batch was
-    handed it, or once any other effect has run before it: a plain one, or a `LockedEffect`
-    of another query (either may have changed the row). The row is handed by id: when
-    another owner's request may name the same id, the effect checks the row's owner itself
-    (`payments.lock_payment`, `mandates.get_mandate_row`). An effect writes no row of its
-    query but its own."""
+    the row itself: when the row was not found or is another owner's, when an earlier
+    request of the batch was handed it, or once any other effect has run before it: a plain
+    one, or a `LockedEffect` of another query (either may have changed the row). An effect
+    writes no row of its query but its own."""
 
     query: str
     row_id: uuid.UUID
@@ -129,7 +127,12 @@ class _Batch:
         # Another query's rows are dropped: this effect may write them.
         rows = self.locked.get(effect.query, {})
         self.locked = {effect.query: rows}
-        return effect.effect(self.conn, rows.pop(effect.row_id, None))
+        row = rows.get(effect.row_id)
+        if row is not None and effect.owner in (None, row["merchant_id"]):
+            del rows[effect.row_id]  # handed once: the effect may change it
+        else:
+            row = None  # not found, or another owner's: left for its owner's request
+        return effect.effect(self.conn, row)
 
 
 def _runs(work: IdempotentWork, claim: Any) -> bool:

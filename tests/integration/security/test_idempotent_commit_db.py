@@ -201,15 +201,18 @@ async def _counters(pool: asyncpg.Pool, count: int) -> list[uuid.UUID]:
     async with pool.acquire() as conn:
         await conn.execute(
             """
-            CREATE TABLE counters (id uuid PRIMARY KEY, owner uuid NOT NULL, value int NOT NULL);
+            CREATE TABLE counters (
+                id uuid PRIMARY KEY, merchant_id uuid NOT NULL, value int NOT NULL
+            );
             CREATE TABLE lock_calls (ids uuid[] NOT NULL);
             CREATE FUNCTION locked_counters(wanted uuid[], owners uuid[])
             RETURNS SETOF counters AS $$
             BEGIN
                 INSERT INTO lock_calls VALUES (wanted);
                 RETURN QUERY SELECT c.* FROM counters c
-                    WHERE EXISTS (SELECT FROM unnest(wanted, owners) AS w (id, owner)
-                                  WHERE w.id = c.id AND (w.owner IS NULL OR w.owner = c.owner))
+                    WHERE EXISTS (
+                        SELECT FROM unnest(wanted, owners) AS w (id, owner)
+                        WHERE w.id = c.id AND (w.owner IS NULL OR w.owner = c.merchant_id))
                     ORDER BY c.id FOR UPDATE OF c;
             END $$ LANGUAGE plpgsql;
             """
@@ -237,7 +240,7 @@ def _increment(
         given.append(None if row is None else row["value"])
         if row is None:
             row = await conn.fetchrow(
-                "SELECT * FROM counters WHERE id = $1 AND ($2::uuid IS NULL OR owner = $2)"
+                "SELECT * FROM counters WHERE id = $1 AND ($2::uuid IS NULL OR merchant_id = $2)"
                 " FOR UPDATE",
                 row_id,
                 owner,
@@ -296,6 +299,23 @@ async def test_the_rows_are_locked_until_the_batch_commits_and_only_the_owners(
     assert refused[0] == 404
     assert given == [0, None]
     assert (await _values_and_lock_calls(pool))[0] == [1, 0, 0]
+
+
+async def test_a_row_named_by_another_owner_first_is_handed_to_its_owner_only(
+    pool: asyncpg.Pool,
+) -> None:
+    [row_id] = await _counters(pool, 1)
+    given: list[int | None] = []
+    results = await _batch(
+        pool,
+        _increment(row_id, "k0", given, owner=uuid.uuid4()),
+        _increment(row_id, "k1", given),
+    )
+    # The row was read once, for its owner; the other request read nothing it may not see.
+    assert isinstance(results[0], tuple)
+    assert results[0][0] == 404
+    assert results[1] == (200, orjson.dumps({"value": 1}))
+    assert given == [None, 0]
 
 
 async def test_only_a_request_that_will_run_locks_its_row(pool: asyncpg.Pool) -> None:

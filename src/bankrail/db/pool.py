@@ -19,7 +19,9 @@ Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy
 _JSONB_VERSION = b"\x01"  # jsonb's binary format: a version byte, then the JSON text
 
 
-def _encode_jsonb(value: Any) -> bytes:
+def encode_jsonb(value: Any) -> bytes:
+    """`value` in jsonb's binary format, as a connection of `connect(..., jsonb_encoded=True)`
+    takes it; raises orjson.JSONEncodeError (a TypeError) for what orjson cannot encode."""
     return _JSONB_VERSION + orjson.dumps(value)
 
 
@@ -32,7 +34,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         "json", encoder=orjson.dumps, decoder=orjson.loads, schema="pg_catalog", format="binary"
     )
     await conn.set_type_codec(
-        "jsonb", encoder=_encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog", format="binary"
+        "jsonb", encoder=encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog", format="binary"
     )
 
 
@@ -115,9 +117,18 @@ async def create_pool(
     )
 
 
-async def connect(dsn: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:
+async def connect(
+    dsn: str, *, statement_cache_size: int = 100, jsonb_encoded: bool = False
+) -> asyncpg.Connection:
     """Open one connection that decodes json/jsonb as the pool's do (for a process that
-    needs no pool: the request log's writer)."""
+    needs no pool: the request log's writer). With `jsonb_encoded`, jsonb values go and come
+    as bytes already in jsonb's binary format (`encode_jsonb`): a writer that sends the same
+    document many times encodes it once."""
     conn = await asyncpg.connect(dsn, statement_cache_size=statement_cache_size)
     await _init_connection(conn)
+    if jsonb_encoded:
+        # Exchanged as bytea is (the bytes as they are), with no Python call per value.
+        await conn.set_builtin_type_codec(
+            "jsonb", schema="pg_catalog", codec_name="bytea", format="binary"
+        )
     return conn

@@ -40,7 +40,7 @@ from bankrail.core.children import reap, spawn_module
 from bankrail.core.ids import new_id_bytes
 from bankrail.core.logs import configure_logging
 from bankrail.core.redaction import MASKED, redact, redact_headers, redact_json, redact_value
-from bankrail.db.pool import connect
+from bankrail.db.pool import connect, encode_jsonb
 
 __all__ = [
     "BODY_LIMIT",
@@ -219,37 +219,76 @@ NOT_STORED = "[not kept: the log could not store this body]"
 limits, say), so that the rest of the entry, and the rest of its batch, are kept."""
 
 
-class _Answers:
-    """The answers of recent GETs as the log keeps them, by what was answered (the body, its
-    headers, whether it succeeded): a GET that answers as an earlier one did (a client polling
-    a payment until it settles) costs its entry no parse and no redaction. What the rule makes
-    of an answer depends on nothing else, so one kept here is the same whoever asked. Bounded:
-    past `most` answers or `most_bytes` of bodies it starts again empty."""
+class _Memo:
+    """Documents by what they were made from, bounded: past `most` of them, or `most_bytes`
+    of what they were made from, it starts again empty."""
 
-    def __init__(self, most: int = 1024, most_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(self, most: int, most_bytes: int) -> None:
         self._most = most
         self._most_bytes = most_bytes
-        self._held_bytes = 0
-        self._kept: dict[tuple[bytes, tuple[tuple[bytes, bytes], ...], bool], dict[str, Any]] = {}
+        self.held_bytes = 0
+        self.kept: dict[tuple[Any, ...], tuple[bytes, Any]] = {}
 
-    def response(self, seen: Entry) -> dict[str, Any]:
-        """The entry's `response` column: its answer's headers and body, redacted."""
+    def keep(self, key: tuple[Any, ...], document: tuple[bytes, Any], size: int) -> None:
+        """Remember `document` under `key`; `size`: the bytes it was made from."""
+        if len(self.kept) >= self._most or self.held_bytes + size > self._most_bytes:
+            self.kept.clear()
+            self.held_bytes = 0
+        self.kept[key] = document
+        self.held_bytes += size
+
+
+class _Documents:
+    """The `request` and `response` columns of entries, redacted and encoded (jsonb's binary
+    format), remembered for what repeats: a GET that answers as an earlier one did (a client
+    polling a payment until it settles) reuses that answer's document, found by what was
+    answered (the body, whether it succeeded, the headers); a request that sent no body with
+    the same headers as an earlier one (the same client polling) reuses that request's. What
+    the rule makes of either depends on nothing else, so one remembered is the same whoever
+    sent it. Each memo holds at most `most` documents made from `most_bytes` of raw bodies
+    and headers. The raw headers a request's document is found by (a bearer token among
+    them) stay in this process's memory only, as the answers' raw bodies do."""
+
+    def __init__(self, most: int = 1024, most_bytes: int = 8 * 1024 * 1024) -> None:
+        self.answers = _Memo(most, most_bytes)
+        self.requests = _Memo(most, most_bytes)
+
+    def request(self, seen: Entry) -> bytes:
+        """The entry's `request` column."""
+        if seen.request_body != b"":
+            return encode_jsonb(_request(seen))
+        try:
+            key = tuple(seen.request_headers)
+            kept = self.requests.kept.get(key)
+        except TypeError:  # headers that do not hash (not the (name, value) tuples ASGI gives)
+            return encode_jsonb(_request(seen))
+        if kept is None:
+            kept = (encode_jsonb(_request(seen)), None)
+            self.requests.keep(key, kept, sum(len(name) + len(value) for name, value in key))
+        return kept[0]
+
+    def response(self, seen: Entry) -> tuple[bytes, Any]:
+        """The entry's `response` column, and its answer's body as the log keeps it."""
         raw = seen.response_body
         if seen.method != "GET" or not isinstance(raw, bytes):
-            return _response(seen)
+            return _encoded_response(seen)
         try:
-            key = (raw, tuple(seen.response_headers), 200 <= seen.status < 300)
-            kept = self._kept.get(key)
-        except TypeError:  # headers that do not hash (not the (name, value) tuples ASGI gives)
-            return _response(seen)
+            key = (raw, 200 <= seen.status < 300, *seen.response_headers)
+            kept = self.answers.kept.get(key)
+        except TypeError:
+            return _encoded_response(seen)
         if kept is None:
-            kept = _response(seen)
-            if len(self._kept) >= self._most or self._held_bytes + len(raw) > self._most_bytes:
-                self._kept.clear()
-                self._held_bytes = 0
-            self._kept[key] = kept
-            self._held_bytes += len(raw)
+            kept = _encoded_response(seen)
+            self.answers.keep(key, kept, len(raw))
         return kept
+
+
+def _request(seen: Entry, body: Any = None) -> dict[str, Any]:
+    """The request's headers and body, redacted; `body` in place of its body when given."""
+    return {
+        "headers": redact_headers(seen.request_headers),
+        "body": _body(seen.request_body, seen.request_headers, sent=True) if body is None else body,
+    }
 
 
 def _response(seen: Entry, body: Any = None) -> dict[str, Any]:
@@ -260,12 +299,17 @@ def _response(seen: Entry, body: Any = None) -> dict[str, Any]:
     }
 
 
+def _encoded_response(seen: Entry) -> tuple[bytes, Any]:
+    response = _response(seen)
+    return encode_jsonb(response), response["body"]
+
+
 def _row(
-    seen: Entry, row_id: bytes, response: dict[str, Any], *, bodies: bool = True
+    seen: Entry, row_id: bytes, request: bytes, response: bytes, answer: Any
 ) -> tuple[Any, ...]:
     """The entry as the table keeps it (`_COLUMNS`, in order) under the id `row_id` (16
-    bytes), with its answer's `response` column: parsed and redacted; the request's body as
-    `NOT_STORED` when not `bodies`."""
+    bytes), with its `request` and `response` columns (encoded) and its answer's body as
+    kept (`answer`, for the id of what it created)."""
     key = _header(seen.request_headers, b"idempotency-key")
     # PostgreSQL's text holds no NUL; a client may send one in the path (`%00`).
     path = seen.path.replace("\x00", "") if "\x00" in seen.path else seen.path
@@ -281,41 +325,43 @@ def _row(
         seen.client_id,
         key.decode("latin-1").replace("\x00", "") if key is not None else None,
         seen.replayed,
-        {
-            "headers": redact_headers(seen.request_headers),
-            "body": _body(seen.request_body, seen.request_headers, sent=True)
-            if bodies
-            else NOT_STORED,
-        },
+        request,
         response,
-        object_ids(path, seen.method, seen.status, response["body"]),
+        object_ids(path, seen.method, seen.status, answer),
     )
 
 
 def _without_bodies(seen: Entry, row_id: bytes) -> tuple[Any, ...]:
     """The entry's row with both bodies as `NOT_STORED`."""
-    return _row(seen, row_id, _response(seen, NOT_STORED), bodies=False)
+    request = encode_jsonb(_request(seen, NOT_STORED))
+    return _row(seen, row_id, request, encode_jsonb(_response(seen, NOT_STORED)), NOT_STORED)
 
 
-def _entry(seen: Entry, row_id: bytes, answers: _Answers) -> tuple[Any, ...]:
-    """The entry's row; without its bodies when they cannot be redacted (a body nested past
-    the redaction's recursion limit)."""
+# What one entry's own content makes its encoding fail with: a body nested past the
+# redaction's recursion limit, or past the JSON encoder's (254 levels).
+_ENCODING_ERRORS = (RecursionError, orjson.JSONEncodeError)
+
+
+def _entry(seen: Entry, row_id: bytes, documents: _Documents) -> tuple[Any, ...]:
+    """The entry's row; without its bodies when they cannot be redacted or encoded."""
     try:
-        return _row(seen, row_id, answers.response(seen))
-    except RecursionError:
+        response, answer = documents.response(seen)
+        return _row(seen, row_id, documents.request(seen), response, answer)
+    except _ENCODING_ERRORS:
         return _without_bodies(seen, row_id)
 
 
 # What one entry's own content makes a write fail with: PostgreSQL refusing a value (a
-# data exception), or the JSON encoder refusing one (nested past its limit).
+# data exception), or a value asyncpg cannot send as its column's type.
 _ENTRY_ERRORS = (asyncpg.exceptions.DataError, TypeError, ValueError)
 
 
-async def _copy(conn: asyncpg.Connection, entries: list[Entry], answers: _Answers) -> int:
-    """Write the entries' rows in one COPY; when an entry's content makes it fail, entry by
-    entry, one refused again kept without its bodies. Returns how many were written."""
+async def _copy(conn: asyncpg.Connection, entries: list[Entry], documents: _Documents) -> int:
+    """Write the entries' rows in one COPY (on a connection of `connect(...,
+    jsonb_encoded=True)`); when an entry's content makes it fail, entry by entry, one
+    refused again kept without its bodies. Returns how many were written."""
     ids = new_id_bytes(len(entries))
-    rows = [_entry(seen, row_id, answers) for seen, row_id in zip(entries, ids, strict=True)]
+    rows = [_entry(seen, row_id, documents) for seen, row_id in zip(entries, ids, strict=True)]
     try:
         await conn.copy_records_to_table("request_log", records=rows, columns=_COLUMNS)
         return len(rows)
@@ -374,7 +420,7 @@ class _Writer:
     def __init__(self, settings: WriterSettings) -> None:
         self._settings = settings
         self._conn: asyncpg.Connection | None = None
-        self._answers = _Answers()
+        self._documents = _Documents()
 
     async def write(self, entries: list[Entry]) -> int:
         """Write a batch; returns how many entries were kept (all of them, unless the
@@ -384,9 +430,11 @@ class _Writer:
         try:
             if self._conn is None or self._conn.is_closed():
                 self._conn = await connect(
-                    self._settings.dsn, statement_cache_size=self._settings.statement_cache_size
+                    self._settings.dsn,
+                    statement_cache_size=self._settings.statement_cache_size,
+                    jsonb_encoded=True,
                 )
-            return await _copy(self._conn, entries, self._answers)
+            return await _copy(self._conn, entries, self._documents)
         except Exception:
             log.exception("could not write %d request-log entries", len(entries))
             await self.close()

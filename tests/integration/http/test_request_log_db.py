@@ -25,8 +25,9 @@ from starlette.responses import Response
 from bankrail.config import Settings
 from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
+from bankrail.db.pool import connect
 from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog, WriterSettings
-from bankrail.http.request_log_writer import WriterProcess
+from bankrail.http.request_log_writer import Entry, WriterProcess, _copy, _Documents
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -352,6 +353,51 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
         assert rows[1]["request"]["headers"]["authorization"] == "[redacted]"
         assert _dropped("error") == before
     finally:
+        await _forget(pool)
+
+
+async def test_an_entry_postgresql_refuses_is_left_out_and_the_rest_of_its_batch_written(
+    pool: asyncpg.Pool, database: str
+) -> None:
+    """The writer's last resort: a value PostgreSQL refuses (here a NUL in a header, which
+    no HTTP server here passes on) fails the batch's COPY; its entries are then written one
+    by one, the refused one again without its bodies, and left out (counted by the caller)
+    only when that fails too."""
+    conn = await connect(database, jsonb_encoded=True)
+
+    def entry(path: str, headers: list[tuple[bytes, bytes]]) -> Entry:
+        return Entry(
+            MERCHANT.bytes,
+            "sandbox-client",
+            ServiceClock().now(),
+            "GET",
+            path,
+            200,
+            1.0,
+            False,
+            headers,
+            b"",
+            [(b"content-type", b"application/json")],
+            b'{"id": "p-1"}',
+        )
+
+    fine = [(b"accept", b"application/json")]
+    try:
+        written = await _copy(
+            conn,
+            [
+                entry("/v3/payments/1", fine),
+                entry("/v3/payments/2", [(b"accept", b"application/\x00json")]),
+                entry("/v3/payments/3", fine),
+            ],
+            _Documents(),
+        )
+        assert written == 2
+        rows = await _rows(pool)
+        assert [row["path"] for row in rows] == ["/v3/payments/1", "/v3/payments/3"]
+        assert rows[1]["response"]["body"] == {"id": "p-1"}
+    finally:
+        await conn.close()
         await _forget(pool)
 
 

@@ -7,7 +7,28 @@ content of the human-readable `/errors` page.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+import orjson
+
+problem_title_var: ContextVar[str | None] = ContextVar("problem_title", default=None)
+"""The title of the problem the request being served was answered with (what the sandbox's
+access line names): noted by its renderer (`bankrail.http.problems`), or by
+`note_problem_title` for one rendered in another task, so that the access line reads no
+answer's body to find it."""
+
+
+def note_problem_title(document: bytes) -> None:
+    """Note, for the request being served, the title of the problem document it is answered
+    with, rendered in another task (a refusal decided in a batch); nothing when `document`
+    is not a problem document."""
+    try:
+        title = orjson.loads(document).get("title")
+    except (orjson.JSONDecodeError, AttributeError):
+        return
+    if isinstance(title, str):
+        problem_title_var.set(title)
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,12 @@ from bankrail.core.problems import (
     SERVICE_UNAVAILABLE,
     UNKNOWN_ERROR,
     ProblemType,
+    problem_title_var,
     problem_type_for_status,
 )
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.outage import is_database_outage
-from bankrail.http.problems import problem_document, problem_title_var
+from bankrail.http.problems import problem_document
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("bankrail.access")
@@ -354,8 +355,8 @@ def log_access(scope: Scope, status: int, began: float) -> None:
 def access_line(write: Callable[[str], None]) -> AccessLog:
     """The sandbox's access record of a request: one line handed to `write`, with method,
     path, status, milliseconds and, for a 4xx or 5xx, the title of the problem it was
-    answered with (as its renderer noted it; the catalogue's title for the status when none
-    was rendered here, as for a stored answer replayed)."""
+    answered with (as its renderer, or the batch that decided it, noted it; the catalogue's
+    title for the status when none was noted, as for a stored answer replayed alone)."""
 
     def log_access_line(scope: Scope, status: int, began: float) -> None:
         ms = (time.perf_counter() - began) * 1000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -20,16 +19,13 @@ from bankrail.core.problems import (
     UNKNOWN_ERROR,
     ProblemError,
     ProblemType,
+    problem_title_var,
     problem_type_for_status,
 )
 from bankrail.core.tracing import trace_id_var
 from bankrail.ledger.models import BalanceOverflow
 
 log = logging.getLogger(__name__)
-
-problem_title_var: ContextVar[str | None] = ContextVar("problem_title", default=None)
-"""The title of the last problem rendered for the request being served (what the sandbox's
-access line names), so that nothing reads the answer's body again to find it."""
 
 
 def problem_document(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
-from bankrail.core.problems import ProblemError, ProblemType
+from bankrail.core.problems import ProblemError, ProblemType, note_problem_title
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.group_commit import GroupCommit
 from bankrail.db.pool import Connection, Pool
@@ -198,6 +198,10 @@ class KeyedAcceptor(Generic[Item, State, Created]):
         outcome, created = await self._commits.submit((item, trace_id_var.get()))
         if isinstance(outcome, Exception):
             raise outcome
+        if outcome[0] >= 400:
+            # Rendered in the batch's task: the access line's title is noted here, in the
+            # request's own.
+            note_problem_title(outcome[1])
         return outcome, created
 
     async def accept(self, item: Item) -> Answer:

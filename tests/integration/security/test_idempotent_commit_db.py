@@ -21,7 +21,7 @@ import asyncpg
 import orjson
 import pytest
 
-from bankrail.core.problems import CONFLICT, NotFound, ProblemError
+from bankrail.core.problems import CONFLICT, NotFound, ProblemError, problem_title_var
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.pool import Connection
 from bankrail.security.idempotency import Handler, KeyedRequest, delete_expired, fingerprint
@@ -428,6 +428,30 @@ async def test_each_request_of_a_batch_is_refused_under_its_own_trace_id(
         "trace-1",
         "trace-2",
     ]
+
+
+async def test_each_request_of_a_batch_notes_its_own_problem_title_for_its_access_line(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+    commit = IdempotentCommit(pool, _render_titled, in_flight=1)
+
+    async def refused(n: int) -> str | None:
+        trace_id_var.set(f"trace-{n}")
+        await commit.accept(_work(f"w{n}", f"k{n}", fails=NotFound("gone")))
+        return problem_title_var.get()
+
+    # The flusher renders all three in its own task; each request's access line names the
+    # title of the problem its own answer holds.
+    assert await asyncio.gather(*(refused(n) for n in range(3))) == [
+        "Not Found (trace-0)",
+        "Not Found (trace-1)",
+        "Not Found (trace-2)",
+    ]
+
+
+def _render_titled(problem: ProblemError) -> bytes:
+    return orjson.dumps({"title": f"{problem.problem.title} ({trace_id_var.get()})"})
 
 
 def _render_traced(problem: ProblemError) -> bytes:

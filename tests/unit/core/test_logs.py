@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from bankrail.core.logs import configure_logging, redact, write_access_line
-from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY
+from bankrail.core.problems import IDEMPOTENCY_CONCURRENCY, problem_title_var
 from bankrail.core.tracing import trace_id_var
 from bankrail.http.middleware import access_line
-from bankrail.http.problems import problem_document, problem_title_var
+from bankrail.http.problems import problem_document
 
 SECRET = "cs-Vq3xT9kLmN2pR7sW"
 JWT = (

@@ -86,6 +86,54 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+class LocalstripeGets:
+    """One localstripe kept running beside a comparison, whose GET /v1/customers/{id} rate
+    is read again at each turn (`rate`): a machine whose speed moves between turns moves
+    both readings of a turn alike, where one reading after all the turns judged every turn
+    against that moment's speed. `skipped` says why there is none (not installed, did not
+    start); `stop` ends it."""
+
+    def __init__(self) -> None:
+        self.skipped: str | None = skipped_because()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port = 0
+        self._get = b""
+
+    def start(self) -> None:
+        """Start it (or note in `skipped` why it could not be)."""
+        if self.skipped is not None:
+            return
+        self._port = free_port()
+        try:
+            self._process = _start(self._port)
+        except (RuntimeError, OSError) as exc:
+            self.skipped = f"localstripe did not start: {exc}"
+            return
+        host, auth = f"127.0.0.1:{self._port}", {"Authorization": f"Bearer {API_KEY}"}
+        self._get = http_request("GET", f"/v1/customers/{_customer(self._port)}", host, auth)
+
+    async def rate(self, count: int, concurrency: int) -> float | None:
+        """The rate of `count` GETs in a closed loop at `concurrency` connections; None when
+        it is skipped, or when it answered anything but 2xx (it measured its errors, not
+        its work: noted in `skipped`, and no later reading is taken)."""
+        if self._process is None or self.skipped is not None:
+            return None
+        result = await run_load(
+            "127.0.0.1", self._port, [self._get] * count, concurrency=concurrency
+        )
+        summary = result.summary()
+        if summary["ok_ratio"] != 1.0:
+            self.skipped = f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"
+            return None
+        return summary["requests_per_s"]
+
+    def stop(self) -> None:
+        """Stop it."""
+        process, self._process = self._process, None
+        if process is not None:
+            _stop(process)
+
+
 async def localstripe_rates(
     gets: int, creates: int, concurrency: int, verify_seconds: float
 ) -> dict[str, dict[str, Any]]:

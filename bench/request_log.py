@@ -19,7 +19,8 @@ for each request: each setting's median requests/s, p50 and CPU per request (API
 of the server's processes with PostgreSQL), and the median over the rounds of the ratio on/off
 of the round's two rates; how many entries the log wrote (proof it was on); and, for each
 setting, each write's share of the verify rate around its turn, each GET's multiple of
-localstripe's GET (measured once, after the rounds, as `python -m bench` does) and the paced
+localstripe's GET (read on a localstripe kept running, once before each turn's GETs, which are
+judged against that reading: the machine's speed moves both alike) and the paced
 GETs' p50 and p99, beside round 3's targets (0.6 for the payouts, 0.45 for the flow, 1.3 for
 a GET, a p99 of 50 ms; `python -m bench` judges its own runs against 0.75, 0.6 and 2). Every
 median over the rounds is, of an even count, the worse middle one."""
@@ -43,7 +44,7 @@ from bench.http_scenarios import (
 )
 from bench.loadgen import http_request, run_load
 from bench.loadgen import run as run_loop
-from bench.localstripe_baseline import localstripe_rates
+from bench.localstripe_baseline import LocalstripeGets
 from bench.measure import LOAD_SHARE, between_verify_rates, idle, measured
 from bench.reads import SAMPLE, _gets, payment_paths
 from bench.report import verdict
@@ -83,7 +84,9 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         for name, value in SETTINGS.items()
     }
     logs: dict[str, _Log] = {}
+    peer = LocalstripeGets()
     try:
+        peer.start()
         merchants: dict[str, Merchant] = {}
         paths: dict[str, dict[str, list[str]]] = {}
         for name, server in servers.items():
@@ -100,7 +103,14 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             made = len(paths[name]["get_payment"])
             assert made == SAMPLE, f"{made} of {SAMPLE} payments awaiting authorisation were made"
             await _turn(
-                server, logs[name], merchant, paths[name], min(200, requests), concurrency, None
+                server,
+                logs[name],
+                merchant,
+                paths[name],
+                min(200, requests),
+                concurrency,
+                None,
+                None,
             )
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
@@ -123,6 +133,7 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                     requests,
                     concurrency,
                     paced_rate,
+                    peer,
                 )
                 for kind in (*KINDS, PACED):
                     turns[kind][name].append(done[kind])
@@ -134,18 +145,18 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             await log.close()
         for server in servers.values():
             server.stop()
-    # Once, after the rounds, as `python -m bench` does (its create is no target of these).
-    peer = (await localstripe_rates(requests, 1, concurrency, VERIFY_SECONDS))["get"]
+        peer.stop()
+    baseline = _baseline(turns, peer.skipped)
     return {
         "requests": requests,
         "concurrency": concurrency,
         "rounds": rounds,
         "turns": turns,
         "entries_written": written,
-        "localstripe_get": peer,
+        "localstripe_get": baseline,
         **{kind: _figures(turns[kind]) for kind in KINDS},
         PACED: paced_latencies(turns[PACED]),
-        "targets": targets_by_setting(turns, peer),
+        "targets": targets_by_setting(turns, baseline),
     }
 
 
@@ -178,9 +189,10 @@ def targets_by_setting(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """For each setting, round 3's targets of these requests: each write's share of the
     verify rate measured around its turn (at least its `SHARES`), and each GET's rate as a
-    multiple of localstripe's GET `peer` (at least READ_TARGET_MULTIPLE; None when it was not
-    measured). Each figure is the median over the rounds, of an even count the worse of the
-    middle two, as `python -m bench` takes its median run."""
+    multiple of localstripe's GET (at least READ_TARGET_MULTIPLE; None when it was not
+    measured): of the reading taken just before its turn (`localstripe_get_per_s`), or of
+    `peer` for a turn without one. Each figure is the median over the rounds, of an even
+    count the worse of the middle two, as `python -m bench` takes its median run."""
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for name in SETTINGS:
         figures[name] = {}
@@ -188,13 +200,44 @@ def targets_by_setting(
             share = statistics.median_low(t["verify_share"] for t in turns[kind][name])
             figures[name][kind] = {"verify_share": share, "met": share >= floor}
         for kind in READS:
-            rate = statistics.median_low(t["requests_per_s"] for t in turns[kind][name])
-            multiple = multiple_of(rate, peer)
+            multiples = [
+                multiple
+                for turn in turns[kind][name]
+                if (multiple := _multiple(turn, peer)) is not None
+            ]
+            multiple = statistics.median_low(multiples) if multiples else None
             figures[name][kind] = {
                 "localstripe_multiple": multiple,
                 "met": None if multiple is None else multiple >= READ_TARGET_MULTIPLE,
             }
     return figures
+
+
+def _multiple(turn: dict[str, float], peer: dict[str, Any]) -> float | None:
+    """A GET turn's rate as a multiple of localstripe's GET read just before it, or of
+    `peer` when it has no reading of its own."""
+    reading = turn.get("localstripe_get_per_s")
+    if reading:
+        return turn["requests_per_s"] / reading
+    return multiple_of(turn["requests_per_s"], peer)
+
+
+def _baseline(turns: dict[str, dict[str, list[dict[str, float]]]], skipped: str | None) -> Any:
+    """localstripe's GET over the comparison: the median (the lower middle) of its readings,
+    one a turn, with their range; `{"skipped": reason}` when there were none."""
+    readings = [
+        turn["localstripe_get_per_s"]
+        for turn in (*turns[READS[0]]["on"], *turns[READS[0]]["off"])
+        if turn.get("localstripe_get_per_s")
+    ]
+    if not readings:
+        return {"skipped": skipped or "localstripe was not measured"}
+    return {
+        "requests_per_s": statistics.median_low(readings),
+        "readings": len(readings),
+        "lowest_per_s": min(readings),
+        "highest_per_s": max(readings),
+    }
 
 
 def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
@@ -318,23 +361,32 @@ async def _turn(
     requests: int,
     concurrency: int,
     paced_rate: float | None,
+    peer: LocalstripeGets | None,
 ) -> dict[str, dict[str, float]]:
     """One closed loop of `requests` fresh payouts, every one accepted, between two verify
     rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling
     over its paths; then one of `requests` authorisation-flow starts, between two verify
     rates, on as many preselected payments made just before (outside the measurement); then,
     with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate.
-    Each GET loop as `_logged_loop` runs it, each write as `_write_turn`."""
+    Each GET loop as `_logged_loop` runs it, each write as `_write_turn`. With a `peer`,
+    localstripe's GET rate is read once the server is idle before the GETs, and each GET
+    loop's summary carries it (`localstripe_get_per_s`)."""
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
     done = {"post_payouts": await _write_turn(server, posts, concurrency)}
     await _drained(server)
+    reading = None
+    if peer is not None:
+        await idle(server)
+        reading = await peer.rate(requests, concurrency)
     for kind, cycled in paths.items():
         gets = _gets(server, merchant, cycled, requests)
         got = await _logged_loop(server, log, gets, concurrency)
         assert got["ok_ratio"] == 1.0, got
         done[kind] = _summary(got)
+        if reading is not None:
+            done[kind]["localstripe_get_per_s"] = reading
     starts = await flow_starts(server, merchant, f"bench-{uuid.uuid4()}", requests, concurrency)
     done["post_authorization_flow"] = await _write_turn(server, starts, concurrency)
     if paced_rate is not None:
@@ -440,7 +492,16 @@ def paced_line(paced: dict[str, Any]) -> str:
 def verdict_lines(figures: dict[str, Any]) -> list[str]:
     """Round 3's targets of these requests, judged for each setting."""
     targets, peer = figures["targets"], figures["localstripe_get"]
-    baseline = f"{peer['requests_per_s']:,.0f}/s" if "requests_per_s" in peer else peer["skipped"]
+    if "readings" in peer:
+        baseline = (
+            f"{peer['requests_per_s']:,.0f}/s, the median of {peer['readings']} readings"
+            f" {peer['lowest_per_s']:,.0f}-{peer['highest_per_s']:,.0f}/s, one before each"
+            " turn's GETs, which are judged against it"
+        )
+    elif "requests_per_s" in peer:
+        baseline = f"{peer['requests_per_s']:,.0f}/s"
+    else:
+        baseline = peer["skipped"]
     lines = [f"  targets, log on | log off (localstripe's GET: {baseline}):"]
     for kind, floor in SHARES.items():
         writes = [targets[name][kind] for name in SETTINGS]

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 from bench.localstripe_baseline import skipped_because
-from bench.request_log import paced_latencies, paced_line, targets_by_setting, verdict_lines
+from bench.request_log import (
+    _baseline,
+    paced_latencies,
+    paced_line,
+    targets_by_setting,
+    verdict_lines,
+)
 
 from support.bench_runs import run_bench
 
@@ -163,6 +169,44 @@ def test_with_localstripe_each_read_prints_its_multiple_and_verdict() -> None:
         "    GET /v3/payouts/{id}: x localstripe's GET 1.20 (NOT met) | 1.40 (met),"
         " target >= 1.3 (aim 2)"
     )
+
+
+def test_each_get_turn_is_judged_against_the_localstripe_reading_taken_before_it() -> None:
+    # The machine slowed by half between the rounds: both readings of a round moved alike.
+    turns = _turns({"on": [0.6, 0.6], "off": [0.6, 0.6]}, {"on": [2_600.0, 1_300.0]})
+    for kind in ("get_payout", "get_payment"):
+        for turn, reading in zip(turns[kind]["on"], (2_000.0, 1_000.0), strict=True):
+            turn["localstripe_get_per_s"] = reading
+        turns[kind]["off"] = [
+            {"requests_per_s": 2_500.0, "localstripe_get_per_s": 2_000.0},
+            {"requests_per_s": 2_400.0},  # no reading of its own: judged against the median
+        ]
+    baseline = _baseline(turns, None)
+    assert baseline == {
+        "requests_per_s": 2_000.0,  # the middle of 1,000, 2,000, 2,000
+        "readings": 3,
+        "lowest_per_s": 1_000.0,
+        "highest_per_s": 2_000.0,
+    }
+    targets = targets_by_setting(turns, baseline)
+    # On: 1.3 in each round. One reading after the rounds would have judged 2,600 and 1,300
+    # against whichever speed the machine then had: 1.3 and 2.6, or 0.65 and 1.3.
+    assert targets["on"]["get_payout"] == {"localstripe_multiple": 1.3, "met": True}
+    # Off: 2,500 / 2,000 = 1.25, and 2,400 / 2,000 = 1.2 against the median: the lower, 1.2.
+    assert targets["off"]["get_payment"] == {"localstripe_multiple": 1.2, "met": False}
+    lines = verdict_lines({"targets": targets, "localstripe_get": baseline})
+    assert lines[0] == (
+        "  targets, log on | log off (localstripe's GET: 2,000/s, the median of 3 readings"
+        " 1,000-2,000/s, one before each turn's GETs, which are judged against it):"
+    )
+
+
+def test_without_a_reading_the_baseline_says_why() -> None:
+    turns = _turns({"on": [0.6], "off": [0.6]}, {"on": [1_000.0], "off": [1_000.0]})
+    assert _baseline(turns, "localstripe is not installed") == {
+        "skipped": "localstripe is not installed"
+    }
+    assert _baseline(turns, None) == {"skipped": "localstripe was not measured"}
 
 
 def test_the_paced_gets_report_the_worse_middle_latency_of_each_setting() -> None:

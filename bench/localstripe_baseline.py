@@ -50,14 +50,18 @@ def _start(port: int) -> subprocess.Popen[bytes]:
         start_new_session=True,
     )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"localstripe exited with {process.returncode}")
-        try:
-            _customer(port)
-            return process
-        except OSError:
-            time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"localstripe exited with {process.returncode}")
+            try:
+                _customer(port)
+                return process
+            except OSError:
+                time.sleep(0.05)
+    except BaseException:
+        _stop(process)  # in a session of its own: nothing else would end it
+        raise
     _stop(process)
     raise RuntimeError("localstripe did not answer within 30 s")
 
@@ -114,13 +118,18 @@ class LocalstripeGets:
 
     async def rate(self, count: int, concurrency: int) -> float | None:
         """The rate of `count` GETs in a closed loop at `concurrency` connections; None when
-        it is skipped, or when it answered anything but 2xx (it measured its errors, not
-        its work: noted in `skipped`, and no later reading is taken)."""
+        it is skipped, or when it answered anything but 2xx or stopped answering (it
+        measured its errors, not its work: noted in `skipped`, and no later reading is
+        taken)."""
         if self._process is None or self.skipped is not None:
             return None
-        result = await run_load(
-            "127.0.0.1", self._port, [self._get] * count, concurrency=concurrency
-        )
+        try:
+            result = await run_load(
+                "127.0.0.1", self._port, [self._get] * count, concurrency=concurrency
+            )
+        except (OSError, TimeoutError) as exc:  # it died or stopped answering mid-run
+            self.skipped = f"localstripe stopped answering: {exc!r}"
+            return None
         summary = result.summary()
         if summary["ok_ratio"] != 1.0:
             self.skipped = f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"

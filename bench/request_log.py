@@ -141,11 +141,11 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             await idle(server)  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
     finally:
+        peer.stop()  # first: in a session of its own, nothing else would end it
         for log in logs.values():
             await log.close()
         for server in servers.values():
             server.stop()
-        peer.stop()
     baseline = _baseline(turns, peer.skipped)
     return {
         "requests": requests,
@@ -224,7 +224,8 @@ def _multiple(turn: dict[str, float], peer: dict[str, Any]) -> float | None:
 
 def _baseline(turns: dict[str, dict[str, list[dict[str, float]]]], skipped: str | None) -> Any:
     """localstripe's GET over the comparison: the median (the lower middle) of its readings,
-    one a turn, with their range; `{"skipped": reason}` when there were none."""
+    one a turn, with their range, and why the readings stopped if they did (`skipped`);
+    `{"skipped": reason}` when there were none."""
     readings = [
         turn["localstripe_get_per_s"]
         for turn in (*turns[READS[0]]["on"], *turns[READS[0]]["off"])
@@ -237,6 +238,8 @@ def _baseline(turns: dict[str, dict[str, list[dict[str, float]]]], skipped: str 
         "readings": len(readings),
         "lowest_per_s": min(readings),
         "highest_per_s": max(readings),
+        # Why a later turn had no reading (judged against the median instead).
+        **({"skipped": skipped} if skipped else {}),
     }
 
 
@@ -496,7 +499,8 @@ def verdict_lines(figures: dict[str, Any]) -> list[str]:
         baseline = (
             f"{peer['requests_per_s']:,.0f}/s, the median of {peer['readings']} readings"
             f" {peer['lowest_per_s']:,.0f}-{peer['highest_per_s']:,.0f}/s, one before each"
-            " turn's GETs, which are judged against it"
+            " turn's GETs, each turn judged against its own"
+            + (f"; later turns against the median: {peer['skipped']}" if "skipped" in peer else "")
         )
     elif "requests_per_s" in peer:
         baseline = f"{peer['requests_per_s']:,.0f}/s"

@@ -197,7 +197,15 @@ def test_each_get_turn_is_judged_against_the_localstripe_reading_taken_before_it
     lines = verdict_lines({"targets": targets, "localstripe_get": baseline})
     assert lines[0] == (
         "  targets, log on | log off (localstripe's GET: 2,000/s, the median of 3 readings"
-        " 1,000-2,000/s, one before each turn's GETs, which are judged against it):"
+        " 1,000-2,000/s, one before each turn's GETs, each turn judged against its own):"
+    )
+    # Readings that stopped midway say why; the turns after are judged against the median.
+    stopped = _baseline(turns, "localstripe stopped answering: ConnectionResetError()")
+    assert verdict_lines({"targets": targets, "localstripe_get": stopped})[0] == (
+        "  targets, log on | log off (localstripe's GET: 2,000/s, the median of 3 readings"
+        " 1,000-2,000/s, one before each turn's GETs, each turn judged against its own;"
+        " later turns against the median: localstripe stopped answering:"
+        " ConnectionResetError()):"
     )
 
 

@@ -21,10 +21,11 @@ answer's body to find it."""
 
 def note_problem_title(document: bytes) -> None:
     """Note, for the request being served, the title of the problem document it is answered
-    with, rendered in another task (a refusal decided in a batch); nothing when `document`
-    is not a problem document."""
+    with, rendered in another task (a refusal decided in a batch, or stored and replayed);
+    nothing when `document` is not a problem document."""
     try:
-        title = orjson.loads(document).get("title")
+        # orjson reads bytes itself, not a subclass of it (a replayed answer).
+        title = orjson.loads(document if type(document) is bytes else bytes(document)).get("title")
     except (orjson.JSONDecodeError, AttributeError):
         return
     if isinstance(title, str):

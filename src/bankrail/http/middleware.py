@@ -355,8 +355,8 @@ def log_access(scope: Scope, status: int, began: float) -> None:
 def access_line(write: Callable[[str], None]) -> AccessLog:
     """The sandbox's access record of a request: one line handed to `write`, with method,
     path, status, milliseconds and, for a 4xx or 5xx, the title of the problem it was
-    answered with (as its renderer, or the batch that decided it, noted it; the catalogue's
-    title for the status when none was noted, as for a stored answer replayed alone)."""
+    answered with (as its renderer, or the batch that decided or replayed it, noted it; the
+    catalogue's title for the status when none was noted)."""
 
     def log_access_line(scope: Scope, status: int, began: float) -> None:
         ms = (time.perf_counter() - began) * 1000

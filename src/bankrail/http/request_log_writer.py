@@ -61,7 +61,7 @@ that neither the buffer nor the table holds megabytes per request."""
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
-# One COPY per batch, in the binary format (db/pool.py gives json its binary codec): PostgreSQL
+# One COPY per batch, in the binary format (jsonb as the writer encoded it): PostgreSQL
 # parses no arrays and no statement, which an INSERT ... unnest(...) of the same rows made it do.
 _COLUMNS = (
     "id",
@@ -245,8 +245,9 @@ class _Documents:
     answered (the body, whether it succeeded, the headers); a request that sent no body with
     the same headers as an earlier one (the same client polling) reuses that request's. What
     the rule makes of either depends on nothing else, so one remembered is the same whoever
-    sent it. Each memo holds at most `most` documents made from `most_bytes` of raw bodies
-    and headers. The raw headers a request's document is found by (a bearer token among
+    sent it. Each memo holds at most `most` documents, and the answers' memo the documents
+    of `most_bytes` of raw answers at most (the requests' of as many bytes of raw headers).
+    The raw headers a request's document is found by (a bearer token among
     them) stay in this process's memory only, as the answers' raw bodies do."""
 
     def __init__(self, most: int = 1024, most_bytes: int = 8 * 1024 * 1024) -> None:
@@ -337,6 +338,15 @@ def _without_bodies(seen: Entry, row_id: bytes) -> tuple[Any, ...]:
     return _row(seen, row_id, request, encode_jsonb(_response(seen, NOT_STORED)), NOT_STORED)
 
 
+_BARE = encode_jsonb({"headers": {}, "body": NOT_STORED})
+
+
+def _bare(seen: Entry, row_id: bytes) -> tuple[Any, ...]:
+    """The entry's row with neither its headers nor its bodies (both documents `_BARE`):
+    what is left to keep of one whose documents PostgreSQL refused."""
+    return _row(seen, row_id, _BARE, _BARE, NOT_STORED)
+
+
 # What one entry's own content makes its encoding fail with: a body nested past the
 # redaction's recursion limit, or past the JSON encoder's (254 levels).
 _ENCODING_ERRORS = (RecursionError, orjson.JSONEncodeError)
@@ -359,7 +369,7 @@ _ENTRY_ERRORS = (asyncpg.exceptions.DataError, TypeError, ValueError)
 async def _copy(conn: asyncpg.Connection, entries: list[Entry], documents: _Documents) -> int:
     """Write the entries' rows in one COPY (on a connection of `connect(...,
     jsonb_encoded=True)`); when an entry's content makes it fail, entry by entry, one
-    refused again kept without its bodies. Returns how many were written."""
+    refused kept again without its headers and bodies. Returns how many were written."""
     ids = new_id_bytes(len(entries))
     rows = [_entry(seen, row_id, documents) for seen, row_id in zip(entries, ids, strict=True)]
     try:
@@ -369,7 +379,7 @@ async def _copy(conn: asyncpg.Connection, entries: list[Entry], documents: _Docu
         log.warning("a request-log batch was refused: writing its entries one by one")
     kept = 0
     for seen, row_id, row in zip(entries, ids, rows, strict=True):
-        for attempt in (row, _without_bodies(seen, row_id)):
+        for attempt in (row, _bare(seen, row_id)):
             try:
                 await conn.copy_records_to_table("request_log", records=[attempt], columns=_COLUMNS)
             except _ENTRY_ERRORS:

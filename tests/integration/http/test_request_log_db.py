@@ -356,20 +356,20 @@ async def test_an_entry_the_database_or_the_encoder_refuses_costs_its_batch_noth
         await _forget(pool)
 
 
-async def test_an_entry_postgresql_refuses_is_left_out_and_the_rest_of_its_batch_written(
+async def test_an_entry_postgresql_refuses_is_kept_bare_and_the_rest_of_its_batch_whole(
     pool: asyncpg.Pool, database: str
 ) -> None:
     """The writer's last resort: a value PostgreSQL refuses (here a NUL in a header, which
     no HTTP server here passes on) fails the batch's COPY; its entries are then written one
-    by one, the refused one again without its bodies, and left out (counted by the caller)
-    only when that fails too."""
+    by one, the refused one again without its headers and bodies."""
     conn = await connect(database, jsonb_encoded=True)
+    now = ServiceClock().now()
 
     def entry(path: str, headers: list[tuple[bytes, bytes]]) -> Entry:
         return Entry(
             MERCHANT.bytes,
             "sandbox-client",
-            ServiceClock().now(),
+            now + timedelta(microseconds=int(path[-1])),  # in the order of their paths
             "GET",
             path,
             200,
@@ -392,10 +392,19 @@ async def test_an_entry_postgresql_refuses_is_left_out_and_the_rest_of_its_batch
             ],
             _Documents(),
         )
-        assert written == 2
+        assert written == 3
         rows = await _rows(pool)
-        assert [row["path"] for row in rows] == ["/v3/payments/1", "/v3/payments/3"]
-        assert rows[1]["response"]["body"] == {"id": "p-1"}
+        assert [row["path"] for row in rows] == [
+            "/v3/payments/1",
+            "/v3/payments/2",
+            "/v3/payments/3",
+        ]
+        bare = {"headers": {}, "body": NOT_STORED}
+        assert (rows[1]["request"], rows[1]["response"]) == (bare, bare)
+        assert rows[1]["status"] == 200
+        for kept in (rows[0], rows[2]):
+            assert kept["request"]["headers"] == {"accept": "application/json"}
+            assert kept["response"]["body"] == {"id": "p-1"}
     finally:
         await conn.close()
         await _forget(pool)

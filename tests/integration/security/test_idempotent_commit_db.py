@@ -24,7 +24,13 @@ import pytest
 from bankrail.core.problems import CONFLICT, NotFound, ProblemError, problem_title_var
 from bankrail.core.tracing import trace_id_var
 from bankrail.db.pool import Connection
-from bankrail.security.idempotency import Handler, KeyedRequest, delete_expired, fingerprint
+from bankrail.security.idempotency import (
+    Handler,
+    KeyedRequest,
+    ReplayedAnswer,
+    delete_expired,
+    fingerprint,
+)
 from bankrail.security.idempotent_commit import (
     IdempotentCommit,
     IdempotentWork,
@@ -448,6 +454,15 @@ async def test_each_request_of_a_batch_notes_its_own_problem_title_for_its_acces
         "Not Found (trace-1)",
         "Not Found (trace-2)",
     ]
+
+    async def replayed() -> str | None:
+        trace_id_var.set("trace-retry")
+        status, body = await commit.accept(_work("w1", "k1", fails=NotFound("gone")))
+        assert (status, type(body)) == (404, ReplayedAnswer)
+        return problem_title_var.get()
+
+    # A retry is answered the stored problem, and its line names that problem's title.
+    assert await asyncio.create_task(replayed()) == "Not Found (trace-1)"
 
 
 def _render_titled(problem: ProblemError) -> bytes:

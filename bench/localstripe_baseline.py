@@ -90,57 +90,68 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-class LocalstripeGets:
-    """One localstripe kept running beside a comparison, whose GET /v1/customers/{id} rate
-    is read again at each turn (`rate`): a machine whose speed moves between turns moves
-    both readings of a turn alike, where one reading after all the turns judged every turn
-    against that moment's speed. `skipped` says why there is none (not installed, did not
-    start); `stop` ends it."""
+class Localstripe:
+    """One localstripe, started by `start` and ended by `stop`, with its two requests
+    prepared (`get`: GET /v1/customers/{id} of a customer made at the start; `create`: POST
+    /v1/customers). `skipped` says why there is none (not installed, did not start) or why
+    its readings stopped (`rate`). Kept running beside a comparison, its GET rate is read
+    again at each turn: a machine whose speed moves between turns moves both readings of a
+    turn alike, where one reading after all the turns judged every turn against that
+    moment's speed."""
 
     def __init__(self) -> None:
         self.skipped: str | None = skipped_because()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._port = 0
-        self._get = b""
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.get = b""
+        self.create = b""
 
     def start(self) -> None:
         """Start it (or note in `skipped` why it could not be)."""
         if self.skipped is not None:
             return
-        self._port = free_port()
+        self.port = free_port()
         try:
-            self._process = _start(self._port)
+            self.process = _start(self.port)
         except (RuntimeError, OSError) as exc:
             self.skipped = f"localstripe did not start: {exc}"
             return
-        host, auth = f"127.0.0.1:{self._port}", {"Authorization": f"Bearer {API_KEY}"}
-        self._get = http_request("GET", f"/v1/customers/{_customer(self._port)}", host, auth)
+        host, auth = f"127.0.0.1:{self.port}", {"Authorization": f"Bearer {API_KEY}"}
+        self.get = http_request("GET", f"/v1/customers/{_customer(self.port)}", host, auth)
+        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
+        self.create = http_request("POST", "/v1/customers", host, form, _CUSTOMER_FORM)
 
     async def rate(self, count: int, concurrency: int) -> float | None:
         """The rate of `count` GETs in a closed loop at `concurrency` connections; None when
         it is skipped, or when it answered anything but 2xx or stopped answering (it
         measured its errors, not its work: noted in `skipped`, and no later reading is
         taken)."""
-        if self._process is None or self.skipped is not None:
+        if self.process is None or self.skipped is not None:
             return None
         try:
             result = await run_load(
-                "127.0.0.1", self._port, [self._get] * count, concurrency=concurrency
+                "127.0.0.1", self.port, [self.get] * count, concurrency=concurrency
             )
         except (OSError, TimeoutError) as exc:  # it died or stopped answering mid-run
             self.skipped = f"localstripe stopped answering: {exc!r}"
             return None
         summary = result.summary()
-        if summary["ok_ratio"] != 1.0:
-            self.skipped = f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"
-            return None
-        return summary["requests_per_s"]
+        self.skipped = _errors(summary)
+        return None if self.skipped is not None else summary["requests_per_s"]
 
     def stop(self) -> None:
         """Stop it."""
-        process, self._process = self._process, None
+        process, self.process = self.process, None
         if process is not None:
             _stop(process)
+
+
+def _errors(summary: dict[str, Any]) -> str | None:
+    """Why a loop's figures are no baseline: it answered anything but 2xx (it measured its
+    errors, not its work); None when every answer was a 2xx."""
+    if summary["ok_ratio"] == 1.0:
+        return None
+    return f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"
 
 
 async def localstripe_rates(
@@ -150,33 +161,22 @@ async def localstripe_rates(
     between two verify rates: `gets` GET /v1/customers/{id} (under "get"), then `creates`
     POST /v1/customers (under "create"), each with the CPU localstripe and the load generator
     spent per request; both `{"skipped": reason}` when it is not installed or does not start."""
-    reason = skipped_because()
-    if reason is not None:
-        return {"get": {"skipped": reason}, "create": {"skipped": reason}}
-    port = free_port()
+    peer = Localstripe()
     try:
-        process = _start(port)
-    except (RuntimeError, OSError) as exc:
-        skipped = {"skipped": f"localstripe did not start: {exc}"}
-        return {"get": skipped, "create": dict(skipped)}
-    host, auth = f"127.0.0.1:{port}", {"Authorization": f"Bearer {API_KEY}"}
-    try:
-        get = http_request("GET", f"/v1/customers/{_customer(port)}", host, auth)
-        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
-        create = http_request("POST", "/v1/customers", host, form, _CUSTOMER_FORM)
+        peer.start()
+        if peer.process is None:
+            return {"get": {"skipped": str(peer.skipped)}, "create": {"skipped": str(peer.skipped)}}
+        process, port = peer.process, peer.port
         measured = {
-            "get": await _measured(process, port, [get] * gets, concurrency, verify_seconds),
+            "get": await _measured(process, port, [peer.get] * gets, concurrency, verify_seconds),
             "create": await _measured(
-                process, port, [create] * creates, concurrency, verify_seconds
+                process, port, [peer.create] * creates, concurrency, verify_seconds
             ),
         }
     finally:
-        _stop(process)
-    # A baseline that answered anything but 2xx measured its errors, not its work.
+        peer.stop()
     return {
-        name: summary
-        if summary["ok_ratio"] == 1.0
-        else {"skipped": f"localstripe answered {summary['ok_ratio']:.0%} of them with a 2xx"}
+        name: summary if (why := _errors(summary)) is None else {"skipped": why}
         for name, summary in measured.items()
     }
 

@@ -44,7 +44,7 @@ from bench.http_scenarios import (
 )
 from bench.loadgen import http_request, run_load
 from bench.loadgen import run as run_loop
-from bench.localstripe_baseline import LocalstripeGets
+from bench.localstripe_baseline import Localstripe
 from bench.measure import LOAD_SHARE, between_verify_rates, idle, measured
 from bench.reads import SAMPLE, _gets, payment_paths
 from bench.report import verdict
@@ -84,7 +84,7 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         for name, value in SETTINGS.items()
     }
     logs: dict[str, _Log] = {}
-    peer = LocalstripeGets()
+    peer = Localstripe()
     try:
         peer.start()
         merchants: dict[str, Merchant] = {}
@@ -364,7 +364,7 @@ async def _turn(
     requests: int,
     concurrency: int,
     paced_rate: float | None,
-    peer: LocalstripeGets | None,
+    peer: Localstripe | None,
 ) -> dict[str, dict[str, float]]:
     """One closed loop of `requests` fresh payouts, every one accepted, between two verify
     rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling

@@ -7,10 +7,13 @@ every process agrees on it; each process caches it and is told of changes by NOT
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 CLOCK_CHANNEL = "bankrail_clock"
+
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class _Connection(Protocol):
@@ -23,6 +26,7 @@ class ServiceClock:
 
     def __init__(self, offset: timedelta = timedelta(0)) -> None:
         self._offset = offset
+        self._offset_us = offset // _MICROSECOND
 
     @property
     def offset(self) -> timedelta:
@@ -33,10 +37,16 @@ class ServiceClock:
         """The current service time, timezone-aware UTC."""
         return datetime.now(UTC) + self._offset
 
+    def now_us(self) -> int:
+        """The current service time as microseconds since the Unix epoch: `now()` for what
+        is kept as a number (a fraction of the cost of making a datetime)."""
+        return time.time_ns() // 1000 + self._offset_us
+
     def set_offset(self, offset: timedelta) -> None:
         """Adopt an offset read from the database (only ever moves forward)."""
         if offset > self._offset:
             self._offset = offset
+            self._offset_us = offset // _MICROSECOND
 
     async def refresh(self, conn: _Connection) -> None:
         """Re-read the shared offset."""

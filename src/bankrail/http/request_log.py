@@ -8,9 +8,9 @@ pipeline calls around the route, including the requests refused after authentica
 captured: following the log would otherwise fill it.
 
 Nothing of it runs in the request's transaction or makes the request wait: the request only
-appends what it saw (the raw headers and bodies, as references) to a bounded in-process
-buffer; every `interval` seconds, or as soon as `batch` entries wait, a background task hands
-the buffer to the process's writer process (http/request_log_writer.py), which parses,
+appends what it saw (the raw headers and bodies, in one `marshal` record) to a bounded
+in-process buffer; every `interval` seconds, or as soon as `batch` entries wait, a background
+task hands the buffer to the process's writer process (http/request_log_writer.py), which parses,
 redacts (core/redaction.py) and writes it in one statement per batch on another core. When
 the buffer is full the entry is dropped and counted (`bankrail_request_log_entries_dropped`);
 what is buffered is written when the process stops. When the log is off (a retention of 0)
@@ -23,11 +23,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import marshal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -76,11 +76,11 @@ NOT_LOGGED = frozenset(
 (reading the log, a `bankrail listen` stream and its answers) does not add to the log."""
 
 BUFFER_BYTES = 64 * 1024 * 1024
-"""The most bytes of bodies and request headers the capture buffer holds at once (beside its
-count of entries): past it an entry is dropped and counted, as when the buffer is full."""
+"""The most bytes of captured entries (their records) the capture buffer holds at once (beside
+its count of entries): past it an entry is dropped and counted, as when the buffer is full."""
 
 FRAME_BYTES = 8 * 1024 * 1024
-"""The most bytes (`_size`) of the entries handed to the writer in one batch."""
+"""The most bytes of entries handed to the writer in one batch."""
 
 CLOSE_SECONDS = 30.0
 """How long a stop waits for the writer to write what is buffered (a database that does not
@@ -136,10 +136,10 @@ class RequestLog:
         self._capacity = capacity
         self._batch = batch
         self._interval = interval
-        # Each entry as (its size in the budget, the values of a request_log_writer.Entry).
-        self._buffer: deque[tuple[int, tuple[Any, ...]]] = deque()
+        # Each entry as its request_log_writer.record.
+        self._buffer: deque[bytes] = deque()
         self._buffer_bytes = buffer_bytes
-        self._buffered_bytes = 0  # the bytes the buffer holds now (`_size`)
+        self._buffered_bytes = 0  # the bytes the buffer holds now
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
@@ -186,38 +186,39 @@ class RequestLog:
         if len(self._buffer) >= self._capacity:
             REQUEST_LOG_DROPPED.labels("full").inc()
             return
-        # References only: the writer process parses and redacts them.
+        # Its values as they are, made into one string of bytes now, while they are in the
+        # cache and before the request's objects are freed (a `record`, which the writer
+        # process parses and redacts): holding the references until the batch went cost every
+        # request after it more than the record does.
         scope = request.scope
-        headers = scope["headers"]
-        # The body as the route read it (none when it read none: a GET)
-        sent = _kept(getattr(request, "_body", b""))
         answered = getattr(response, "body", None)  # a streamed answer has no body to keep
-        answer = _kept(answered) if answered else None
-        size = _size(headers, sent, answer)
-        if self._buffered_bytes + size > self._buffer_bytes:
-            REQUEST_LOG_DROPPED.labels("full").inc()
-            return
-        self._buffered_bytes += size
-        # An Entry's values, in its order (a plain tuple pickles faster than the class).
-        self._buffer.append(
-            (
-                size,
+        try:
+            entry = marshal.dumps(
                 (
                     claims.merchant_id.bytes,
                     claims.client_id,
-                    self._clock.now(),
+                    self._clock.now_us(),
                     request.method,
                     scope["path"],
                     status,
                     duration_ms,
                     isinstance(response, ReplayedResponse),
-                    headers,
-                    sent,
+                    scope["headers"],
+                    # The body as the route read it (none when it read none: a GET)
+                    _kept(getattr(request, "_body", b"")),
                     response.raw_headers if response is not None else [],
-                    answer,
-                ),
+                    _kept(answered) if answered else None,
+                )
             )
-        )
+        except ValueError:  # a value of a type no ASGI server gives (marshal refuses it)
+            REQUEST_LOG_DROPPED.labels("error").inc()
+            log.warning("a request-log entry of %s could not be captured", scope["path"])
+            return
+        if self._buffered_bytes + len(entry) > self._buffer_bytes:
+            REQUEST_LOG_DROPPED.labels("full").inc()
+            return
+        self._buffered_bytes += len(entry)
+        self._buffer.append(entry)
         if len(self._buffer) >= self._batch:
             self._wake.set()
 
@@ -255,16 +256,16 @@ class RequestLog:
             self._wake.clear()
             await self.flush()
 
-    def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
+    def _take(self) -> list[bytes]:
         """The next batch off the buffer: `batch` entries, or fewer holding FRAME_BYTES (one
         at least), so that no batch makes a frame of tens of megabytes at once."""
         taken = [self._buffer.popleft()]
-        held = taken[0][0]
+        held = len(taken[0])
         while (
-            self._buffer and len(taken) < self._batch and held + self._buffer[0][0] <= FRAME_BYTES
+            self._buffer and len(taken) < self._batch and held + len(self._buffer[0]) <= FRAME_BYTES
         ):
             entry = self._buffer.popleft()
-            held += entry[0]
+            held += len(entry)
             taken.append(entry)
         self._buffered_bytes -= held
         return taken
@@ -282,7 +283,7 @@ class RequestLog:
                 # Counted as not written if a stop's time runs out meanwhile (`close`).
                 self._in_flight = len(taken)
                 try:
-                    kept, refused = await self._writer.write([entry for _, entry in taken])
+                    kept, refused = await self._writer.write(taken)
                 except Exception:
                     self._in_flight = 0
                     REQUEST_LOG_DROPPED.labels("error").inc(len(taken))
@@ -294,13 +295,6 @@ class RequestLog:
                 REQUEST_LOG_WRITTEN.inc(kept)
                 written += kept
         return written
-
-
-def _size(headers: list[tuple[bytes, bytes]], sent: bytes | int, answer: bytes | int | None) -> int:
-    """The bytes of the client's an entry holds in the buffer: the bodies and the request's
-    headers (the answer's are Bankrail's own, a few)."""
-    held = sum(len(body) for body in (sent, answer) if isinstance(body, bytes))
-    return held + sum(len(name) + len(value) for name, value in headers)
 
 
 async def delete_request_log_before(conn: Connection, before: datetime, limit: int) -> int:

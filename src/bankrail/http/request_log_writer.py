@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import marshal
 import pickle
 import re
 import signal
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -50,6 +51,7 @@ __all__ = [
     "WriterSettings",
     "object_ids",
     "object_key",
+    "record",
 ]
 
 # Named, not `__name__`: run as `python -m`, this module is `__main__`.
@@ -81,7 +83,8 @@ _COLUMNS = (
 
 
 class Entry(NamedTuple):
-    """One request as the pipeline saw it, unparsed: what the API process hands over."""
+    """One request as the pipeline saw it, unparsed: what the API process hands over (as a
+    `record`)."""
 
     merchant_id: bytes  # the UUID's 16 bytes
     client_id: str
@@ -96,6 +99,25 @@ class Entry(NamedTuple):
     request_body: bytes | int
     response_headers: list[tuple[bytes, bytes]]
     response_body: bytes | int | None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def record(entry: Entry) -> bytes:
+    """`entry` as the API process hands it over: its values in a plain tuple, the time as
+    microseconds since the epoch, in `marshal`'s format (`_entry_of` reads it back).
+
+    The capture (http/request_log.py) makes the same tuple itself, on each request's path."""
+    micros = (entry.created_at - _EPOCH) // _MICROSECOND
+    return marshal.dumps((*entry[:2], micros, *entry[3:]))
+
+
+def _entry_of(values: tuple[Any, ...]) -> Entry:
+    """The Entry of a `record`'s values."""
+    merchant_id, client_id, micros, *rest = values
+    return Entry(merchant_id, client_id, _EPOCH + timedelta(microseconds=micros), *rest)
 
 
 def object_key(object_id: str) -> str:
@@ -391,8 +413,9 @@ async def _copy(conn: asyncpg.Connection, entries: list[Entry], documents: _Docu
 
 # The channel: each frame its length, then the frame. The serving process sends its
 # settings (a pickled WriterSettings), the writer answers `_READY` once nothing but its
-# serving process can end it, then each batch (a pickled list of Entry tuples) is answered
-# with (kept, refused).
+# serving process can end it, then each batch (a list of `record`s, marshalled) is answered
+# with (kept, refused). marshal's format is the interpreter's own: the writer runs on the
+# serving process's (`spawn_module`).
 _LENGTH = struct.Struct("!I")
 _READY = b"R"
 _ANSWER = struct.Struct("!II")
@@ -470,7 +493,8 @@ async def _serve(sock: socket.socket) -> None:
         writer.write(_READY)
         while True:
             frame = await _read_frame(reader)
-            entries = [Entry(*values) for values in pickle.loads(frame)]  # noqa: S301
+            batch = marshal.loads(frame)  # noqa: S302 - from the trusted end, as above
+            entries = [_entry_of(marshal.loads(one)) for one in batch]  # noqa: S302
             kept = await journal.write(entries)
             writer.write(_ANSWER.pack(kept, len(entries) - kept))
             await writer.drain()
@@ -506,8 +530,8 @@ class WriterProcess:
         """The writer's process id while it runs."""
         return self._process.pid if self._writer is not None and self._process else None
 
-    async def write(self, entries: list[tuple[Any, ...]]) -> tuple[int, int]:
-        """Hand `entries` (each an `Entry`'s values) to the writer and wait until it has
+    async def write(self, entries: list[bytes]) -> tuple[int, int]:
+        """Hand `entries` (each an Entry's `record`) to the writer and wait until it has
         written them: (kept, refused). Raises ConnectionError when no writer could take them
         (it could not be started, died, or did not answer within `batch_seconds`: it is
         replaced for the next call). One call at a time; cancelled, it ends the writer (what
@@ -518,7 +542,7 @@ class WriterProcess:
             await self._start()
         assert self._reader is not None
         assert self._writer is not None
-        frame = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = marshal.dumps(entries)
         try:
             async with asyncio.timeout(self._batch_seconds):
                 self._writer.write(_LENGTH.pack(len(frame)))

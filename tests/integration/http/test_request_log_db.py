@@ -27,7 +27,7 @@ from bankrail.core.clock import ServiceClock
 from bankrail.core.pagination import Window
 from bankrail.db.pool import connect
 from bankrail.http.request_log import BODY_LIMIT, CLAIMS, NOT_STORED, RequestLog, WriterSettings
-from bankrail.http.request_log_writer import Entry, WriterProcess, _copy, _Documents
+from bankrail.http.request_log_writer import Entry, WriterProcess, _copy, _Documents, record
 from bankrail.jobs.pruning import Pruner
 from bankrail.merchants.request_log import RequestLogFilter, list_entries
 from bankrail.security.tokens import AccessClaims
@@ -271,11 +271,32 @@ async def test_request_headers_count_against_the_buffer_budget(
         request = _request(f"/v3/payouts/headers-{n}")
         request.scope["headers"] = [
             *request.scope["headers"],
-            *((b"x-padding-%d" % i, b"p" * 1000) for i in range(20)),
+            # Each value its own object, as a server parses them (one object repeated would
+            # be copied once).
+            *((b"x-padding-%d" % i, bytes([97 + i]) * 1000) for i in range(20)),
         ]
         await journal.record(request, _answer)
     assert _dropped() == before + 1  # three of ~21 KB fit in 64 KiB, the fourth does not
     assert await journal.flush() == 3
+    await _forget(pool)
+
+
+async def test_an_entry_whose_values_cannot_be_copied_is_dropped_and_counted_not_the_answer(
+    pool: asyncpg.Pool, journals: Journals
+) -> None:
+    """No ASGI server hands a header as anything but bytes; if one did, the capture's copy
+    would refuse it: the request is answered as the route answered it, the entry is
+    dropped and counted, and the log goes on."""
+    journal = journals(interval=60)
+    before = _dropped("error")
+    odd = _request("/v3/payouts/odd")
+    odd.scope["headers"] = [*odd.scope["headers"], (b"x-odd", object())]
+    answer = await journal.record(odd, _answer)
+    assert answer.status_code == 201
+    assert _dropped("error") == before + 1
+    await journal.record(_request("/v3/payouts/plain"), _answer)
+    assert await journal.flush() == 1
+    assert [row["path"] for row in await _rows(pool)] == ["/v3/payouts/plain"]
     await _forget(pool)
 
 
@@ -498,19 +519,21 @@ async def test_a_writer_that_does_not_answer_is_replaced_and_one_that_keeps_fail
     """A batch not answered within its time is counted as not written and its writer
     killed; from the second writer in a row that ends young, the next one starts only after
     a pause (no interpreter started every batch meanwhile)."""
-    entry = (
-        MERCHANT.bytes,
-        "client",
-        ServiceClock().now(),
-        "GET",
-        "/v3/payouts/x",
-        200,
-        1.0,
-        False,
-        [],
-        b"",
-        [],
-        None,
+    entry = record(
+        Entry(
+            MERCHANT.bytes,
+            "client",
+            ServiceClock().now(),
+            "GET",
+            "/v3/payouts/x",
+            200,
+            1.0,
+            False,
+            [],
+            b"",
+            [],
+            None,
+        )
     )
     async with _silent_database() as settings:
         writer = WriterProcess(settings, batch_seconds=0.5)

@@ -8,10 +8,11 @@ default 7 days) and one with it off (`BANKRAIL_REQUEST_LOG_RETENTION_SECONDS=0`)
 side; they take turns (on, off, then off, on...), each turn a closed loop of fresh signed
 payouts (after the other server's payouts have all executed) between two readings of the
 one-core verify rate, then of GETs of payouts by id, then of payments by id, then of
-authorisation-flow starts (between two readings too) on payments made just before, then an
-open loop of GETs of payouts offered at one rate to both servers (80 % of what the log-on
-server answered in a closed loop at the start of the round), so that the machine's change of
-speed and the background work fall on both alike. On the log-on server each loop starts once
+authorisation-flow starts (between two readings too) on payments made just before. After
+both turns of a round, each server in the round's order takes an open loop of GETs of
+payouts offered at one rate to both (80 % of what the log-on server answered in a closed
+loop just before the pair), so that the machine's change of speed and the background work
+fall on both alike. On the log-on server each loop starts once
 the log has written what came before it (no loop pays for another's entries), and a closed
 loop of GETs is metered until its own entries are written, so that its CPU counts writing
 them; the log-off server gets the same pause and the same last request (`_Log`). Reported
@@ -110,21 +111,13 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                 min(200, requests),
                 concurrency,
                 None,
-                None,
             )
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
         }
         for i in range(rounds):
-            # The paced GETs' offered load, the same for both servers this round: below what
-            # the log-on server answers now, so that a request's wait is its own, not a queue's.
-            calibration = await measured(
-                servers["on"],
-                _gets(servers["on"], merchants["on"], paths["on"]["get_payout"], requests),
-                concurrency,
-            )
-            paced_rate = LOAD_SHARE * calibration["requests_per_s"]
-            for name in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            order = ("on", "off") if i % 2 == 0 else ("off", "on")
+            for name in order:
                 done = await _turn(
                     servers[name],
                     logs[name],
@@ -132,11 +125,34 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                     paths[name],
                     requests,
                     concurrency,
-                    paced_rate,
                     peer,
                 )
-                for kind in (*KINDS, PACED):
+                for kind in KINDS:
                     turns[kind][name].append(done[kind])
+            # The paced GETs' offered load, the same for both servers this round: below what
+            # the log-on server answers now, so that a request's wait is its own, not a
+            # queue's. Read just before the paced pair, not before the round's writes: the
+            # writes' aftermath and the machine's own change of speed over a round moved what
+            # the server could answer by more than the fifth this load leaves spare.
+            await idle(servers["on"])
+            calibration = await measured(
+                servers["on"],
+                _gets(servers["on"], merchants["on"], paths["on"]["get_payout"], requests),
+                concurrency,
+            )
+            paced_rate = LOAD_SHARE * calibration["requests_per_s"]
+            for name in order:
+                turns[PACED][name].append(
+                    await _paced(
+                        servers[name],
+                        logs[name],
+                        merchants[name],
+                        paths[name],
+                        requests,
+                        concurrency,
+                        paced_rate,
+                    )
+                )
         for server in servers.values():
             await idle(server)  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
@@ -363,14 +379,12 @@ async def _turn(
     paths: dict[str, list[str]],
     requests: int,
     concurrency: int,
-    paced_rate: float | None,
     peer: Localstripe | None,
 ) -> dict[str, dict[str, float]]:
     """One closed loop of `requests` fresh payouts, every one accepted, between two verify
     rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling
     over its paths; then one of `requests` authorisation-flow starts, between two verify
-    rates, on as many preselected payments made just before (outside the measurement); then,
-    with a `paced_rate`, an open loop of `requests` GETs of payouts offered at that rate.
+    rates, on as many preselected payments made just before (outside the measurement).
     Each GET loop as `_logged_loop` runs it, each write as `_write_turn`. With a `peer`,
     localstripe's GET rate is read once the server is idle before the GETs, and each GET
     loop's summary carries it (`localstripe_get_per_s`)."""
@@ -392,17 +406,25 @@ async def _turn(
             done[kind]["localstripe_get_per_s"] = reading
     starts = await flow_starts(server, merchant, f"bench-{uuid.uuid4()}", requests, concurrency)
     done["post_authorization_flow"] = await _write_turn(server, starts, concurrency)
-    if paced_rate is not None:
-        gets = _gets(server, merchant, paths["get_payout"], requests)
-        # As `python -m bench` paces: twice the connections, so that none waits for a free one.
-        paced = await _logged_loop(server, log, gets, concurrency * 2, rate=paced_rate)
-        assert paced["ok_ratio"] == 1.0, paced
-        done[PACED] = {
-            **_summary(paced),
-            "p99_ms": paced["p99_ms"],
-            "offered_per_s": paced_rate,
-        }
     return done
+
+
+async def _paced(
+    server: Server,
+    log: _Log,
+    merchant: Merchant,
+    paths: dict[str, list[str]],
+    requests: int,
+    concurrency: int,
+    rate: float,
+) -> dict[str, float]:
+    """An open loop of `requests` GETs of payouts offered at `rate`, as `_logged_loop` runs
+    it: its summary with its p99 and the rate offered."""
+    gets = _gets(server, merchant, paths["get_payout"], requests)
+    # As `python -m bench` paces: twice the connections, so that none waits for a free one.
+    paced = await _logged_loop(server, log, gets, concurrency * 2, rate=rate)
+    assert paced["ok_ratio"] == 1.0, paced
+    return {**_summary(paced), "p99_ms": paced["p99_ms"], "offered_per_s": rate}
 
 
 async def _write_turn(server: Server, writes: list[bytes], concurrency: int) -> dict[str, float]:

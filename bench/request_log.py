@@ -66,7 +66,8 @@ SETTINGS = {"on": "604800", "off": "0"}
 KINDS = ("post_payouts", "get_payout", "get_payment", "post_authorization_flow")
 """What each turn measures in a closed loop, in order (keys of targets.LABELS)."""
 PACED = "get_payout_paced"
-"""Each turn's last loop: GETs of payouts by id offered at one rate to both servers."""
+"""Each round's last loops, after both servers' turns: GETs of payouts by id offered at one
+rate to both servers, one after the other."""
 READS = ("get_payout", "get_payment")
 SHARES = {"post_payouts": TARGET_VERIFY_SHARE, "post_authorization_flow": OTHER_WRITES_TARGET_SHARE}
 """Round 3's share of the verify rate for each write measured here."""
@@ -77,9 +78,10 @@ VERIFY_SECONDS = 0.3  # the verify rate, measured just before and just after eac
 
 async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict[str, Any]:
     """Alternate `rounds` turns on each server, each of `requests` payouts, then `requests`
-    GETs of payouts by id, as many of payments by id, as many authorisation-flow starts and
-    as many paced GETs of payouts; the figures of each setting, the medians of the rounds'
-    ratios (on / off), and each setting's targets."""
+    GETs of payouts by id, as many of payments by id and as many authorisation-flow starts;
+    after both turns of a round, as many paced GETs of payouts on each server at one rate;
+    the figures of each setting, the medians of the rounds' ratios (on / off), and each
+    setting's targets."""
     servers = {
         name: Server(1, env={"BANKRAIL_REQUEST_LOG_RETENTION_SECONDS": value})
         for name, value in SETTINGS.items()
@@ -141,6 +143,7 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                 concurrency,
             )
             paced_rate = LOAD_SHARE * calibration["requests_per_s"]
+            await idle(servers["on"])  # the calibration's entries, whichever server goes first
             for name in order:
                 turns[PACED][name].append(
                     await _paced(

@@ -37,7 +37,8 @@ REQUEST_LOG_WRITTEN = Counter(
 REQUEST_LOG_DROPPED = Counter(
     "bankrail_request_log_entries_dropped",
     "Request-log entries not kept, by reason: full (the buffer was full: the request was not"
-    " made to wait) or error (their batch's write failed).",
+    " made to wait) or error (their batch's write failed, or the capture could not copy a"
+    " value of a type no ASGI server gives).",
     ["reason"],
 )
 WEBHOOK_ATTEMPTS = Counter(

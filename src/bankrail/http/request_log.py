@@ -146,6 +146,7 @@ class RequestLog:
         self._in_flight = 0  # entries handed to the writer, not yet answered for
         self._close_seconds = close_seconds
         self._closing = False
+        self._refusal_logged = False  # a capture's copy was refused and logged
 
     @property
     def writer_pid(self) -> int | None:
@@ -191,7 +192,18 @@ class RequestLog:
         # process parses and redacts): holding the references until the batch went cost every
         # request after it more than the record does.
         scope = request.scope
+        # The body as the route read it (none when it read none: a GET)
+        sent = _kept(getattr(request, "_body", b""))
         answered = getattr(response, "body", None)  # a streamed answer has no body to keep
+        answer = _kept(answered) if answered else None
+        # Over the budget by its bodies alone: dropped before it is copied (a full buffer
+        # is when copying large bodies for nothing would cost most).
+        bodies = (len(sent) if type(sent) is bytes else 0) + (
+            len(answer) if type(answer) is bytes else 0
+        )
+        if self._buffered_bytes + bodies > self._buffer_bytes:
+            REQUEST_LOG_DROPPED.labels("full").inc()
+            return
         try:
             entry = marshal.dumps(
                 (
@@ -200,19 +212,20 @@ class RequestLog:
                     self._clock.now_us(),
                     request.method,
                     scope["path"],
-                    status,
+                    int(status),  # marshal takes no subclass of int (an HTTPStatus)
                     duration_ms,
                     isinstance(response, ReplayedResponse),
                     scope["headers"],
-                    # The body as the route read it (none when it read none: a GET)
-                    _kept(getattr(request, "_body", b"")),
+                    sent,
                     response.raw_headers if response is not None else [],
-                    _kept(answered) if answered else None,
+                    answer,
                 )
             )
         except ValueError:  # a value of a type no ASGI server gives (marshal refuses it)
             REQUEST_LOG_DROPPED.labels("error").inc()
-            log.warning("a request-log entry of %s could not be captured", scope["path"])
+            if not self._refusal_logged:  # once: a server that gave one would give many
+                self._refusal_logged = True
+                log.warning("a request-log entry of %s could not be captured", scope["path"])
             return
         if self._buffered_bytes + len(entry) > self._buffer_bytes:
             REQUEST_LOG_DROPPED.labels("full").inc()

@@ -3,15 +3,16 @@
 Each API process with the request log on hands the entries it captured (http/request_log.py)
 to a process of its own, started on first use: this module. It parses each entry's bodies,
 redacts them by the one rule (core/redaction.py) and writes a batch in one binary `COPY` on a
-connection of its own, then answers how many entries it kept. The API process only captured
-references and pickles a batch to a socket: parsing, redacting and encoding an entry cost a
-GET by id a third of its API CPU when they ran on the API's event loop, and this process runs
-them on another core (docs/performance.md, "The request log").
+connection of its own, then answers how many entries it kept. The API process only copies
+each entry's values into one `marshal` record as it captures it, and sends a batch of them
+to a socket: parsing, redacting and encoding an entry cost a GET by id a third of its API
+CPU when they ran on the API's event loop, and this process runs them on another core
+(docs/performance.md, "The request log").
 
 The serving process is the only client: the channel is a socket pair it made, so what comes
-through it is trusted (pickled tuples of plain values). The writer exits when its end closes,
-whatever signal its process group receives meanwhile, so that a graceful stop can hand it the
-last entries.
+through it is trusted (its pickled settings, then records of plain values). The writer exits
+when its end closes, whatever signal its process group receives meanwhile, so that a
+graceful stop can hand it the last entries.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import asyncio
 import marshal
 import uuid
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 from starlette.requests import Request
@@ -81,7 +82,10 @@ def test_the_capture_hands_over_what_the_request_saw_at_the_service_time() -> No
     journal = RequestLog(WriterSettings("postgresql://unused"), clock)
 
     async def replayed(_request: Request) -> Response:
-        return ReplayedResponse(b'{"id": "p-1"}', status_code=202, media_type="application/json")
+        # A status given as HTTPStatus (an int subclass marshal would refuse) is kept as 202.
+        return ReplayedResponse(
+            b'{"id": "p-1"}', status_code=HTTPStatus.ACCEPTED, media_type="application/json"
+        )
 
     before = clock.now()
     answer = asyncio.run(journal.record(_request(), replayed))
@@ -90,6 +94,7 @@ def test_the_capture_hands_over_what_the_request_saw_at_the_service_time() -> No
     (one,) = journal._buffer
     read = _read(one)
     assert before <= read.created_at <= after
+    assert type(read.status) is int
     assert read._replace(created_at=before, duration_ms=0.0) == Entry(
         MERCHANT.bytes,
         "client",

@@ -33,7 +33,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -86,49 +86,35 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         name: Server(1, env={"BANKRAIL_REQUEST_LOG_RETENTION_SECONDS": value})
         for name, value in SETTINGS.items()
     }
-    logs: dict[str, _Log] = {}
+    sides: dict[str, _Side] = {}
     peer = Localstripe()
     try:
         peer.start()
-        merchants: dict[str, Merchant] = {}
-        paths: dict[str, dict[str, list[str]]] = {}
         for name, server in servers.items():
             server.start()
-            merchant = merchants[name] = seed(server, balance=10**15)
+            merchant = seed(server, balance=10**15)
             conn = await asyncpg.connect(server.dsn()) if name == "on" else None
-            logs[name] = _Log(conn, server, merchant)
             ids = _created_payout_ids(server, merchant, SAMPLE)
             await made_payments(server, merchant, "bench-user", SAMPLE, 8, preselected=False)
-            paths[name] = {
-                "get_payout": [f"/v3/payouts/{payout_id}" for payout_id in ids],
-                "get_payment": await payment_paths(server, merchant),
-            }
-            made = len(paths[name]["get_payment"])
-            assert made == SAMPLE, f"{made} of {SAMPLE} payments awaiting authorisation were made"
-            await _turn(
+            side = sides[name] = _Side(
                 server,
-                logs[name],
+                _Log(conn, server, merchant),
                 merchant,
-                paths[name],
-                min(200, requests),
-                concurrency,
-                None,
+                {
+                    "get_payout": [f"/v3/payouts/{payout_id}" for payout_id in ids],
+                    "get_payment": await payment_paths(server, merchant),
+                },
             )
+            made = len(side.paths["get_payment"])
+            assert made == SAMPLE, f"{made} of {SAMPLE} payments awaiting authorisation were made"
+            await _turn(side, min(200, requests), concurrency, None)
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
         }
         for i in range(rounds):
             order = ("on", "off") if i % 2 == 0 else ("off", "on")
             for name in order:
-                done = await _turn(
-                    servers[name],
-                    logs[name],
-                    merchants[name],
-                    paths[name],
-                    requests,
-                    concurrency,
-                    peer,
-                )
+                done = await _turn(sides[name], requests, concurrency, peer)
                 for kind in KINDS:
                     turns[kind][name].append(done[kind])
             # The paced GETs' offered load, the same for both servers this round: below what
@@ -137,32 +123,22 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             # writes' aftermath and the machine's own change of speed over a round moved what
             # the server could answer by more than the fifth this load leaves spare.
             await idle(servers["on"])
-            calibration = await measured(
-                servers["on"],
-                _gets(servers["on"], merchants["on"], paths["on"]["get_payout"], requests),
-                concurrency,
-            )
+            on = sides["on"]
+            gets = _gets(on.server, on.merchant, on.paths["get_payout"], requests)
+            calibration = await measured(on.server, gets, concurrency)
             paced_rate = LOAD_SHARE * calibration["requests_per_s"]
             await idle(servers["on"])  # the calibration's entries, whichever server goes first
             for name in order:
                 turns[PACED][name].append(
-                    await _paced(
-                        servers[name],
-                        logs[name],
-                        merchants[name],
-                        paths[name],
-                        requests,
-                        concurrency,
-                        paced_rate,
-                    )
+                    await _paced(sides[name], requests, concurrency, paced_rate)
                 )
         for server in servers.values():
             await idle(server)  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
     finally:
         peer.stop()  # first: in a session of its own, nothing else would end it
-        for log in logs.values():
-            await log.close()
+        for side in sides.values():
+            await side.log.close()
         for server in servers.values():
             server.stop()
     baseline = _baseline(turns, peer.skipped)
@@ -303,6 +279,16 @@ def _figures(turns: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     }
 
 
+class _Side(NamedTuple):
+    """One server of the comparison and what its loops use: its request log as the bench
+    waits for it, its merchant, and the paths its GETs cycle over (by kind)."""
+
+    server: Server
+    log: _Log
+    merchant: Merchant
+    paths: dict[str, list[str]]
+
+
 class _Log:
     """A server's request log as the bench waits for a loop's entries (`conn` to its database
     when the log is on, None when it is off): a closed loop of GETs is metered until its own
@@ -376,21 +362,19 @@ async def _logged_loop(
 
 
 async def _turn(
-    server: Server,
-    log: _Log,
-    merchant: Merchant,
-    paths: dict[str, list[str]],
+    side: _Side,
     requests: int,
     concurrency: int,
     peer: Localstripe | None,
 ) -> dict[str, dict[str, float]]:
     """One closed loop of `requests` fresh payouts, every one accepted, between two verify
-    rates, drained; then, for each GET of `paths` (by kind), one of `requests` GETs cycling
-    over its paths; then one of `requests` authorisation-flow starts, between two verify
-    rates, on as many preselected payments made just before (outside the measurement).
-    Each GET loop as `_logged_loop` runs it, each write as `_write_turn`. With a `peer`,
-    localstripe's GET rate is read once the server is idle before the GETs, and each GET
-    loop's summary carries it (`localstripe_get_per_s`)."""
+    rates, drained; then, for each GET of the side's `paths` (by kind), one of `requests`
+    GETs cycling over its paths; then one of `requests` authorisation-flow starts, between
+    two verify rates, on as many preselected payments made just before (outside the
+    measurement). Each GET loop as `_logged_loop` runs it, each write as `_write_turn`. With
+    a `peer`, localstripe's GET rate is read once the server is idle before the GETs, and
+    each GET loop's summary carries it (`localstripe_get_per_s`)."""
+    server, log, merchant, paths = side
     posts = [
         signed_post(server, merchant, "/v3/payouts", payout_body(merchant)) for _ in range(requests)
     ]
@@ -412,17 +396,10 @@ async def _turn(
     return done
 
 
-async def _paced(
-    server: Server,
-    log: _Log,
-    merchant: Merchant,
-    paths: dict[str, list[str]],
-    requests: int,
-    concurrency: int,
-    rate: float,
-) -> dict[str, float]:
+async def _paced(side: _Side, requests: int, concurrency: int, rate: float) -> dict[str, float]:
     """An open loop of `requests` GETs of payouts offered at `rate`, as `_logged_loop` runs
     it: its summary with its p99 and the rate offered."""
+    server, log, merchant, paths = side
     gets = _gets(server, merchant, paths["get_payout"], requests)
     # As `python -m bench` paces: twice the connections, so that none waits for a free one.
     paced = await _logged_loop(server, log, gets, concurrency * 2, rate=rate)

@@ -122,12 +122,12 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
             # queue's. Read just before the paced pair, not before the round's writes: the
             # writes' aftermath and the machine's own change of speed over a round moved what
             # the server could answer by more than the fifth this load leaves spare.
-            await idle(servers["on"])
             on = sides["on"]
+            await idle(on.server)
             gets = _gets(on.server, on.merchant, on.paths["get_payout"], requests)
             calibration = await measured(on.server, gets, concurrency)
             paced_rate = LOAD_SHARE * calibration["requests_per_s"]
-            await idle(servers["on"])  # the calibration's entries, whichever server goes first
+            await idle(on.server)  # the calibration's entries, whichever server goes first
             for name in order:
                 turns[PACED][name].append(
                     await _paced(sides[name], requests, concurrency, paced_rate)

@@ -184,9 +184,6 @@ class RequestLog:
                 claims = access_claims(request, request.app.state.context)
             except Exception:
                 return
-        if len(self._buffer) >= self._capacity:
-            REQUEST_LOG_DROPPED.labels("full").inc()
-            return
         # Its values as they are, made into one string of bytes now, while they are in the
         # cache and before the request's objects are freed (a `record`, which the writer
         # process parses and redacts): holding the references until the batch went cost every
@@ -201,8 +198,7 @@ class RequestLog:
         bodies = (len(sent) if type(sent) is bytes else 0) + (
             len(answer) if type(answer) is bytes else 0
         )
-        if self._buffered_bytes + bodies > self._buffer_bytes:
-            REQUEST_LOG_DROPPED.labels("full").inc()
+        if self._full(bodies):
             return
         try:
             entry = marshal.dumps(
@@ -227,13 +223,20 @@ class RequestLog:
                 self._refusal_logged = True
                 log.warning("a request-log entry of %s could not be captured", scope["path"])
             return
-        if self._buffered_bytes + len(entry) > self._buffer_bytes:
-            REQUEST_LOG_DROPPED.labels("full").inc()
+        if self._full(len(entry)):
             return
         self._buffered_bytes += len(entry)
         self._buffer.append(entry)
         if len(self._buffer) >= self._batch:
             self._wake.set()
+
+    def _full(self, size: int) -> bool:
+        """Whether one more entry of `size` bytes would pass the buffer's count or its byte
+        budget; if so, it is counted as dropped (`full`), and the request does not wait."""
+        if len(self._buffer) < self._capacity and self._buffered_bytes + size <= self._buffer_bytes:
+            return False
+        REQUEST_LOG_DROPPED.labels("full").inc()
+        return True
 
     def start(self) -> None:
         """Start the background task that hands the buffer to the writer process."""

@@ -1,8 +1,8 @@
-"""The pool's release (db/pool.py, `_Pool`): a connection in no transaction goes back to the
-pool within the releasing task, without a task or a turn of the event loop; any other (left
-in a transaction, of an expired generation, already released, closed) goes back by
-asyncpg's own path; and a request cancelled while it holds a connection still gives it
-back."""
+"""The pool's acquire and release (db/pool.py, `_Pool`): a free open connection is handed out,
+and one in no transaction goes back, within the task, without a task or a turn of the event
+loop; any other (none free, left in a transaction, of an expired generation, already
+released, closed) goes by asyncpg's own path; and a request cancelled while it holds a
+connection still gives it back."""
 
 from __future__ import annotations
 
@@ -128,3 +128,86 @@ async def test_a_closed_connection_is_replaced(one: asyncpg.Pool) -> None:
     await one.release(conn)
     async with asyncio.timeout(10), one.acquire() as conn:
         assert await conn.fetchval("SELECT 4") == 4
+
+
+async def test_a_free_connection_is_handed_out_at_once_and_detached_when_given_back(
+    one: asyncpg.Pool,
+) -> None:
+    for _ in range(3):
+        conn = await one.acquire()
+        assert one.get_idle_size() == 0
+        assert await conn.fetchval("SELECT 6") == 6
+        await one.release(conn)
+    with pytest.raises(asyncpg.InterfaceError):
+        await conn.fetchval("SELECT 7")  # a released proxy is detached, as asyncpg's are
+
+
+async def test_with_none_free_an_acquire_waits_for_the_next_release_and_can_time_out(
+    one: asyncpg.Pool,
+) -> None:
+    held = await one.acquire()
+    with pytest.raises(TimeoutError):
+        await one.acquire(timeout=0.05)
+
+    async def take() -> Any:
+        return await one.acquire(timeout=10)
+
+    waiting = asyncio.create_task(take())
+    try:
+        async with asyncio.timeout(10):
+            while not one._queue._getters:  # the task waits in asyncpg's own path
+                await asyncio.sleep(0)
+    finally:
+        await one.release(held)
+    conn = await waiting
+    assert await conn.fetchval("SELECT 8") == 8
+    await one.release(conn)
+    assert one.get_idle_size() == 1
+
+
+async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(
+    one: asyncpg.Pool, database: str
+) -> None:
+    async with one.acquire() as conn:
+        backend = await conn.fetchval("SELECT pg_backend_pid()")
+    killer = await asyncpg.connect(database)
+    try:
+        await killer.execute("SELECT pg_terminate_backend($1)", backend)
+    finally:
+        await killer.close()
+    async with asyncio.timeout(10):
+        # Until asyncpg sees the server close it (and lets the holder go of it).
+        while (con := one._holders[0]._con) is not None and not con.is_closed():
+            await asyncio.sleep(0.01)
+    async with one.acquire() as conn:
+        assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+
+
+async def test_a_connection_held_past_the_idle_lifetime_is_not_closed_and_is_after(
+    database: str,
+) -> None:
+    """The idle timer asyncpg arms on release is disarmed on acquire: a connection in use
+    longer than the idle lifetime stays open; one left idle that long is closed."""
+    pool = await create_pool(database, min_size=0, max_size=1)
+    for holder in pool._holders:  # the lifetime, 300 s in production, made short
+        holder._max_inactive_time = 0.05
+    try:
+        async with pool.acquire() as conn:
+            backend = await conn.fetchval("SELECT pg_backend_pid()")
+        async with pool.acquire() as conn:
+            await asyncio.sleep(0.2)  # in use for four lifetimes
+            assert await conn.fetchval("SELECT pg_backend_pid()") == backend
+        async with asyncio.timeout(10):
+            while pool._holders[0]._con is not None:  # idle past its lifetime: closed
+                await asyncio.sleep(0.01)
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+    finally:
+        await pool.close()
+
+
+async def test_a_closing_pool_refuses_to_hand_out_connections(database: str) -> None:
+    pool = await create_pool(database, min_size=1, max_size=1)
+    await pool.close()
+    with pytest.raises(asyncpg.InterfaceError):
+        await pool.acquire()

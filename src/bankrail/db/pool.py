@@ -110,7 +110,13 @@ class _Pool(asyncpg.Pool):
         open) by asyncpg's own path."""
         pool: Any = self  # asyncpg's private state, which its stubs do not declare
         queue = pool._queue
-        if self.is_closing() or not pool._initialized or pool._initializing or queue.empty():
+        if (
+            self.is_closing()
+            or not pool._initialized
+            or pool._initializing
+            or queue.empty()
+            or queue._getters  # others wait: in asyncpg's path, each takes its turn
+        ):
             return await self._by_asyncpg(timeout)
         holder = queue.get_nowait()
         con = holder._con

@@ -49,6 +49,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     del conn
 
 
+IDLE_SECONDS = 300.0
+"""How long a pooled connection above the pool's minimum may run no query before it is
+closed (asyncpg's default `max_inactive_connection_lifetime`)."""
+_IDLE_SWEEPS = 10  # per IDLE_SECONDS
+
+
 class _Pool(asyncpg.Pool):
     """asyncpg's pool, handing out and giving back a connection by steps that never wait,
     where nothing needs them to.
@@ -62,10 +68,11 @@ class _Pool(asyncpg.Pool):
     the releasing task. Any other connection is released by asyncpg's own path, shield and
     all. Likewise a free connection that is open and of the pool's generation is handed out
     by asyncpg's own steps without the coroutines they run in (about 5 µs of a request's
-    CPU, both ways); waiting for one, or reconnecting one, is asyncpg's path. Written
-    against asyncpg 0.32's pool (pyproject.toml pins the minor version;
-    tests/integration/db/test_pool_release_db.py checks both steps that cannot wait and
-    each way by asyncpg's path)."""
+    CPU, both ways); waiting for one, or reconnecting one, is asyncpg's path. And where
+    asyncpg arms an idle timer on every release (2-3 µs more), a sweep (`close_idle`) finds
+    the idle connections by their count of queries. Written against asyncpg 0.32's pool
+    (pyproject.toml pins the minor version; tests/integration/db/test_pool_release_db.py
+    checks both steps that cannot wait, each way by asyncpg's path, and the sweep)."""
 
     async def release(
         self,
@@ -94,11 +101,11 @@ class _Pool(asyncpg.Pool):
         con._on_release()
         # asyncpg's holder.release, less what cannot apply here: its checks are the ones
         # above, its reset (`Connection._reset`, then this pool's `_keep_session`) undoes
-        # listeners (`_on_release` found none) and a transaction (there is none), and the
-        # timeout it runs them in bounds steps that do not wait.
+        # listeners (`_on_release` found none) and a transaction (there is none), the
+        # timeout it runs them in bounds steps that do not wait, and its idle timer is
+        # `_close_idle`'s sweep.
         holder._timeout = None
         holder._release()
-        holder._setup_inactive_callback()
 
     async def _acquire(
         self,
@@ -128,7 +135,6 @@ class _Pool(asyncpg.Pool):
         ):
             queue.put_nowait(holder)  # asyncpg's path takes one and reconnects it
             return await self._by_asyncpg(timeout)
-        holder._maybe_cancel_inactive_callback()
         holder._proxy = proxy = PoolConnectionProxy(holder, con)
         holder._in_use = pool._loop.create_future()
         holder._timeout = timeout
@@ -141,23 +147,62 @@ class _Pool(asyncpg.Pool):
         proxy: PoolConnectionProxy[Any] = await super()._acquire(timeout)  # type: ignore[misc]
         return proxy
 
+    def close_idle(self, idle_seconds: float) -> None:
+        """From now on, while the pool is open, close each connection above its minimum
+        size that has run no query for `idle_seconds` (as asyncpg's
+        `max_inactive_connection_lifetime` would, within a tenth of it more), found by a
+        sweep every tenth of it."""
+        self._queries_seen: dict[Any, tuple[int, float]] = {}
+        pool: Any = self
+        pool._loop.call_later(idle_seconds / _IDLE_SWEEPS, self._close_idle, idle_seconds)
+
+    def _close_idle(self, idle_seconds: float) -> None:
+        # asyncpg arms a timer on every release and cancels it on every acquire (2-3 µs of
+        # a request, docs/performance.md, "The pool's release"); a sweep tells an idle
+        # connection by its count of queries, which nothing changed for `idle_seconds`.
+        pool: Any = self
+        if self.is_closing():
+            return
+        now = pool._loop.time()
+        seen = self._queries_seen
+        for holder in pool._holders:
+            con = holder._con
+            if con is None or con.is_closed():
+                seen.pop(holder, None)
+                continue
+            count = con._protocol.queries_count
+            last = seen.get(holder)
+            if last is None or last[0] != count or holder._in_use is not None:
+                seen[holder] = (count, now)
+            elif now - last[1] >= idle_seconds:
+                seen.pop(holder)
+                holder._deactivate_inactive_connection()  # asyncpg's: keeps the minimum
+        pool._loop.call_later(idle_seconds / _IDLE_SWEEPS, self._close_idle, idle_seconds)
+
 
 async def create_pool(
-    dsn: str, *, min_size: int = 2, max_size: int = 20, statement_cache_size: int = 100
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 20,
+    statement_cache_size: int = 100,
+    idle_seconds: float = IDLE_SECONDS,
 ) -> asyncpg.Pool:
-    """Open a pool whose connections decode json/jsonb to Python values.
+    """Open a pool whose connections decode json/jsonb to Python values, and close those
+    above `min_size` that ran no query for `idle_seconds`.
 
     `statement_cache_size=0` makes asyncpg use unnamed prepared statements only, each parsed
     in the round trip that runs it: what a transaction pooler that hands every transaction
     to any server connection needs (PgBouncer before 1.21)."""
-    # asyncpg.create_pool, with the pool's class this module's (50,000 queries and 300 s
-    # are create_pool's defaults, which the class itself asks to be given).
-    return await _Pool(
+    # asyncpg.create_pool, with the pool's class this module's (50,000 queries is
+    # create_pool's default, which the class itself asks to be given). asyncpg's own idle
+    # timers are off (0): the pool's sweep closes idle connections instead.
+    pool = await _Pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         max_queries=50_000,
-        max_inactive_connection_lifetime=300.0,
+        max_inactive_connection_lifetime=0,
         init=_init_connection,
         reset=_keep_session,
         statement_cache_size=statement_cache_size,
@@ -165,6 +210,8 @@ async def create_pool(
         record_class=asyncpg.Record,
         loop=None,
     )
+    pool.close_idle(idle_seconds)
+    return pool
 
 
 async def connect(

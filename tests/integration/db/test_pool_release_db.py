@@ -183,25 +183,42 @@ async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(
         assert await conn.fetchval("SELECT pg_backend_pid()") != backend
 
 
-async def test_a_connection_held_past_the_idle_lifetime_is_not_closed_and_is_after(
+async def test_a_connection_held_past_the_idle_time_stays_open_and_one_left_idle_is_closed(
     database: str,
 ) -> None:
-    """The idle timer asyncpg arms on release is disarmed on acquire: a connection in use
-    longer than the idle lifetime stays open; one left idle that long is closed."""
-    pool = await create_pool(database, min_size=0, max_size=1)
-    for holder in pool._holders:  # the lifetime, 300 s in production, made short
-        holder._max_inactive_time = 0.05
+    """The pool's sweep (asyncpg's per-release idle timer in its stead) closes a connection
+    above the pool's minimum once it has run no query for `idle_seconds`, and never one in
+    use: held for several idle times without a query, it stays open."""
+    pool = await create_pool(database, min_size=0, max_size=1, idle_seconds=0.1)
     try:
         async with pool.acquire() as conn:
             backend = await conn.fetchval("SELECT pg_backend_pid()")
         async with pool.acquire() as conn:
-            await asyncio.sleep(0.2)  # in use for four lifetimes
+            await asyncio.sleep(0.4)  # in use, and idle, for four idle times
             assert await conn.fetchval("SELECT pg_backend_pid()") == backend
         async with asyncio.timeout(10):
-            while pool._holders[0]._con is not None:  # idle past its lifetime: closed
+            while pool.get_size():  # left idle: closed
                 await asyncio.sleep(0.01)
         async with pool.acquire() as conn:
             assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+    finally:
+        await pool.close()
+
+
+async def test_the_pools_minimum_is_kept_open_however_long_it_is_idle(database: str) -> None:
+    pool = await create_pool(database, min_size=1, max_size=2, idle_seconds=0.05)
+    try:
+        first, second = await pool.acquire(), await pool.acquire()
+        await pool.release(first)
+        await pool.release(second)
+        assert pool.get_size() == 2
+        async with asyncio.timeout(10):
+            while pool.get_size() > 1:  # the one above the minimum is closed
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # four idle times more, sweeps going on: the minimum stays
+        assert pool.get_size() == 1
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT 9") == 9
     finally:
         await pool.close()
 

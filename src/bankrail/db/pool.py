@@ -94,16 +94,23 @@ class _Pool(asyncpg.Pool):
             or con._protocol._is_cancelling()
             or con._protocol.queries_count >= holder._max_queries
             or holder._generation != self._generation
+            or self._reset is not _keep_session
+            # Others wait: asyncpg's path, whose task lets the first of them run before
+            # this one goes on (without it, a task borrowing in a loop took the connection
+            # back every time, and a waiter starved).
+            or self._queue._getters
         ):
             await super().release(connection, timeout=timeout)
             return
         self._check_init()
         con._on_release()
         # asyncpg's holder.release, less what cannot apply here: its checks are the ones
-        # above, its reset (`Connection._reset`, then this pool's `_keep_session`) undoes
-        # listeners (`_on_release` found none) and a transaction (there is none), the
-        # timeout it runs them in bounds steps that do not wait, and its idle timer is
+        # above; its reset (`Connection._reset`, then this pool's `_keep_session`) rolls
+        # back a transaction (there is none) and forgets the borrower's listeners, as here;
+        # the timeout it runs them in bounds steps that do not wait; and its idle timer is
         # `_close_idle`'s sweep.
+        con._listeners.clear()
+        con._log_listeners.clear()
         holder._timeout = None
         holder._release()
 
@@ -113,8 +120,8 @@ class _Pool(asyncpg.Pool):
     ) -> PoolConnectionProxy[Any]:
         """A connection from the pool (asyncpg's `Pool._acquire`): a free one that is open
         and of the pool's generation at once, by asyncpg's own steps less its two
-        coroutines and its queue's; otherwise (none free, one to reconnect, a pool not
-        open) by asyncpg's own path."""
+        coroutines and its queue's; otherwise (none free, others waiting, one to reconnect,
+        a pool not open, no time to wait) by asyncpg's own path."""
         pool: Any = self  # asyncpg's private state, which its stubs do not declare
         queue = pool._queue
         if (
@@ -122,7 +129,8 @@ class _Pool(asyncpg.Pool):
             or not pool._initialized
             or pool._initializing
             or queue.empty()
-            or queue._getters  # others wait: in asyncpg's path, each takes its turn
+            or queue._getters  # others wait: asyncpg's path, as theirs
+            or (timeout is not None and timeout <= 0)  # asyncpg's: timed out at once
         ):
             return await self._by_asyncpg(timeout)
         holder = queue.get_nowait()

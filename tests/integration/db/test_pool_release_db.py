@@ -1,8 +1,10 @@
 """The pool's acquire and release (db/pool.py, `_Pool`): a free open connection is handed out,
-and one in no transaction goes back, within the task, without a task or a turn of the event
-loop; any other (none free, left in a transaction, of an expired generation, already
-released, closed) goes by asyncpg's own path; and a request cancelled while it holds a
-connection still gives it back."""
+and one in no transaction goes back, by steps that never wait (the release without a task or
+a turn of the event loop); any other (none free, others waiting, left in a transaction, of
+an expired generation, already released, closed) goes by asyncpg's own path; a request
+cancelled while it holds a connection still gives it back; nothing of one borrower (its
+listeners) reaches the next; and the pool's sweep closes idle connections above its
+minimum."""
 
 from __future__ import annotations
 
@@ -165,22 +167,107 @@ async def test_with_none_free_an_acquire_waits_for_the_next_release_and_can_time
     assert one.get_idle_size() == 1
 
 
-async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(
-    one: asyncpg.Pool, database: str
+async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(database: str) -> None:
+    pool = await create_pool(database, min_size=0, max_size=1)  # nothing reconnects it first
+    try:
+        async with pool.acquire() as conn:
+            backend = await conn.fetchval("SELECT pg_backend_pid()")
+        killer = await asyncpg.connect(database)
+        try:
+            await killer.execute("SELECT pg_terminate_backend($1)", backend)
+        finally:
+            await killer.close()
+        async with asyncio.timeout(10):
+            # Until asyncpg sees the server close it (and lets the holder go of it).
+            while (con := pool._holders[0]._con) is not None and not con.is_closed():  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+    finally:
+        await pool.close()
+
+
+async def test_a_free_connection_of_an_expired_generation_is_replaced_on_acquire(
+    one: asyncpg.Pool,
 ) -> None:
     async with one.acquire() as conn:
         backend = await conn.fetchval("SELECT pg_backend_pid()")
-    killer = await asyncpg.connect(database)
-    try:
-        await killer.execute("SELECT pg_terminate_backend($1)", backend)
-    finally:
-        await killer.close()
-    async with asyncio.timeout(10):
-        # Until asyncpg sees the server close it (and lets the holder go of it).
-        while (con := one._holders[0]._con) is not None and not con.is_closed():
-            await asyncio.sleep(0.01)
+    await one.expire_connections()
     async with one.acquire() as conn:
         assert await conn.fetchval("SELECT pg_backend_pid()") != backend
+
+
+async def test_an_acquire_with_no_time_to_wait_times_out_as_asyncpgs_does(
+    one: asyncpg.Pool,
+) -> None:
+    with pytest.raises(TimeoutError):
+        await one.acquire(timeout=0)
+    assert one.get_idle_size() == 1
+
+
+async def test_the_next_borrower_hears_nothing_for_the_last_ones_listeners(
+    one: asyncpg.Pool,
+) -> None:
+    heard: list[str] = []
+    conn = await one.acquire()
+    conn.add_log_listener(lambda _conn, message: heard.append(message.message))
+    await conn.add_listener("bankrail_test", lambda *args: heard.append(args[3]))
+    await conn.execute("DO $$ BEGIN RAISE NOTICE 'first'; END $$")
+    async with asyncio.timeout(10):
+        while heard != ["first"]:
+            await asyncio.sleep(0.01)
+    await conn.execute("UNLISTEN *")  # the server's side; the callbacks stay
+    with pytest.warns(asyncpg.InterfaceWarning, match="listener"):  # as asyncpg warns
+        await one.release(conn)
+    async with one.acquire() as conn:
+        await conn.execute("DO $$ BEGIN RAISE NOTICE 'second'; END $$")
+        await conn.execute("LISTEN bankrail_test")
+        await conn.execute("NOTIFY bankrail_test, 'second'")
+        assert await conn.fetchval("SELECT 10") == 10  # after the notice and notification
+        await conn.execute("UNLISTEN *")
+    assert heard == ["first"]
+
+
+async def test_a_waiter_gets_the_connection_from_a_task_borrowing_in_a_loop(
+    one: asyncpg.Pool,
+) -> None:
+    borrows = 0
+    stop = False
+
+    async def borrow_in_a_loop() -> None:
+        nonlocal borrows
+        while not stop:
+            async with one.acquire() as conn:
+                await conn.fetchval("SELECT 1")
+            borrows += 1
+
+    looping = asyncio.create_task(borrow_in_a_loop())
+    try:
+        async with asyncio.timeout(10):
+            while borrows < 3:
+                await asyncio.sleep(0.01)
+        before = borrows
+        async with one.acquire(timeout=10) as conn:
+            assert await conn.fetchval("SELECT 11") == 11
+        assert borrows - before < 10  # its turn came within a few borrows, not after them all
+    finally:
+        stop = True
+        await looping
+
+
+async def test_a_closing_pool_refuses_a_new_borrower(database: str) -> None:
+    pool = await create_pool(database, min_size=1, max_size=2)
+    held = await pool.acquire()
+    closing = asyncio.create_task(pool.close())
+    try:
+        async with asyncio.timeout(10):
+            while not pool.is_closing():
+                await asyncio.sleep(0)
+        with pytest.raises(asyncpg.InterfaceError, match="closing"):
+            await pool.acquire()
+    finally:
+        await pool.release(held)
+        await closing
 
 
 async def test_a_connection_held_past_the_idle_time_stays_open_and_one_left_idle_is_closed(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -50,7 +51,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 IDLE_SECONDS = 300.0
-"""How long a pooled connection above the pool's minimum may run no query before it is
+"""How long a pooled connection above the pool's minimum may stay unborrowed before it is
 closed (asyncpg's default `max_inactive_connection_lifetime`)."""
 _IDLE_SWEEPS = 10  # per IDLE_SECONDS
 
@@ -70,7 +71,7 @@ class _Pool(asyncpg.Pool):
     by asyncpg's own steps without the coroutines they run in (about 5 µs of a request's
     CPU, both ways); waiting for one, or reconnecting one, is asyncpg's path. And where
     asyncpg arms an idle timer on every release (2-3 µs more), a sweep (`close_idle`) finds
-    the idle connections by their count of queries. Written against asyncpg 0.32's pool
+    the idle connections by their count of releases. Written against asyncpg 0.32's pool
     (pyproject.toml pins the minor version; tests/integration/db/test_pool_release_db.py
     checks both steps that cannot wait, each way by asyncpg's path, and the sweep)."""
 
@@ -95,6 +96,7 @@ class _Pool(asyncpg.Pool):
             or con._protocol.queries_count >= holder._max_queries
             or holder._generation != self._generation
             or self._reset is not _keep_session
+            or holder._max_inactive_time  # asyncpg's idle timer is on: its path arms it
             # Others wait: asyncpg's path, whose task lets the first of them run before
             # this one goes on (without it, a task borrowing in a loop took the connection
             # back every time, and a waiter starved).
@@ -140,6 +142,7 @@ class _Pool(asyncpg.Pool):
             or con.is_closed()
             or holder._generation != pool._generation
             or holder._setup is not None
+            or holder._inactive_callback is not None  # asyncpg's idle timer: its path
         ):
             queue.put_nowait(holder)  # asyncpg's path takes one and reconnects it
             return await self._by_asyncpg(timeout)
@@ -157,35 +160,53 @@ class _Pool(asyncpg.Pool):
 
     def close_idle(self, idle_seconds: float) -> None:
         """From now on, while the pool is open, close each connection above its minimum
-        size that has run no query for `idle_seconds` (as asyncpg's
-        `max_inactive_connection_lifetime` would, within a tenth of it more), found by a
-        sweep every tenth of it."""
-        self._queries_seen: dict[Any, tuple[int, float]] = {}
+        size that has not been borrowed for `idle_seconds` since it was last given back (as
+        asyncpg's `max_inactive_connection_lifetime` would, within a tenth of it more),
+        found by a sweep every tenth of it; 0 closes none (asyncpg's meaning of 0)."""
         pool: Any = self
-        pool._loop.call_later(idle_seconds / _IDLE_SWEEPS, self._close_idle, idle_seconds)
+        previous: asyncio.TimerHandle | None = getattr(self, "_sweep", None)
+        if previous is not None:
+            previous.cancel()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._idle_since: dict[Any, tuple[Any, float]] = {}
+        if idle_seconds > 0:
+            self._sweep = pool._loop.call_later(
+                idle_seconds / _IDLE_SWEEPS, self._sweep_idle, idle_seconds
+            )
 
-    def _close_idle(self, idle_seconds: float) -> None:
+    def _sweep_idle(self, idle_seconds: float) -> None:
         # asyncpg arms a timer on every release and cancels it on every acquire (2-3 µs of
-        # a request, docs/performance.md, "The pool's release"); a sweep tells an idle
-        # connection by its count of queries, which nothing changed for `idle_seconds`.
+        # a request, docs/performance.md, "The pool's release"); the sweep costs requests
+        # nothing.
         pool: Any = self
         if self.is_closing():
+            self._sweep = None
             return
-        now = pool._loop.time()
-        seen = self._queries_seen
+        try:
+            self.close_idle_at(pool._loop.time(), idle_seconds)
+        finally:
+            self._sweep = pool._loop.call_later(
+                idle_seconds / _IDLE_SWEEPS, self._sweep_idle, idle_seconds
+            )
+
+    def close_idle_at(self, now: float, idle_seconds: float) -> None:
+        """One sweep at the loop's time `now`: close each free connection above the pool's
+        minimum that every sweep since `idle_seconds` before `now` saw free and not given
+        back again (the same connection, with the same count of releases)."""
+        pool: Any = self
+        seen = self._idle_since
         for holder in pool._holders:
             con = holder._con
-            if con is None or con.is_closed():
-                seen.pop(holder, None)
+            if con is None or con.is_closed() or holder._in_use is not None:
+                seen.pop(holder, None)  # gone, or borrowed: its idle time starts again
                 continue
-            count = con._protocol.queries_count
+            mark = (con, con._pool_release_ctr)  # a new connection, or a release: new mark
             last = seen.get(holder)
-            if last is None or last[0] != count or holder._in_use is not None:
-                seen[holder] = (count, now)
+            if last is None or last[0] != mark:
+                seen[holder] = (mark, now)
             elif now - last[1] >= idle_seconds:
-                seen.pop(holder)
+                del seen[holder]
                 holder._deactivate_inactive_connection()  # asyncpg's: keeps the minimum
-        pool._loop.call_later(idle_seconds / _IDLE_SWEEPS, self._close_idle, idle_seconds)
 
 
 async def create_pool(
@@ -197,7 +218,7 @@ async def create_pool(
     idle_seconds: float = IDLE_SECONDS,
 ) -> asyncpg.Pool:
     """Open a pool whose connections decode json/jsonb to Python values, and close those
-    above `min_size` that ran no query for `idle_seconds`.
+    above `min_size` not borrowed for `idle_seconds` (0: none).
 
     `statement_cache_size=0` makes asyncpg use unnamed prepared statements only, each parsed
     in the round trip that runs it: what a transaction pooler that hands every transaction

@@ -270,44 +270,96 @@ async def test_a_closing_pool_refuses_a_new_borrower(database: str) -> None:
         await closing
 
 
-async def test_a_connection_held_past_the_idle_time_stays_open_and_one_left_idle_is_closed(
+def _connections(pool: asyncpg.Pool) -> list[Any]:
+    """The pool's open connections."""
+    return [h._con for h in pool._holders if h._con is not None and not h._con.is_closed()]  # type: ignore[attr-defined]
+
+
+async def test_the_sweep_closes_a_connection_not_borrowed_for_the_idle_time(
     database: str,
 ) -> None:
-    """The pool's sweep (asyncpg's per-release idle timer in its stead) closes a connection
-    above the pool's minimum once it has run no query for `idle_seconds`, and never one in
-    use: held for several idle times without a query, it stays open."""
-    pool = await create_pool(database, min_size=0, max_size=1, idle_seconds=0.1)
-    try:
-        async with pool.acquire() as conn:
-            backend = await conn.fetchval("SELECT pg_backend_pid()")
-        async with pool.acquire() as conn:
-            await asyncio.sleep(0.4)  # in use, and idle, for four idle times
-            assert await conn.fetchval("SELECT pg_backend_pid()") == backend
-        async with asyncio.timeout(10):
-            while pool.get_size():  # left idle: closed
-                await asyncio.sleep(0.01)
-        async with pool.acquire() as conn:
-            assert await conn.fetchval("SELECT pg_backend_pid()") != backend
-    finally:
-        await pool.close()
-
-
-async def test_the_pools_minimum_is_kept_open_however_long_it_is_idle(database: str) -> None:
-    pool = await create_pool(database, min_size=1, max_size=2, idle_seconds=0.05)
+    """Swept at made-up times (`close_idle_at`, the pool's own sweep off): a connection
+    is closed once every sweep for the idle time saw it free and not given back again; a
+    borrow starts its time again, and one in use is never closed."""
+    pool = await create_pool(database, min_size=0, max_size=2, idle_seconds=0)
     try:
         first, second = await pool.acquire(), await pool.acquire()
         await pool.release(first)
         await pool.release(second)
+        pool.close_idle_at(100.0, 10)  # type: ignore[attr-defined]
+        pool.close_idle_at(109.9, 10)  # type: ignore[attr-defined]
         assert pool.get_size() == 2
-        async with asyncio.timeout(10):
-            while pool.get_size() > 1:  # the one above the minimum is closed
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # four idle times more, sweeps going on: the minimum stays
-        assert pool.get_size() == 1
-        async with pool.acquire() as conn:
-            assert await conn.fetchval("SELECT 9") == 9
+        async with pool.acquire() as conn:  # borrowed between sweeps, with no query
+            kept = conn._con
+        pool.close_idle_at(110.0, 10)  # type: ignore[attr-defined]
+        assert _connections(pool) == [kept]  # its time started again; the other's did not
+        async with pool.acquire() as conn:  # in use while swept
+            pool.close_idle_at(1000.0, 10)  # type: ignore[attr-defined]
+            pool.close_idle_at(2000.0, 10)  # type: ignore[attr-defined]
+            assert _connections(pool) == [kept]
+        pool.close_idle_at(2000.5, 10)  # type: ignore[attr-defined]
+        pool.close_idle_at(2010.4, 10)  # type: ignore[attr-defined]
+        assert _connections(pool) == [kept]
+        pool.close_idle_at(2010.5, 10)  # type: ignore[attr-defined]
+        assert pool.get_size() == 0
     finally:
         await pool.close()
+
+
+async def test_a_reconnected_connections_idle_time_starts_when_it_is_first_seen(
+    database: str,
+) -> None:
+    pool = await create_pool(database, min_size=0, max_size=1, idle_seconds=0)
+    try:
+        async with pool.acquire() as conn:
+            await conn.fetchval("SELECT 1")
+        pool.close_idle_at(0.0, 10)  # type: ignore[attr-defined]
+        await pool.expire_connections()
+        async with pool.acquire() as conn:  # a new connection, on the same holder
+            await conn.fetchval("SELECT 1")
+        pool.close_idle_at(10.0, 10)  # type: ignore[attr-defined]
+        assert pool.get_size() == 1
+        pool.close_idle_at(20.0, 10)  # type: ignore[attr-defined]
+        assert pool.get_size() == 0
+    finally:
+        await pool.close()
+
+
+async def test_the_sweep_keeps_the_pools_minimum(database: str) -> None:
+    pool = await create_pool(database, min_size=1, max_size=2, idle_seconds=0)
+    try:
+        first, second = await pool.acquire(), await pool.acquire()
+        await pool.release(first)
+        await pool.release(second)
+        pool.close_idle_at(0.0, 10)  # type: ignore[attr-defined]
+        pool.close_idle_at(10.0, 10)  # type: ignore[attr-defined]
+        (floor,) = _connections(pool)
+        for now in (20.0, 30.0, 1000.0):  # the minimum is neither closed nor replaced
+            pool.close_idle_at(now, 10)  # type: ignore[attr-defined]
+            await asyncio.sleep(0)  # a turn for asyncpg's upkeep of the minimum, if it ran
+            assert _connections(pool) == [floor]
+    finally:
+        await pool.close()
+
+
+async def test_the_pools_own_sweep_closes_an_idle_connection_and_stops_with_the_pool(
+    database: str,
+) -> None:
+    pool = await create_pool(database, min_size=0, max_size=1, idle_seconds=0.1)
+    async with pool.acquire() as conn:
+        await conn.fetchval("SELECT 1")
+    async with asyncio.timeout(10):
+        while pool.get_size():
+            await asyncio.sleep(0.01)
+    await pool.close()
+    async with asyncio.timeout(10):
+        while pool._sweep is not None:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
+    off = await create_pool(database, min_size=0, max_size=1, idle_seconds=0)
+    try:
+        assert off._sweep is None  # type: ignore[attr-defined]  # 0: none closed, as asyncpg's 0
+    finally:
+        await off.close()
 
 
 async def test_a_closing_pool_refuses_to_hand_out_connections(database: str) -> None:

@@ -110,7 +110,7 @@ class _Pool(asyncpg.Pool):
         # above; its reset (`Connection._reset`, then this pool's `_keep_session`) rolls
         # back a transaction (there is none) and forgets the borrower's listeners, as here;
         # the timeout it runs them in bounds steps that do not wait; and its idle timer is
-        # `_close_idle`'s sweep.
+        # `close_idle`'s sweep.
         con._listeners.clear()
         con._log_listeners.clear()
         holder._timeout = None

@@ -163,16 +163,19 @@ class _Pool(asyncpg.Pool):
         size that has not been borrowed for `idle_seconds` since it was last given back (as
         asyncpg's `max_inactive_connection_lifetime` would, within a tenth of it more),
         found by a sweep every tenth of it; 0 closes none (asyncpg's meaning of 0)."""
-        pool: Any = self
         previous: asyncio.TimerHandle | None = getattr(self, "_sweep", None)
         if previous is not None:
             previous.cancel()
         self._sweep: asyncio.TimerHandle | None = None
         self._idle_since: dict[Any, tuple[Any, float]] = {}
         if idle_seconds > 0:
-            self._sweep = pool._loop.call_later(
-                idle_seconds / _IDLE_SWEEPS, self._sweep_idle, idle_seconds
-            )
+            self._next_sweep(idle_seconds)
+
+    def _next_sweep(self, idle_seconds: float) -> None:
+        pool: Any = self
+        self._sweep = pool._loop.call_later(
+            idle_seconds / _IDLE_SWEEPS, self._sweep_idle, idle_seconds
+        )
 
     def _sweep_idle(self, idle_seconds: float) -> None:
         # asyncpg arms a timer on every release and cancels it on every acquire (2-3 µs of
@@ -185,9 +188,7 @@ class _Pool(asyncpg.Pool):
         try:
             self.close_idle_at(pool._loop.time(), idle_seconds)
         finally:
-            self._sweep = pool._loop.call_later(
-                idle_seconds / _IDLE_SWEEPS, self._sweep_idle, idle_seconds
-            )
+            self._next_sweep(idle_seconds)
 
     def close_idle_at(self, now: float, idle_seconds: float) -> None:
         """One sweep at the loop's time `now`: close each free connection above the pool's

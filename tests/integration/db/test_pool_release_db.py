@@ -9,6 +9,7 @@ minimum."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +18,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from bankrail.db.pool import create_pool
+from bankrail.db.pool import IDLE_SECONDS, create_pool
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -28,6 +29,27 @@ async def one(database: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await create_pool(database, min_size=1, max_size=1)
     yield pool
     await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _pool(
+    database: str, *, min_size: int, max_size: int, idle_seconds: float = IDLE_SECONDS
+) -> AsyncIterator[asyncpg.Pool]:
+    """A pool of the test's own sizes (`idle_seconds=0`: its own sweep off), closed after."""
+    pool = await create_pool(
+        database, min_size=min_size, max_size=max_size, idle_seconds=idle_seconds
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def _opened(pool: asyncpg.Pool, count: int) -> None:
+    """Open `count` connections at once and give them all back."""
+    held = [await pool.acquire() for _ in range(count)]
+    for conn in held:
+        await pool.release(conn)
 
 
 async def _returned(pool: asyncpg.Pool) -> None:
@@ -168,8 +190,7 @@ async def test_with_none_free_an_acquire_waits_for_the_next_release_and_can_time
 
 
 async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(database: str) -> None:
-    pool = await create_pool(database, min_size=0, max_size=1)  # nothing reconnects it first
-    try:
+    async with _pool(database, min_size=0, max_size=1) as pool:  # nothing reconnects it first
         async with pool.acquire() as conn:
             backend = await conn.fetchval("SELECT pg_backend_pid()")
         killer = await asyncpg.connect(database)
@@ -183,8 +204,6 @@ async def test_a_free_connection_closed_while_idle_is_replaced_on_acquire(databa
                 await asyncio.sleep(0.01)
         async with pool.acquire() as conn:
             assert await conn.fetchval("SELECT pg_backend_pid()") != backend
-    finally:
-        await pool.close()
 
 
 async def test_a_free_connection_of_an_expired_generation_is_replaced_on_acquire(
@@ -281,11 +300,8 @@ async def test_the_sweep_closes_a_connection_not_borrowed_for_the_idle_time(
     """Swept at made-up times (`close_idle_at`, the pool's own sweep off): a connection
     is closed once every sweep for the idle time saw it free and not given back again; a
     borrow starts its time again, and one in use is never closed."""
-    pool = await create_pool(database, min_size=0, max_size=2, idle_seconds=0)
-    try:
-        first, second = await pool.acquire(), await pool.acquire()
-        await pool.release(first)
-        await pool.release(second)
+    async with _pool(database, min_size=0, max_size=2, idle_seconds=0) as pool:
+        await _opened(pool, 2)
         pool.close_idle_at(100.0, 10)  # type: ignore[attr-defined]
         pool.close_idle_at(109.9, 10)  # type: ignore[attr-defined]
         assert pool.get_size() == 2
@@ -302,15 +318,12 @@ async def test_the_sweep_closes_a_connection_not_borrowed_for_the_idle_time(
         assert _connections(pool) == [kept]
         pool.close_idle_at(2010.5, 10)  # type: ignore[attr-defined]
         assert pool.get_size() == 0
-    finally:
-        await pool.close()
 
 
 async def test_a_reconnected_connections_idle_time_starts_when_it_is_first_seen(
     database: str,
 ) -> None:
-    pool = await create_pool(database, min_size=0, max_size=1, idle_seconds=0)
-    try:
+    async with _pool(database, min_size=0, max_size=1, idle_seconds=0) as pool:
         async with pool.acquire() as conn:
             await conn.fetchval("SELECT 1")
         pool.close_idle_at(0.0, 10)  # type: ignore[attr-defined]
@@ -321,16 +334,11 @@ async def test_a_reconnected_connections_idle_time_starts_when_it_is_first_seen(
         assert pool.get_size() == 1
         pool.close_idle_at(20.0, 10)  # type: ignore[attr-defined]
         assert pool.get_size() == 0
-    finally:
-        await pool.close()
 
 
 async def test_the_sweep_keeps_the_pools_minimum(database: str) -> None:
-    pool = await create_pool(database, min_size=1, max_size=2, idle_seconds=0)
-    try:
-        first, second = await pool.acquire(), await pool.acquire()
-        await pool.release(first)
-        await pool.release(second)
+    async with _pool(database, min_size=1, max_size=2, idle_seconds=0) as pool:
+        await _opened(pool, 2)
         pool.close_idle_at(0.0, 10)  # type: ignore[attr-defined]
         pool.close_idle_at(10.0, 10)  # type: ignore[attr-defined]
         (floor,) = _connections(pool)
@@ -338,8 +346,6 @@ async def test_the_sweep_keeps_the_pools_minimum(database: str) -> None:
             pool.close_idle_at(now, 10)  # type: ignore[attr-defined]
             await asyncio.sleep(0)  # a turn for asyncpg's upkeep of the minimum, if it ran
             assert _connections(pool) == [floor]
-    finally:
-        await pool.close()
 
 
 async def test_the_pools_own_sweep_closes_an_idle_connection_and_stops_with_the_pool(
@@ -355,14 +361,11 @@ async def test_the_pools_own_sweep_closes_an_idle_connection_and_stops_with_the_
     async with asyncio.timeout(10):
         while pool._sweep is not None:  # type: ignore[attr-defined]
             await asyncio.sleep(0.01)
-    off = await create_pool(database, min_size=0, max_size=1, idle_seconds=0)
-    try:
+    async with _pool(database, min_size=0, max_size=1, idle_seconds=0) as off:
         assert off._sweep is None  # type: ignore[attr-defined]  # 0: none closed, as asyncpg's 0
-    finally:
-        await off.close()
 
 
-async def test_a_closing_pool_refuses_to_hand_out_connections(database: str) -> None:
+async def test_a_closed_pool_refuses_to_hand_out_connections(database: str) -> None:
     pool = await create_pool(database, min_size=1, max_size=1)
     await pool.close()
     with pytest.raises(asyncpg.InterfaceError):

@@ -74,8 +74,9 @@ def _parse_request(frame: bytes) -> tuple[int, _Work]:
 
 
 def _serve(sock: socket.socket) -> None:
-    """A worker's loop: read (id, work) frames, answer (id, verified) frames, until EOF."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
+    """A worker's loop: read (id, work) frames, answer (id, verified) frames, until EOF.
+    Each answer is written as soon as it is known (docs/performance.md, "The verifier's
+    answers")."""
     keys: dict[bytes, ec.EllipticCurvePublicKey] = {}
     incoming = sock.makefile("rb")
     while True:
@@ -236,4 +237,5 @@ class VerifierProcesses:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops us
     _serve(socket.socket(fileno=int(sys.argv[1])))

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import struct
+import threading
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
 from bankrail.security import signing
-from bankrail.security.verifier import VerifierProcesses
+from bankrail.security.verifier import VerifierProcesses, _request_frame, _serve
 from support.processes import alive, children, command_line
 
 pytestmark = pytest.mark.slow  # starts and kills worker processes
@@ -159,3 +162,76 @@ def _command(pid: int) -> str:
 def test_at_least_one_process() -> None:
     with pytest.raises(ValueError, match="at least one"):
         VerifierProcesses(0)
+
+
+async def test_verifications_sent_together_are_each_answered_for_their_own_request(
+    verifier: VerifierProcesses,
+) -> None:
+    # Sent in one turn of the loop, they reach each worker as one write: every answer must
+    # still be its own request's.
+    signed = [_signed_inputs() for _ in range(5)]
+    changed = [_signed_inputs(sent_body=_BODY.replace(b"100", b"900")) for _ in range(5)]
+    asked = [
+        (work, verdict)
+        for i in range(16)
+        for work, verdict in (
+            (signed[i % 5], True),
+            (changed[i % 5], False),
+        )
+    ]
+    async with asyncio.timeout(30):  # an answer lost or given to another request never comes
+        answers = await asyncio.gather(*(verifier.verify(*work) for work, _ in asked))
+    assert answers == [verdict for _, verdict in asked]
+
+
+async def test_a_request_larger_than_one_read_is_verified(verifier: VerifierProcesses) -> None:
+    body = b'{"amount_in_minor": 100, "metadata": {"note": "' + b"x" * 600_000 + b'"}}'
+    private = signing.generate_private_key()
+    signature = signing.sign_request(
+        private,
+        "kid-1",
+        method="POST",
+        path=_PATH,
+        headers=[("Idempotency-Key", "key-1")],
+        body=body,
+    )
+    der, inputs = signing.verification_inputs(
+        signing.parse_signature(signature),
+        method="POST",
+        path=_PATH,
+        headers=_HEADERS,
+        body=body,
+        required_headers=("Idempotency-Key",),
+    )
+    key_der = private.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    assert await verifier.verify(key_der, der, inputs)
+    assert not await verifier.verify(key_der, der, tuple(data[:-1] for data in inputs))
+
+
+def test_a_worker_answers_frames_however_they_are_split_and_stops_at_the_end() -> None:
+    # The worker's own loop on a socket pair: frames written a few bytes at a time, and
+    # several in one write, are each answered once, in order; closing our end ends it.
+    ours, theirs = socket.socketpair()
+    ours.settimeout(10)  # a lost frame fails the test instead of hanging it
+    worker = threading.Thread(target=_serve, args=(theirs,), daemon=True)
+    worker.start()
+    signed, changed = _signed_inputs(), _signed_inputs(sent_body=_BODY.replace(b"100", b"900"))
+    frames = [_request_frame(ident, signed if ident % 3 else changed) for ident in range(12)]
+    wire = b"".join(struct.pack("!i", len(frame)) + frame for frame in frames)
+    split = len(wire) // 3
+    for at in range(0, split, 7):  # the first third in pieces of 7 bytes
+        ours.sendall(wire[at : min(at + 7, split)])
+    ours.sendall(wire[split:])  # the rest at once
+    answers = ours.makefile("rb")
+    got = []
+    for _ in frames:
+        (length,) = struct.unpack("!i", answers.read(4))
+        got.append(struct.unpack("!Q?", answers.read(length)))
+    assert got == [(ident, bool(ident % 3)) for ident in range(12)]
+    ours.shutdown(socket.SHUT_WR)
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    ours.close()
+    theirs.close()

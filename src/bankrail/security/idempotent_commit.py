@@ -4,11 +4,15 @@ API's writes) run in one transaction per batch, each exactly once per key.
 
 One statement takes the batch's keys' locks and reads their stored answers; one statement
 per kind of row locks and reads the rows the batch's effects act on (`LockedEffect`: the
-payment and mandate actions); each request whose key is free runs its effect in a savepoint
-of its own, so that its failure (a 4xx, or any other error) undoes only its own writes (the
-savepoints are released by the commit, not one by one); one statement stores the answers.
-Every result is handed back only after the transaction that holds it has committed
-(db/group_commit.py).
+payment and mandate actions); then the effects run in order, and one statement stores the
+answers. A request's failure (a 4xx, or any other error) undoes only its own writes: the
+effects first run with no savepoint of their own, one statement fewer per request; when one
+fails having used the connection, the batch goes back to the savepoint taken after its read
+and is decided again with each effect in a savepoint of its own (released by the commit, not
+one by one). An effect that fails without using the connection had written nothing, and
+costs the batch nothing. So an effect may run twice in its batch; only the last run is
+committed. Every result is handed back only after the transaction that holds it has
+committed (db/group_commit.py).
 The rules of a key (in flight, reused, replayed, expired) are `idempotency.claim`'s, as for
 every other request.
 """
@@ -19,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import asyncpg
 
@@ -33,7 +37,13 @@ from bankrail.security.idempotency import (
     key_item,
     runs_in_batch,
 )
-from bankrail.security.keyed_batch import KeyedAcceptor, Unstored, decide_batch
+from bankrail.security.keyed_batch import (
+    Decided,
+    KeyedAcceptor,
+    Steps,
+    Unstored,
+    decide_batch,
+)
 
 __all__ = ["IdempotentCommit", "IdempotentWork", "LockedEffect", "Result", "run_batch"]
 
@@ -83,15 +93,40 @@ class IdempotentWork:
     store_client_errors: bool = True
 
 
-IN_FLIGHT = 4
+IN_FLIGHT = 2
 """Batches committed at once: an effect that waits for a row another transaction holds (a
 payment a job is advancing) holds up its own batch, not every idempotent write of the
-process."""
+process. Two, not more: fewer batches at once are larger ones, each commit shared by more
+requests (docs/performance.md, "A step of the authorisation flow")."""
 _CLAIM = "SELECT * FROM bankrail_claim_idempotency_keys($1::jsonb)"
 _STORE = "SELECT bankrail_store_idempotent_answers($1)"
-# A request's effect runs after the first and is undone by the second (`_Steps.decide`).
+# A request's effect runs after the first and is undone by the second (`_Steps.decide`, when
+# the batch is decided again with a savepoint per effect).
 _SAVEPOINT = "SAVEPOINT idempotent_effect"
 _UNDO = "ROLLBACK TO SAVEPOINT idempotent_effect"
+# Taken once the batch is read; the batch goes back to it to be decided again (`_decide`).
+_BATCH_SAVEPOINT = "SAVEPOINT idempotent_batch"
+_BATCH_UNDO = "ROLLBACK TO SAVEPOINT idempotent_batch"
+
+
+class _Again(Exception):
+    """An effect run without a savepoint of its own failed after using the connection: what
+    it wrote can be undone only with the batch's other effects, which are then run again."""
+
+
+class _Watched:
+    """The batch's connection as one effect is given it, noting whether the effect used it
+    (any attribute: a statement, a transaction, a prepared statement)."""
+
+    __slots__ = ("_conn", "used")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.used = False
+
+    def __getattr__(self, name: str) -> Any:
+        self.used = True
+        return getattr(self._conn, name)
 
 
 @dataclass
@@ -118,12 +153,13 @@ class _Batch:
             self.locked[query] = {row["id"]: row for row in rows}
 
     def run(
-        self, effect: Handler | LockedEffect[tuple[int, bytes]]
+        self, effect: Handler | LockedEffect[tuple[int, bytes]], conn: Connection
     ) -> Awaitable[tuple[int, bytes]]:
-        """The effect, given its row while that is as the batch read it (`LockedEffect`)."""
+        """The effect on `conn` (the batch's connection, or it watched), given its row while
+        that is as the batch read it (`LockedEffect`)."""
         if not isinstance(effect, LockedEffect):
             self.locked.clear()  # it may have written any row
-            return effect(self.conn)
+            return effect(conn)
         # Another query's rows are dropped: this effect may write them.
         rows = self.locked.get(effect.query, {})
         self.locked = {effect.query: rows}
@@ -132,7 +168,7 @@ class _Batch:
             del rows[effect.row_id]  # handed once: the effect may change it
         else:
             row = None  # not found, or another owner's: left for its owner's request
-        return effect.effect(self.conn, row)
+        return effect.effect(conn, row)
 
 
 def _runs(work: IdempotentWork, claim: Any) -> bool:
@@ -143,7 +179,13 @@ def _runs(work: IdempotentWork, claim: Any) -> bool:
 
 class _Steps:
     """The read, rules and write of idempotent requests (security/keyed_batch.py): the
-    batch's state is its connection, on which each effect runs, and its locked rows."""
+    batch's state is its connection, on which each effect runs, and its locked rows. With
+    `savepoints`, each effect runs in a savepoint of its own; without, the batch takes one
+    savepoint after its read, and an effect that fails having used the connection makes the
+    batch be decided again with them (`_decide`)."""
+
+    def __init__(self, *, savepoints: bool) -> None:
+        self.savepoints = savepoints
 
     async def read(
         self, conn: Connection, batch: Sequence[IdempotentWork]
@@ -153,19 +195,37 @@ class _Steps:
         rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
         state = _Batch(conn)
         await state.lock(batch, rows)
+        if not self.savepoints:
+            await conn.execute(_BATCH_SAVEPOINT)
         return rows, state
 
     async def decide(
         self, work: IdempotentWork, row: Any, state: _Batch
     ) -> tuple[tuple[int, bytes], None]:
-        """The request's effect, in a savepoint of its own: its failure undoes only its own
-        writes, and is its own (`Unstored`) unless the batch's transaction is gone. The
-        savepoint is not released: the batch's commit releases it with the others, one
-        statement fewer per request (each effect's savepoint, of one name, is the latest)."""
+        """The request's effect: its failure undoes only its own writes, and is its own
+        (`Unstored`) unless the batch's transaction is gone."""
+        if self.savepoints:
+            return await self._in_savepoint(work, state), None
+        watched = _Watched(state.conn)
+        try:
+            return await state.run(work.effect, cast(Connection, watched)), None
+        except Exception as error:
+            if isinstance(error, _BATCH_ERRORS):
+                raise
+            if watched.used:  # it may have written: undone with the batch (`_decide`)
+                raise _Again from error
+            if isinstance(error, ProblemError):
+                raise
+            raise Unstored(error) from error
+
+    async def _in_savepoint(self, work: IdempotentWork, state: _Batch) -> tuple[int, bytes]:
+        """The effect in a savepoint of its own, undone when it fails. The savepoint is not
+        released: the batch's commit releases it with the others, one statement fewer per
+        request (each effect's savepoint, of one name, is the latest)."""
         conn = state.conn
         await conn.execute(_SAVEPOINT)
         try:
-            return await state.run(work.effect), None
+            return await state.run(work.effect, conn)
         except BaseException as error:
             await conn.execute(_UNDO)
             if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(
@@ -179,7 +239,25 @@ class _Steps:
         await conn.execute(_STORE, answers.rows)
 
 
-STEPS = _Steps()
+STEPS = _Steps(savepoints=False)
+_WITH_SAVEPOINTS = _Steps(savepoints=True)
+
+
+async def _decide(
+    conn: Connection,
+    steps: Steps[IdempotentWork, _Batch, None],
+    batch: Sequence[IdempotentWork],
+    render_problem: ProblemRenderer | None,
+    trace_ids: Sequence[str] | None = None,
+) -> list[Decided[None]]:
+    """`decide_batch` with `steps` (STEPS: no savepoint per effect); when an effect fails
+    having used the connection, the batch goes back to the savepoint taken after its read
+    and is decided again with a savepoint per effect."""
+    try:
+        return await decide_batch(conn, steps, batch, render_problem, trace_ids)
+    except _Again:
+        await conn.execute(_BATCH_UNDO)
+        return await decide_batch(conn, _WITH_SAVEPOINTS, batch, render_problem, trace_ids)
 
 
 async def run_batch(
@@ -189,7 +267,7 @@ async def run_batch(
     return each request's result in order: its answer (stored under its key: the effect's,
     or its 4xx problem rendered), a stored answer replayed, or what to raise (the key in
     flight or reused, an unstored problem, the effect's error)."""
-    return [result for result, _ in await decide_batch(conn, STEPS, batch, render_problem)]
+    return [result for result, _ in await _decide(conn, STEPS, batch, render_problem)]
 
 
 class IdempotentCommit(KeyedAcceptor[IdempotentWork, _Batch, None]):
@@ -204,4 +282,4 @@ class IdempotentCommit(KeyedAcceptor[IdempotentWork, _Batch, None]):
         max_batch: int = 64,
         in_flight: int = IN_FLIGHT,
     ) -> None:
-        super().__init__(pool, STEPS, render_problem, max_batch, in_flight)
+        super().__init__(pool, STEPS, render_problem, max_batch, in_flight, decide=_decide)

@@ -13,7 +13,7 @@ An area supplies only its three steps (`Steps`): its read, its rules and its wri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -31,6 +31,7 @@ from bankrail.security.idempotency import (
 
 __all__ = [
     "Answer",
+    "BatchDecider",
     "Decided",
     "KeyedAcceptor",
     "KeyedItem",
@@ -165,10 +166,24 @@ async def decide_batch(
     return decided
 
 
+BatchDecider = Callable[
+    [
+        Connection,
+        Steps[Item, State, Created],
+        Sequence[Item],
+        ProblemRenderer | None,
+        Sequence[str] | None,
+    ],
+    Awaitable[list[Decided[Created]]],
+]
+"""What decides a batch in its transaction: `decide_batch`, or an area's way of running it."""
+
+
 class KeyedAcceptor(Generic[Item, State, Created]):
-    """Group commit of an area's keyed requests within one process: `decide_batch` in one
-    transaction per batch of at most `max_batch`, `in_flight` batches at once. Every answer
-    is handed back only after the transaction that holds it has committed."""
+    """Group commit of an area's keyed requests within one process: `decide` (by default
+    `decide_batch`) in one transaction per batch of at most `max_batch`, `in_flight` batches
+    at once. Every answer is handed back only after the transaction that holds it has
+    committed."""
 
     def __init__(
         self,
@@ -177,14 +192,13 @@ class KeyedAcceptor(Generic[Item, State, Created]):
         render_problem: ProblemRenderer,
         max_batch: int = 64,
         in_flight: int = 1,
+        decide: BatchDecider[Item, State, Created] = decide_batch,
     ) -> None:
         async def run(
             conn: Connection, batch: Sequence[tuple[Item, str]]
         ) -> list[Decided[Created]]:
             items = [item for item, _ in batch]
-            return await decide_batch(
-                conn, steps, items, render_problem, [trace for _, trace in batch]
-            )
+            return await decide(conn, steps, items, render_problem, [trace for _, trace in batch])
 
         # Each item with the trace id of the request that submitted it.
         self._commits: GroupCommit[tuple[Item, str], Decided[Created]] = GroupCommit(

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bankrail.testing import BankrailWebhooks
 from support.api import MerchantClient, Operator, operator_of
@@ -207,6 +209,7 @@ def test_a_non_2xx_local_answer_is_retried_until_answered(
         return Answer(503 if index == 0 else 200)
 
     app = WebhookReceiver(first_fails)
+    before = _attempts_counted(bankrail)
     listen = Listen(bankrail, merchant, workdir, app.url + "/hooks", str(uuid.uuid4()))
     try:
         listen.wait_attached()
@@ -226,10 +229,30 @@ def test_a_non_2xx_local_answer_is_retried_until_answered(
             return [d["status"] for d in items if d["listener_id"] is not None]
 
         wait_until(lambda: listener_statuses() == ["delivered"], "the delivery answered")
+
+        # Each answer the CLI reported is counted once as an attempt (no registered URI:
+        # no other attempt is made for this merchant).
+        def counted() -> dict[str, float]:
+            now = _attempts_counted(bankrail)
+            return {outcome: now.get(outcome, 0) - before.get(outcome, 0) for outcome in now}
+
+        wait_until(lambda: counted().get("delivered", 0) >= 1, "the answers counted")
+        assert {k: v for k, v in counted().items() if v} == {"http_error": 1, "delivered": 1}
     finally:
         listen.stop()
         app.close()
     assert len(app.snapshot()) == 2
+
+
+def _attempts_counted(server: RunningServer) -> dict[str, float]:
+    """`bankrail_webhook_attempts_total` by outcome, as the server's /metrics gives it now."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "bankrail_webhook_attempts_total"
+    }
 
 
 def test_with_no_uri_registered_the_signature_covers_the_local_path(

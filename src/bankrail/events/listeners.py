@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from bankrail.core.metrics import record_webhook_attempt
 from bankrail.core.problems import Conflict, NotFound
 from bankrail.core.timefmt import iso_utc
 from bankrail.db.pool import Connection
@@ -203,7 +202,6 @@ async def record_answer(
         row["window_start"],
         row["lease_until"],
     )
-    record_webhook_attempt(outcome.status_code)
     await record_outcomes(conn, [(claimed, outcome)], now)
     state = await conn.fetchrow(
         "SELECT status, attempt_count, next_attempt_at FROM webhook_deliveries WHERE id = $1",

@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 
+from bankrail.core.metrics import record_webhook_attempt
 from bankrail.core.threadlane import CRYPTO
 from bankrail.db.pool import Connection
 from bankrail.events import listeners, service
@@ -27,7 +28,7 @@ from bankrail.http.openapi import (
     Responses,
 )
 from bankrail.http.pipeline import MERCHANT, NOBODY, OPERATOR, SIGNED, Call, Endpoint, routes
-from bankrail.http.responses import json_response
+from bankrail.http.responses import ReplayedResponse, json_response
 
 DeliveryStatus = Literal["pending", "delivered", "discarded", "skipped"]
 
@@ -295,9 +296,14 @@ async def answer_listener_delivery(call: Call[ListenerAnswer, None]) -> Response
         )
 
     scope = f"v3:{merchant.merchant_id}"
-    return await respond_once(
+    response = await respond_once(
         context, call.request, scope=scope, key=call.key, body=call.raw, effect=effect
     )
+    # Counted once committed (an effect may run again before its batch commits), and not
+    # for a replay of an answer already counted.
+    if response.status_code == 200 and not isinstance(response, ReplayedResponse):
+        record_webhook_attempt(answer.status_code)
+    return response
 
 
 _LISTENER = {"listener_id": uuid.UUID}

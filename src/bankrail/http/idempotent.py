@@ -70,10 +70,12 @@ async def respond_once(
     store_client_errors: bool = True,
 ) -> Response:
     """Run `effect` once and answer its (status, JSON value): in a transaction committed with
-    the other requests of the moment (security/idempotent_commit.py), in a savepoint of its
-    own. An effect on one row (`LockedEffect`) is given that row when its batch read and
-    locked it and nothing of the batch can have changed it since, else None (it reads the
-    row itself).
+    the other requests of the moment (security/idempotent_commit.py); its failure undoes its
+    own writes only. It may run again before its batch commits, only the committed run
+    counting, so it acts only through `conn` (count or announce anything else once this
+    returns). An effect on one row (`LockedEffect`) is given that row when its batch read
+    and locked it and nothing of the batch can have changed it since, else None (it reads
+    the row itself).
 
     With a key, the answer is stored with the effect and replayed byte for byte to a repeat
     of the same request within the validity window (docs/api.md). Answers under a scope that

@@ -5,14 +5,16 @@ API's writes) run in one transaction per batch, each exactly once per key.
 One statement takes the batch's keys' locks and reads their stored answers; one statement
 per kind of row locks and reads the rows the batch's effects act on (`LockedEffect`: the
 payment and mandate actions); then the effects run in order, and one statement stores the
-answers. A request's failure (a 4xx, or any other error) undoes only its own writes: the
-effects first run with no savepoint of their own, one statement fewer per request; when one
-fails having used the connection, the batch goes back to the savepoint taken after its read
-and is decided again with each effect in a savepoint of its own (released by the commit, not
-one by one). An effect that fails without using the connection had written nothing, and
-costs the batch nothing. So an effect may run twice in its batch; only the last run is
-committed. Every result is handed back only after the transaction that holds it has
-committed (db/group_commit.py).
+answers. A request's failure (a 4xx, or any other error) undoes only its own writes: an
+effect runs in a savepoint of its own (released by the commit, not one by one), except an
+action handed its row as the batch read it (the payment and mandate actions on the rows the
+batch locked), which runs without one: one statement fewer per request. When such an action
+fails having used the connection, the batch goes back to a savepoint taken after its read
+and is decided again with a savepoint for every effect; one that fails before using it had
+written nothing and costs the batch nothing. So an effect may run more than once before its
+batch commits (as when PostgreSQL rolls a batch back to break a deadlock); only the
+committed run's writes and answer remain. Every result is handed back only after the
+transaction that holds it has committed (db/group_commit.py).
 The rules of a key (in flight, reused, replayed, expired) are `idempotency.claim`'s, as for
 every other request.
 """
@@ -152,23 +154,30 @@ class _Batch:
             )
             self.locked[query] = {row["id"]: row for row in rows}
 
-    def run(
-        self, effect: Handler | LockedEffect[tuple[int, bytes]], conn: Connection
-    ) -> Awaitable[tuple[int, bytes]]:
-        """The effect on `conn` (the batch's connection, or it watched), given its row while
-        that is as the batch read it (`LockedEffect`)."""
+    def hand(self, effect: Handler | LockedEffect[tuple[int, bytes]]) -> Any | None:
+        """The row a `LockedEffect` acts on while that is as the batch read it, handed once
+        (the effect may change it); None for any other effect, or when the row was not
+        found, is another owner's, or may have changed."""
         if not isinstance(effect, LockedEffect):
-            self.locked.clear()  # it may have written any row
-            return effect(conn)
+            self.locked.clear()  # it may write any row
+            return None
         # Another query's rows are dropped: this effect may write them.
         rows = self.locked.get(effect.query, {})
         self.locked = {effect.query: rows}
         row = rows.get(effect.row_id)
-        if row is not None and effect.owner in (None, row["merchant_id"]):
-            del rows[effect.row_id]  # handed once: the effect may change it
-        else:
-            row = None  # not found, or another owner's: left for its owner's request
+        if row is None or effect.owner not in (None, row["merchant_id"]):
+            return None  # not found, or another owner's: left for its owner's request
+        del rows[effect.row_id]
+        return row
+
+
+def _run(
+    effect: Handler | LockedEffect[tuple[int, bytes]], conn: Connection, row: Any | None
+) -> Awaitable[tuple[int, bytes]]:
+    """The effect on `conn`, given `row` if it acts on one (`LockedEffect`)."""
+    if isinstance(effect, LockedEffect):
         return effect.effect(conn, row)
+    return effect(conn)
 
 
 def _runs(work: IdempotentWork, claim: Any) -> bool:
@@ -179,10 +188,13 @@ def _runs(work: IdempotentWork, claim: Any) -> bool:
 
 class _Steps:
     """The read, rules and write of idempotent requests (security/keyed_batch.py): the
-    batch's state is its connection, on which each effect runs, and its locked rows. With
-    `savepoints`, each effect runs in a savepoint of its own; without, the batch takes one
-    savepoint after its read, and an effect that fails having used the connection makes the
-    batch be decided again with them (`_decide`)."""
+    batch's state is its connection, on which each effect runs, and its locked rows.
+
+    An effect runs in a savepoint of its own, undone when it fails, unless it is handed its
+    row (`LockedEffect`: a payment or mandate action on a row the batch read) and the steps
+    are not `savepoints`: then it runs without one, and if it fails having used the
+    connection, the batch goes back to the savepoint taken after its read and is decided
+    again with a savepoint for every effect (`_decide`)."""
 
     def __init__(self, *, savepoints: bool) -> None:
         self.savepoints = savepoints
@@ -191,11 +203,12 @@ class _Steps:
         self, conn: Connection, batch: Sequence[IdempotentWork]
     ) -> tuple[list[Any], _Batch]:
         """The keys' locks and stored answers (`bankrail_claim_idempotency_keys`), then the
-        rows the effects act on (`LockedEffect`), locked."""
+        rows the effects act on (`LockedEffect`), locked; and the batch's savepoint when
+        some effect may run without one of its own."""
         rows = await conn.fetch(_CLAIM, [key_item(work.keyed) for work in batch])
         state = _Batch(conn)
         await state.lock(batch, rows)
-        if not self.savepoints:
+        if not self.savepoints and any(state.locked.values()):
             await conn.execute(_BATCH_SAVEPOINT)
         return rows, state
 
@@ -204,11 +217,12 @@ class _Steps:
     ) -> tuple[tuple[int, bytes], None]:
         """The request's effect: its failure undoes only its own writes, and is its own
         (`Unstored`) unless the batch's transaction is gone."""
-        if self.savepoints:
-            return await self._in_savepoint(work, state), None
+        handed = state.hand(work.effect)
+        if self.savepoints or handed is None:
+            return await _in_savepoint(work, state.conn, handed), None
         watched = _Watched(state.conn)
         try:
-            return await state.run(work.effect, cast(Connection, watched)), None
+            return await _run(work.effect, cast(Connection, watched), handed), None
         except Exception as error:
             if isinstance(error, _BATCH_ERRORS):
                 raise
@@ -218,25 +232,25 @@ class _Steps:
                 raise
             raise Unstored(error) from error
 
-    async def _in_savepoint(self, work: IdempotentWork, state: _Batch) -> tuple[int, bytes]:
-        """The effect in a savepoint of its own, undone when it fails. The savepoint is not
-        released: the batch's commit releases it with the others, one statement fewer per
-        request (each effect's savepoint, of one name, is the latest)."""
-        conn = state.conn
-        await conn.execute(_SAVEPOINT)
-        try:
-            return await state.run(work.effect, conn)
-        except BaseException as error:
-            await conn.execute(_UNDO)
-            if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(
-                error, Exception
-            ):
-                raise
-            raise Unstored(error) from error
-
     async def write(self, conn: Connection, state: _Batch, answers: AnswersToStore) -> None:
         """The answers, in one statement."""
         await conn.execute(_STORE, answers.rows)
+
+
+async def _in_savepoint(
+    work: IdempotentWork, conn: Connection, row: Any | None
+) -> tuple[int, bytes]:
+    """The effect in a savepoint of its own, undone when it fails. The savepoint is not
+    released: the batch's commit releases it with the others, one statement fewer per
+    request (each effect's savepoint, of one name, is the latest)."""
+    await conn.execute(_SAVEPOINT)
+    try:
+        return await _run(work.effect, conn, row)
+    except BaseException as error:
+        await conn.execute(_UNDO)
+        if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(error, Exception):
+            raise
+        raise Unstored(error) from error
 
 
 STEPS = _Steps(savepoints=False)

@@ -145,55 +145,6 @@ async def test_a_statement_postgresql_refuses_undoes_only_its_own_request(
     assert await _effects(pool) == ["after", "before"]
 
 
-async def test_answers_are_the_committed_runs_when_a_failure_makes_the_batch_run_again(
-    pool: asyncpg.Pool,
-) -> None:
-    # The failing request wrote before it failed: the batch is undone and run again, each
-    # effect in a savepoint. Each answer must name the row its committed run wrote.
-    await _prepare(pool)
-    refused = _work("refused", "k1", fails=NotFound("gone"))
-    results = await _batch(pool, _work("before", "k0"), refused, _work("after", "k2"))
-    async with pool.acquire() as conn:
-        rows = {r["name"]: str(r["id"]) for r in await conn.fetch("SELECT id, name FROM effects")}
-    assert set(rows) == {"before", "after"}
-    answered = [orjson.loads(r[1]) for r in results if isinstance(r, tuple) and r[0] == 201]
-    assert answered == [{"id": rows["before"]}, {"id": rows["after"]}]
-    assert isinstance(results[1], tuple)
-    assert results[1][0] == 404
-
-
-async def test_an_effect_that_fails_without_using_the_connection_costs_the_batch_nothing(
-    pool: asyncpg.Pool,
-) -> None:
-    await _prepare(pool)
-    runs: list[str] = []
-
-    def counted(work: IdempotentWork, name: str) -> IdempotentWork:
-        effect = work.effect
-        assert not isinstance(effect, LockedEffect)
-
-        async def run(conn: Connection) -> tuple[int, bytes]:
-            runs.append(name)
-            return await effect(conn)
-
-        return IdempotentWork(work.keyed, run, work.now)
-
-    async def conflict(conn: Connection) -> tuple[int, bytes]:
-        runs.append("conflict")
-        raise ProblemError(CONFLICT, "not now")  # decided before any statement
-
-    keyed = KeyedRequest("v3:test", "kc", fingerprint("POST", "/x", b"c"), TTL)
-    results = await _batch(
-        pool,
-        counted(_work("before", "k0"), "before"),
-        IdempotentWork(keyed, conflict, NOW),
-        counted(_work("after", "k1"), "after"),
-    )
-    assert runs == ["before", "conflict", "after"]  # each once: nothing was undone
-    assert [r[0] for r in results if isinstance(r, tuple)] == [201, 409, 201]
-    assert await _effects(pool) == ["after", "before"]
-
-
 async def test_requests_sent_together_share_a_commit(pool: asyncpg.Pool) -> None:
     await _prepare(pool)
     commit = IdempotentCommit(pool, render)
@@ -313,13 +264,6 @@ def _increment(
     return IdempotentWork(keyed, LockedEffect(query, row_id, owner, effect), now)
 
 
-def _committed(given: list[int | None], effects: int) -> list[int | None]:
-    """What each of the batch's `effects` was given in the run that was committed: when an
-    effect fails having used the connection, the batch is undone and its effects run again
-    (each appending to `given` again)."""
-    return given[-effects:]
-
-
 async def _values_and_lock_calls(pool: asyncpg.Pool) -> tuple[list[int], list[list[uuid.UUID]]]:
     async with pool.acquire() as conn:
         rows = await conn.fetch("SELECT value FROM counters ORDER BY id")
@@ -359,7 +303,7 @@ async def test_the_rows_are_locked_until_the_batch_commits_and_only_the_owners(
     assert isinstance(mine, tuple)
     assert isinstance(refused, tuple)
     assert refused[0] == 404
-    assert _committed(given, 2) == [0, None]
+    assert given == [0, None]
     assert (await _values_and_lock_calls(pool))[0] == [1, 0, 0]
 
 
@@ -377,7 +321,7 @@ async def test_a_row_named_by_another_owner_first_is_handed_to_its_owner_only(
     assert isinstance(results[0], tuple)
     assert results[0][0] == 404
     assert results[1] == (200, orjson.dumps({"value": 1}))
-    assert _committed(given, 2) == [None, 0]
+    assert given == [None, 0]
 
 
 async def test_only_a_request_that_will_run_locks_its_row(pool: asyncpg.Pool) -> None:
@@ -426,7 +370,8 @@ async def test_a_row_whose_effect_was_undone_is_read_again(pool: asyncpg.Pool) -
     results = await _batch(pool, failing, _increment(row_id, "k1", given))
     assert isinstance(results[0], RuntimeError)
     assert results[1] == (200, orjson.dumps({"value": 1}))  # from the row as it is, undone
-    assert _committed(given, 2) == [0, None]
+    # It wrote, then failed without a savepoint of its own: the batch ran again with them.
+    assert given == [0, 0, None]
     assert (await _values_and_lock_calls(pool))[0] == [1]
 
 
@@ -468,7 +413,79 @@ async def test_an_effect_whose_row_is_not_found_is_given_none(pool: asyncpg.Pool
     [result] = await _batch(pool, _increment(uuid.uuid4(), "k0", given))
     assert isinstance(result, tuple)
     assert result[0] == 404
-    assert _committed(given, 1) == [None]
+    assert given == [None]
+
+
+def _stamp(
+    row_id: uuid.UUID,
+    key: str,
+    runs: list[str],
+    *,
+    fails_before: Exception | None = None,
+    fails_after: Exception | None = None,
+) -> IdempotentWork:
+    """An action on a counter (handed its row by the batch) that writes a row named `key`
+    with a new id and answers that id; it notes each run in `runs`, and raises
+    `fails_before` before any statement or `fails_after` after its write."""
+
+    async def effect(conn: Connection, row: Any | None) -> tuple[int, bytes]:
+        assert row is not None  # each counter is acted on once: its row is handed
+        runs.append(key)
+        if fails_before is not None:
+            raise fails_before
+        row_id = uuid.uuid4()
+        await conn.execute("INSERT INTO effects (id, name) VALUES ($1, $2)", row_id, key)
+        if fails_after is not None:
+            raise fails_after
+        return 201, orjson.dumps({"id": str(row_id)})
+
+    keyed = KeyedRequest("v3:test", key, fingerprint("POST", "/s", key.encode()), TTL)
+    return IdempotentWork(keyed, LockedEffect(_LOCK, row_id, OWNER, effect), NOW)
+
+
+async def test_an_action_that_fails_after_writing_leaves_only_the_committed_runs_answers(
+    pool: asyncpg.Pool,
+) -> None:
+    # Handed its row, an action runs without a savepoint of its own: when it fails after a
+    # write, the batch is undone and run again with savepoints. Each answer must be its
+    # committed run's (the id of the row that run wrote), and the failed write must be gone.
+    await _prepare(pool)
+    ids = await _counters(pool, 3)
+    runs: list[str] = []
+    results = await _batch(
+        pool,
+        _stamp(ids[0], "k0", runs),
+        _stamp(ids[1], "k1", runs, fails_after=NotFound("gone")),
+        _stamp(ids[2], "k2", runs),
+    )
+    async with pool.acquire() as conn:
+        rows = {r["name"]: str(r["id"]) for r in await conn.fetch("SELECT id, name FROM effects")}
+    assert set(rows) == {"k0", "k2"}
+    assert results[0] == (201, orjson.dumps({"id": rows["k0"]}))
+    assert isinstance(results[1], tuple)
+    assert results[1][0] == 404  # stored under its key, and replayed
+    assert results[2] == (201, orjson.dumps({"id": rows["k2"]}))
+    assert runs == ["k0", "k1", "k0", "k1", "k2"]  # the batch ran again from its start
+    again = await _batch(pool, *(_stamp(i, f"k{n}", runs) for n, i in enumerate(ids)))
+    assert again == results  # byte for byte, and no action ran again
+    assert len(runs) == 5
+
+
+async def test_an_action_that_fails_before_using_the_connection_costs_the_batch_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    await _prepare(pool)
+    ids = await _counters(pool, 3)
+    runs: list[str] = []
+    results = await _batch(
+        pool,
+        _stamp(ids[0], "k0", runs),
+        _stamp(ids[1], "k1", runs, fails_before=ProblemError(CONFLICT, "not now")),
+        _stamp(ids[2], "k2", runs),
+    )
+    assert runs == ["k0", "k1", "k2"]  # each once: nothing had to be undone
+    assert [r[0] for r in results if isinstance(r, tuple)] == [201, 409, 201]
+    assert await _effects(pool) == ["k0", "k2"]
 
 
 async def test_each_request_of_a_batch_is_refused_under_its_own_trace_id(

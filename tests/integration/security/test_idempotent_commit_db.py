@@ -443,21 +443,30 @@ def _stamp(
     return IdempotentWork(keyed, LockedEffect(_LOCK, row_id, OWNER, effect), NOW)
 
 
-async def test_an_action_that_fails_after_writing_leaves_only_the_committed_runs_answers(
-    pool: asyncpg.Pool,
-) -> None:
-    # Handed its row, an action runs without a savepoint of its own: when it fails after a
-    # write, the batch is undone and run again with savepoints. Each answer must be its
-    # committed run's (the id of the row that run wrote), and the failed write must be gone.
+async def _three_actions(
+    pool: asyncpg.Pool, **middle: Exception
+) -> tuple[list[uuid.UUID], list[Result], list[str]]:
+    """Three actions k0, k1, k2 on three counters in one batch, the middle one failing as
+    `middle` says (`_stamp`): the counters, the results and the runs noted."""
     await _prepare(pool)
     ids = await _counters(pool, 3)
     runs: list[str] = []
     results = await _batch(
         pool,
         _stamp(ids[0], "k0", runs),
-        _stamp(ids[1], "k1", runs, fails_after=NotFound("gone")),
+        _stamp(ids[1], "k1", runs, **middle),
         _stamp(ids[2], "k2", runs),
     )
+    return ids, results, runs
+
+
+async def test_an_action_that_fails_after_writing_leaves_only_the_committed_runs_answers(
+    pool: asyncpg.Pool,
+) -> None:
+    # Handed its row, an action runs without a savepoint of its own: when it fails after a
+    # write, the batch is undone and run again with savepoints. Each answer must be its
+    # committed run's (the id of the row that run wrote), and the failed write must be gone.
+    ids, results, runs = await _three_actions(pool, fails_after=NotFound("gone"))
     async with pool.acquire() as conn:
         rows = {r["name"]: str(r["id"]) for r in await conn.fetch("SELECT id, name FROM effects")}
     assert set(rows) == {"k0", "k2"}
@@ -474,15 +483,7 @@ async def test_an_action_that_fails_after_writing_leaves_only_the_committed_runs
 async def test_an_action_that_fails_before_using_the_connection_costs_the_batch_nothing(
     pool: asyncpg.Pool,
 ) -> None:
-    await _prepare(pool)
-    ids = await _counters(pool, 3)
-    runs: list[str] = []
-    results = await _batch(
-        pool,
-        _stamp(ids[0], "k0", runs),
-        _stamp(ids[1], "k1", runs, fails_before=ProblemError(CONFLICT, "not now")),
-        _stamp(ids[2], "k2", runs),
-    )
+    _, results, runs = await _three_actions(pool, fails_before=ProblemError(CONFLICT, "not now"))
     assert runs == ["k0", "k1", "k2"]  # each once: nothing had to be undone
     assert [r[0] for r in results if isinstance(r, tuple)] == [201, 409, 201]
     assert await _effects(pool) == ["k0", "k2"]

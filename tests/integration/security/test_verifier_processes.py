@@ -26,10 +26,10 @@ _HEADERS = {"idempotency-key": "key-1"}
 
 
 def _signed_inputs(
-    path: str = _PATH, sent_body: bytes = _BODY
+    path: str = _PATH, sent_body: bytes = _BODY, signed_body: bytes = _BODY
 ) -> tuple[bytes, bytes, tuple[bytes, ...]]:
     """A key's DER and the signature and inputs of a request signed with it over `path` and
-    `_BODY`, sent to `_PATH` with `sent_body`."""
+    `signed_body`, sent to `_PATH` with `sent_body`."""
     private = signing.generate_private_key()
     signature = signing.sign_request(
         private,
@@ -37,7 +37,7 @@ def _signed_inputs(
         method="POST",
         path=path,
         headers=[("Idempotency-Key", "key-1")],
-        body=_BODY,
+        body=signed_body,
     )
     der, inputs = signing.verification_inputs(
         signing.parse_signature(signature),
@@ -186,26 +186,7 @@ async def test_verifications_sent_together_are_each_answered_for_their_own_reque
 
 async def test_a_request_larger_than_one_read_is_verified(verifier: VerifierProcesses) -> None:
     body = b'{"amount_in_minor": 100, "metadata": {"note": "' + b"x" * 600_000 + b'"}}'
-    private = signing.generate_private_key()
-    signature = signing.sign_request(
-        private,
-        "kid-1",
-        method="POST",
-        path=_PATH,
-        headers=[("Idempotency-Key", "key-1")],
-        body=body,
-    )
-    der, inputs = signing.verification_inputs(
-        signing.parse_signature(signature),
-        method="POST",
-        path=_PATH,
-        headers=_HEADERS,
-        body=body,
-        required_headers=("Idempotency-Key",),
-    )
-    key_der = private.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    key_der, der, inputs = _signed_inputs(sent_body=body, signed_body=body)
     assert await verifier.verify(key_der, der, inputs)
     assert not await verifier.verify(key_der, der, tuple(data[:-1] for data in inputs))
 

@@ -210,7 +210,8 @@ def test_a_non_2xx_local_answer_is_retried_until_answered(
 
     app = WebhookReceiver(first_fails)
     before = _attempts_counted(bankrail)
-    listen = Listen(bankrail, merchant, workdir, app.url + "/hooks", str(uuid.uuid4()))
+    listener_id = str(uuid.uuid4())
+    listen = Listen(bankrail, merchant, workdir, app.url + "/hooks", listener_id)
     try:
         listen.wait_attached()
         top_up(operator, merchant)
@@ -237,6 +238,21 @@ def test_a_non_2xx_local_answer_is_retried_until_answered(
             return {outcome: now.get(outcome, 0) - before.get(outcome, 0) for outcome in now}
 
         wait_until(lambda: counted().get("delivered", 0) >= 1, "the answers counted")
+        assert {k: v for k, v in counted().items() if v} == {"http_error": 1, "delivered": 1}
+        # An answer refused (the delivery no longer awaits one; an unknown delivery) is no
+        # attempt: nothing more is counted.
+        [delivery] = [
+            d["id"]
+            for d in operator.get(
+                "/admin/webhook-deliveries", merchant_id=merchant.merchant_id
+            ).json()["items"]
+            if d["listener_id"] is not None
+        ]
+        answers = f"/v3/webhook-listeners/{listener_id}/deliveries/{{}}/answers"
+        late = merchant.signed_post(answers.format(delivery), {"status_code": 200})
+        assert late.status_code == 409, late.text
+        unknown = merchant.signed_post(answers.format(uuid.uuid4()), {"status_code": 200})
+        assert unknown.status_code == 404, unknown.text
         assert {k: v for k, v in counted().items() if v} == {"http_error": 1, "delivered": 1}
     finally:
         listen.stop()

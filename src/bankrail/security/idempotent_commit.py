@@ -97,9 +97,9 @@ class IdempotentWork:
 
 IN_FLIGHT = 2
 """Batches committed at once: an effect that waits for a row another transaction holds (a
-payment a job is advancing) holds up its own batch, not every idempotent write of the
-process. Two, not more: fewer batches at once are larger ones, each commit shared by more
-requests (docs/performance.md, "A step of the authorisation flow")."""
+payment a job is advancing) holds up its own batch while the other goes on. Two, not more:
+fewer batches at once are larger ones, each commit shared by more requests
+(docs/performance.md, "A step of the authorisation flow")."""
 _CLAIM = "SELECT * FROM bankrail_claim_idempotency_keys($1::jsonb)"
 _STORE = "SELECT bankrail_store_idempotent_answers($1)"
 # A request's effect runs after the first and is undone by the second (`_Steps.decide`, when

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import asyncpg
 
@@ -224,13 +224,9 @@ class _Steps:
         try:
             return await _run(work.effect, cast(Connection, watched), handed), None
         except Exception as error:
-            if isinstance(error, _BATCH_ERRORS):
-                raise
-            if watched.used:  # it may have written: undone with the batch (`_decide`)
-                raise _Again from error
-            if isinstance(error, ProblemError):
-                raise
-            raise Unstored(error) from error
+            if watched.used and not isinstance(error, _BATCH_ERRORS):
+                raise _Again from error  # it may have written: undone with the batch
+            _raise_as_its_own(error)
 
     async def write(self, conn: Connection, state: _Batch, answers: AnswersToStore) -> None:
         """The answers, in one statement."""
@@ -248,9 +244,16 @@ async def _in_savepoint(
         return await _run(work.effect, conn, row)
     except BaseException as error:
         await conn.execute(_UNDO)
-        if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(error, Exception):
-            raise
-        raise Unstored(error) from error
+        _raise_as_its_own(error)
+
+
+def _raise_as_its_own(error: BaseException) -> NoReturn:
+    """Raise a failed effect's `error` as its request is to meet it: a problem (its 4xx), an
+    error of the batch's transaction, or what is no `Exception` (a cancellation) as it is;
+    any other error as `Unstored`, the request's own."""
+    if isinstance(error, (ProblemError, *_BATCH_ERRORS)) or not isinstance(error, Exception):
+        raise error
+    raise Unstored(error) from error
 
 
 STEPS = _Steps(savepoints=False)

@@ -47,7 +47,7 @@ _ANSWER = struct.Struct("!Q?")  # id, verified
 _KEYS_PER_WORKER = 1_000
 # How many verifications a worker may have queued before the next goes to another: a worker
 # with work queued is awake, and writing to it costs one write; writing to a sleeping one
-# wakes it too (docs/performance.md, "Which worker verifies").
+# wakes it too (docs/performance.md, "Which verifier takes a signature").
 _AWAKE_QUEUE = 4
 
 _Work = tuple[bytes, bytes, tuple[bytes, ...]]  # public key DER, signature DER, inputs

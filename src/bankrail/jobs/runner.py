@@ -68,6 +68,9 @@ class BackgroundLoop:
 
     async def _run(self) -> None:
         while not self._stopped.is_set():
+            # Cleared before the steps look, not after: a wake that comes while they run
+            # announces work they may have looked for too early, and must not be lost.
+            self._wake.clear()
             did = 0
             for step in self._steps:
                 if self._stopped.is_set():
@@ -82,7 +85,6 @@ class BackgroundLoop:
             if self._stopped.is_set():
                 return
             if did == 0:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._poll_interval)
             elif self._gather:

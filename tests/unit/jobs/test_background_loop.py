@@ -63,3 +63,27 @@ async def test_after_an_idle_round_a_wake_runs_the_steps_without_the_gather() ->
         assert ran_at - woken_at < 30
     finally:
         await loop.stop()
+
+
+async def test_a_wake_while_the_steps_run_is_not_lost() -> None:
+    """Work committed after a step looked, announced while the round is still running: the
+    loop runs its steps again at once, not after the poll."""
+    work = _Work()
+    first = True
+
+    async def step() -> int:
+        nonlocal first
+        if first:  # looks too early, then the work and its notice arrive
+            first = False
+            work.queued = 1
+            loop.wake()
+            return 0
+        return await work.step()
+
+    loop = BackgroundLoop("test", [step], poll_interval=60)
+    loop.start()
+    try:
+        while sum(taken for _, taken in work.rounds) < 1:
+            await work.next_round()  # would time out if the loop waited the poll
+    finally:
+        await loop.stop()

@@ -45,10 +45,6 @@ _REQUEST = struct.Struct("!QHHB")  # id, key length, signature length, number of
 _INPUT = struct.Struct("!I")
 _ANSWER = struct.Struct("!Q?")  # id, verified
 _KEYS_PER_WORKER = 1_000
-# How many verifications a worker may have queued before the next goes to another: a worker
-# with work queued is awake, and writing to it costs one write; writing to a sleeping one
-# wakes it too (docs/performance.md, "Which verifier takes a signature").
-_AWAKE_QUEUE = 4
 
 _Work = tuple[bytes, bytes, tuple[bytes, ...]]  # public key DER, signature DER, inputs
 
@@ -133,16 +129,6 @@ class _Worker:
             self.writer.write(data)
 
 
-def _worker_for(workers: Sequence[_Worker]) -> _Worker:
-    """The worker the next verification goes to: the one with the most queued while that is
-    under `_AWAKE_QUEUE` (it is awake: another stays asleep), else the one with the least.
-    With none queued anywhere, the first."""
-    awake = [w for w in workers if 0 < len(w.pending) < _AWAKE_QUEUE]
-    if awake:
-        return max(awake, key=lambda w: len(w.pending))
-    return min(workers, key=lambda w: len(w.pending))
-
-
 class VerifierProcesses:
     """`processes` worker processes, started on first use, that verify ES512 signatures."""
 
@@ -174,7 +160,7 @@ class VerifierProcesses:
         ident = next(self._ids)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[ident] = future
-        worker = _worker_for(self._workers)
+        worker = min(self._workers, key=lambda w: len(w.pending))
         worker.pending[ident] = work
         worker.send(_request_frame(ident, work))
         try:

@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from bankrail.security import signing
-from bankrail.security.verifier import _AWAKE_QUEUE, VerifierProcesses, _request_frame, _serve
+from bankrail.security.verifier import VerifierProcesses, _request_frame, _serve
 from support.processes import alive, children, command_line
 
 pytestmark = pytest.mark.slow  # starts and kills worker processes
@@ -182,21 +182,6 @@ async def test_verifications_sent_together_are_each_answered_for_their_own_reque
     async with asyncio.timeout(30):  # an answer lost or given to another request never comes
         answers = await asyncio.gather(*(verifier.verify(*work) for work, _ in asked))
     assert answers == [verdict for _, verdict in asked]
-
-
-async def test_verifications_arriving_together_fill_one_queue_before_the_next(
-    verifier: VerifierProcesses,
-) -> None:
-    """A burst is split by the queue's bound, not spread one by one: the first worker takes
-    `_AWAKE_QUEUE` before the second wakes, and every answer is still its own request's."""
-    good = _signed_inputs()
-    bad = _signed_inputs(signed_body=b"something else")
-    assert await verifier.verify(*good)  # both workers started, nothing queued
-    works = [good if n % 2 == 0 else bad for n in range(2 * _AWAKE_QUEUE)]
-    calls = [asyncio.create_task(verifier.verify(*work)) for work in works]
-    await asyncio.sleep(0)  # each call has queued its verification and waits for its answer
-    assert sorted(len(w.pending) for w in verifier._workers) == [_AWAKE_QUEUE, _AWAKE_QUEUE]
-    assert await asyncio.gather(*calls) == [work is good for work in works]
 
 
 async def test_a_request_larger_than_one_read_is_verified(verifier: VerifierProcesses) -> None:

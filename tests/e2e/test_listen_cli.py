@@ -19,12 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from bankrail.testing import BankrailWebhooks
 from support.api import MerchantClient, Operator, operator_of
+from support.metrics import scrape_metrics
 from support.receiver import Answer, Received, WebhookReceiver
 from support.server import RunningServer, own_server
 
@@ -262,13 +261,7 @@ def test_a_non_2xx_local_answer_is_retried_until_answered(
 
 def _attempts_counted(server: RunningServer) -> dict[str, float]:
     """`bankrail_webhook_attempts_total` by outcome, as the server's /metrics gives it now."""
-    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
-    return {
-        sample.labels["outcome"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "bankrail_webhook_attempts_total"
-    }
+    return scrape_metrics(server.base_url).labels("bankrail_webhook_attempts_total", "outcome")
 
 
 def test_with_no_uri_registered_the_signature_covers_the_local_path(

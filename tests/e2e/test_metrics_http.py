@@ -23,50 +23,14 @@ from payout_helpers import (
     payout_body,
     wait_payout_status,
 )
-from prometheus_client.parser import text_string_to_metric_families
 from test_production_mode_http import PRODUCTION, _log_documents
 
 from support.api import Operator
+from support.metrics import Scrape, scrape_metrics
 from support.receiver import Answer, Received, WebhookReceiver
 from support.server import RunningServer, own_server
 
 PAYOUT_ROUTE = "/v3/payouts/{payout_id}"
-
-
-class Scrape:
-    """One /metrics answer, parsed with the Prometheus client's own parser."""
-
-    def __init__(self, answer: httpx.Response) -> None:
-        assert answer.status_code == 200, answer.text
-        assert answer.headers["content-type"].startswith("text/plain")
-        self.answer = answer
-        self.text = answer.text
-        self.samples = [
-            sample
-            for family in text_string_to_metric_families(self.text)
-            for sample in family.samples
-        ]
-
-    def value(self, name: str, **labels: str) -> float:
-        """The sum of the samples called `name` carrying these labels (0 when none)."""
-        return sum(
-            s.value
-            for s in self.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
-
-    def labels(self, name: str, label: str) -> dict[str, float]:
-        """The values of `name` by one label, summed over the others."""
-        found: dict[str, float] = collections.defaultdict(float)
-        for s in self.samples:
-            if s.name == name:
-                found[s.labels[label]] += s.value
-        return dict(found)
-
-
-def _scrape(base_url: str, token: str | None = None) -> Scrape:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return Scrape(httpx.get(f"{base_url}/metrics", headers=headers, timeout=30))
 
 
 # --- the session's sandbox server --------------------------------------------------------------
@@ -81,7 +45,7 @@ def test_requests_are_counted_by_route_template_with_latency(
     )
     merchant.token()
     unknown_path = f"/no/such/route/{uuid.uuid4()}"
-    before = _scrape(server.base_url)
+    before = scrape_metrics(server.base_url)
 
     reads = 3
     for _ in range(reads):
@@ -89,7 +53,7 @@ def test_requests_are_counted_by_route_template_with_latency(
     missing = str(uuid.uuid4())
     assert merchant.get(f"/v3/payouts/{missing}").status_code == 404
     assert httpx.get(server.base_url + unknown_path).status_code == 404
-    after = _scrape(server.base_url)
+    after = scrape_metrics(server.base_url)
 
     def delta(name: str, **labels: str) -> float:
         return after.value(name, **labels) - before.value(name, **labels)
@@ -120,9 +84,9 @@ def test_requests_are_counted_by_route_template_with_latency(
 
 
 def test_a_served_page_is_not_counted_as_unmatched(server: RunningServer) -> None:
-    before = _scrape(server.base_url)
+    before = scrape_metrics(server.base_url)
     assert httpx.get(f"{server.base_url}/openapi.json", timeout=30).status_code == 200
-    after = _scrape(server.base_url)
+    after = scrape_metrics(server.base_url)
     unmatched = "bankrail_http_requests_total"
     assert after.value(unmatched, route="unmatched") == before.value(unmatched, route="unmatched")
 
@@ -141,7 +105,7 @@ def flaky_receiver(receiver: WebhookReceiver) -> WebhookReceiver:
 def test_business_state_webhooks_and_the_pool_are_reported(
     server: RunningServer, operator: Operator, flaky_receiver: WebhookReceiver
 ) -> None:
-    before = _scrape(server.base_url)
+    before = scrape_metrics(server.base_url)
     merchant = funded_merchant(operator, flaky_receiver, gbp=5_000)
     payout_id = create_payout(
         merchant, payout_body(merchant, "GBP", 1_000, external_beneficiary(GB_IBAN))
@@ -161,7 +125,7 @@ def test_business_state_webhooks_and_the_pool_are_reported(
 
     def counted() -> Scrape | None:
         # Counted and recorded just after the receiver answers: poll for it.
-        scrape = _scrape(server.base_url)
+        scrape = scrape_metrics(server.base_url)
         attempts = "bankrail_webhook_attempts_total"
         done = (
             grown(scrape, attempts, 1, outcome="http_error")
@@ -207,7 +171,7 @@ HOST_ID = "metrics-host-7"
 
 
 def test_every_series_and_log_line_names_the_host(two_workers: RunningServer) -> None:
-    scrape = _scrape(two_workers.base_url, two_workers.admin_token)
+    scrape = scrape_metrics(two_workers.base_url, two_workers.admin_token)
     assert scrape.samples
     assert {s.labels.get("host") for s in scrape.samples} == {HOST_ID}
     documents = _log_documents(two_workers)
@@ -254,7 +218,7 @@ def test_counts_from_every_api_process_are_summed(two_workers: RunningServer) ->
     route = {"method": "GET", "route": "/healthz"}
 
     def scrapes_from_both() -> bool:
-        scrape = _scrape(two_workers.base_url, two_workers.admin_token)
+        scrape = scrape_metrics(two_workers.base_url, two_workers.admin_token)
         pid = wait_for(
             lambda: _access_pids(two_workers, "/metrics").get(
                 scrape.answer.headers["svc-trace-id"]
@@ -298,7 +262,7 @@ FAMILIES = (
 
 @pytest.mark.slow  # two_workers: a server of its own, with two API processes
 def test_each_metric_family_is_described_once(two_workers: RunningServer) -> None:
-    scrape = _scrape(two_workers.base_url, two_workers.admin_token)
+    scrape = scrape_metrics(two_workers.base_url, two_workers.admin_token)
     declared = [line.split()[2] for line in scrape.text.splitlines() if line.startswith("# TYPE")]
     repeated = sorted(n for n, c in collections.Counter(declared).items() if c > 1)
     assert repeated == []
@@ -307,7 +271,7 @@ def test_each_metric_family_is_described_once(two_workers: RunningServer) -> Non
 
 
 def test_each_metric_family_is_described_once_with_one_process(server: RunningServer) -> None:
-    scrape = _scrape(server.base_url)
+    scrape = scrape_metrics(server.base_url)
     declared = [line.split()[2] for line in scrape.text.splitlines() if line.startswith("# TYPE")]
     assert len(declared) == len(set(declared)), declared
     assert [family for family in FAMILIES if family not in declared] == []

@@ -1,7 +1,8 @@
 """The request log's writer process (http/request_log_writer.py) in a real `bankrail serve`:
-it runs beside the API process, one that dies is replaced without losing the entries captured
-after it died, and a stop signalled to the whole process group (Ctrl-C, a service manager's
-stop) still writes every entry the API had captured before the process exits."""
+it runs beside the API process at the lowest CPU priority, one that dies is replaced without
+losing the entries captured after it died, and a stop signalled to the whole process group
+(Ctrl-C, a service manager's stop) still writes every entry the API had captured before the
+process exits."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import asyncpg
 from bench.processes import server_processes
 
+from bankrail.http.request_log_writer import NICENESS
 from support.api import MerchantClient, operator_of
 from support.databases import run
 from support.server import RunningServer, own_server
@@ -52,6 +54,25 @@ async def _logged(dsn: str, merchant_id: str) -> int:
 def _read(merchant: MerchantClient, times: int) -> None:
     for _ in range(times):
         assert merchant.get(PATH).status_code == 200
+
+
+def test_the_writer_runs_at_the_lowest_priority_and_the_api_at_its_own(pg_server: str) -> None:
+    """On a machine whose cores are busy, the requests' processes run before the writer, whose
+    work holds no request up (docs/performance.md, "The writer's priority")."""
+    with own_server(pg_server, {}) as running:
+        assert running.process is not None
+        with operator_of(running) as operator:
+            merchant = operator.new_merchant()
+            _read(merchant, 1)
+            # Written: the writer has started, and set its priority before it took the batch.
+            dsn = running.env["DATABASE_URL"]
+            assert wait_for(lambda: run(_logged(dsn, merchant.merchant_id)) == 1, what="1")
+            [writer] = _writers(running)
+            assert NICENESS == 19
+            assert os.getpriority(os.PRIO_PROCESS, writer) == NICENESS
+            # The serving process keeps the priority it was started with (this test's).
+            own = os.getpriority(os.PRIO_PROCESS, 0)
+            assert os.getpriority(os.PRIO_PROCESS, running.process.pid) == own < NICENESS
 
 
 def test_the_writer_is_replaced_when_it_dies_and_a_stop_of_the_group_writes_everything(

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import marshal
+import os
 import pickle
 import re
 import signal
@@ -46,6 +47,7 @@ from bankrail.db.pool import connect, encode_jsonb
 
 __all__ = [
     "BODY_LIMIT",
+    "NICENESS",
     "NOT_STORED",
     "Entry",
     "WriterProcess",
@@ -430,6 +432,13 @@ _READY_SECONDS = 30.0  # for a new writer to start (import, read its settings)
 _LIVED_SECONDS = 10.0  # a writer that died younger than this is restarted after a pause
 _MOST_PAUSE = 30.0  # seconds: the longest pause before starting another writer
 
+NICENESS = 19
+"""The writer's CPU priority, as nice(1) counts it: the lowest. Its work never holds a request
+up, so on a machine whose cores are all busy the requests' processes run first and the writer
+takes the time they leave (docs/performance.md, "The writer's priority"); a writer that falls
+behind meanwhile fills the serving process's bounded buffer, past which entries are dropped
+and counted."""
+
 
 @dataclass(frozen=True, slots=True)
 class WriterSettings:
@@ -637,6 +646,10 @@ class WriterProcess:
 
 
 def _main() -> None:
+    # Raising one's own niceness needs no privilege; where the system refuses it anyway, the
+    # writer runs at its parent's priority, as it did before.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
     # The serving process decides when the writer ends (by closing the channel once it has
     # handed over what it buffered); a Ctrl-C or SIGTERM sent to the whole group must not
     # end the writer first. It answers `_READY` only once these are ignored.

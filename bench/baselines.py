@@ -47,6 +47,17 @@ def verify_rate(seconds: float) -> float:
     return verified / (time.perf_counter() - started)
 
 
+def verify_control(around_seconds: float, seconds: float) -> float:
+    """A loop that only verifies, read as the bench reads a write: its rate (`seconds`
+    long) as a share of the verify rate read just before and just after it (each
+    `around_seconds` long). On a machine whose speed holds it is 1; how far it strays says
+    how far any share of the verify rate measured there may stray by the machine alone."""
+    before = verify_rate(around_seconds)
+    during = verify_rate(seconds)
+    after = verify_rate(around_seconds)
+    return during / ((before + after) / 2)
+
+
 def _typical_request() -> tuple[bytes, list[tuple[str, str]]]:
     body = b'{"merchant_account_id":"' + str(uuid.uuid4()).encode() + b'","amount_in_minor":100}'
     return body, [("Idempotency-Key", str(uuid.uuid4()))]

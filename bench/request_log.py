@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from bench.baselines import verify_control
 from bench.http_scenarios import (
     TARGET_P99_MS,
     TARGET_VERIFY_SHARE,
@@ -111,6 +112,7 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         turns: dict[str, dict[str, list[dict[str, float]]]] = {
             kind: {"on": [], "off": []} for kind in (*KINDS, PACED)
         }
+        controls: list[float] = []
         for i in range(rounds):
             order = ("on", "off") if i % 2 == 0 else ("off", "on")
             for name in order:
@@ -132,6 +134,11 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
                 turns[PACED][name].append(
                     await _paced(sides[name], requests, concurrency, paced_rate)
                 )
+            for server in servers.values():
+                await idle(server)
+            # As long as the round's turns of payouts took, each between its own two readings.
+            took = [requests / turns["post_payouts"][name][-1]["requests_per_s"] for name in order]
+            controls.append(verify_control(VERIFY_SECONDS, statistics.mean(took)))
         for server in servers.values():
             await idle(server)  # the last paced loop's entries
         written = {name: await _entries(server) for name, server in servers.items()}
@@ -152,7 +159,34 @@ async def request_log_cost(requests: int, concurrency: int, rounds: int) -> dict
         **{kind: _figures(turns[kind]) for kind in KINDS},
         PACED: paced_latencies(turns[PACED]),
         "targets": targets_by_setting(turns, baseline),
+        "verify_control": control_summary(controls),
     }
+
+
+def control_summary(shares: list[float]) -> dict[str, Any]:
+    """The rounds' controls (`verify_control`): how many, their median and their range;
+    `{}` when there were none."""
+    if not shares:
+        return {}
+    return {
+        "readings": len(shares),
+        "median": statistics.median(shares),
+        "lowest": min(shares),
+        "highest": max(shares),
+    }
+
+
+def control_line(control: dict[str, Any]) -> str | None:
+    """What the controls say of the writes' shares: a loop of verifications alone, read as
+    a write's turn is, would read exactly 1 where the machine's speed holds."""
+    if not control:
+        return None
+    return (
+        "  the verify rate's own drift: a loop that only verifies, read as each write's turn"
+        f" is (between two verify rates), read {control['lowest']:.2f}-{control['highest']:.2f}"
+        f" of the verify rate around it (median {control['median']:.2f},"
+        f" {control['readings']} rounds); 1 where the machine's speed holds"
+    )
 
 
 KEPT_UP = 0.95
@@ -476,6 +510,9 @@ def report(figures: dict[str, Any]) -> str:
         )
     lines.append(paced_line(figures[PACED]))
     lines.extend(verdict_lines(figures))
+    control = control_line(figures.get("verify_control", {}))
+    if control is not None:
+        lines.append(control)
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ import pytest
 from bench.localstripe_baseline import skipped_because
 from bench.request_log import (
     _baseline,
+    control_line,
+    control_summary,
     paced_latencies,
     paced_line,
     targets_by_setting,
@@ -80,6 +82,17 @@ def test_the_request_log_comparison_runs_both_settings_and_prints_the_ratios() -
     for title in (r"GET /v3/payouts/\{id\}", r"GET /v3/payments/\{id\}"):
         line = rf"^    {title}: x localstripe's GET {judged} \| {judged}, target >= 1\.3 \(aim 2\)$"
         assert re.search(line, stdout, re.M), stdout
+    # One control a round: a loop that only verifies, read as a write's turn is.
+    control = re.search(
+        r"^  the verify rate's own drift: a loop that only verifies, read as each write's turn is"
+        r" \(between two verify rates\), read (\d+\.\d\d)-(\d+\.\d\d) of the verify rate around"
+        r" it \(median (\d+\.\d\d), 2 rounds\); 1 where the machine's speed holds$",
+        stdout,
+        re.M,
+    )
+    assert control, stdout
+    lowest, highest, median = (float(figure) for figure in control.groups())
+    assert 0 < lowest <= median <= highest, stdout
 
 
 def _turns(
@@ -244,3 +257,18 @@ def test_the_paced_gets_report_the_worse_middle_latency_of_each_setting() -> Non
         " p99 12.0 (met) | 51.0 ms (NOT met), log on | off, target <= 50 ms; 1 turn(s) answered"
         " under 95% of the rate offered"
     )
+
+
+def test_the_controls_are_summarised_by_their_median_and_range_and_printed() -> None:
+    summary = control_summary([1.10, 0.80, 0.90, 1.30])
+    assert summary == {"readings": 4, "median": 1.0, "lowest": 0.80, "highest": 1.30}
+    assert control_line(summary) == (
+        "  the verify rate's own drift: a loop that only verifies, read as each write's turn is"
+        " (between two verify rates), read 0.80-1.30 of the verify rate around it (median 1.00,"
+        " 4 rounds); 1 where the machine's speed holds"
+    )
+
+
+def test_without_controls_nothing_is_printed() -> None:
+    assert control_summary([]) == {}
+    assert control_line({}) is None
